@@ -1,0 +1,268 @@
+"""PPO composed from rlbench components, instrumented phase by phase.
+
+Phases (seconds and event counts in the run's :class:`~rlbench.instrument.timers.PhaseTimer`):
+``init`` (envs, networks, optimizer), ``warmup`` (the first iteration, with its one-time costs),
+then steady state: ``collect`` (``collect/policy``, ``collect/env``), ``advantage``, ``update``
+(``update/prepare``, ``update/forward``, ``update/backward``, ``update/optimizer``); ``eval`` after
+training. Steps are agent steps (env transitions summed over the vectorized envs).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlbench.components.envs import make_vec_env
+from rlbench.components.networks import ActorCritic
+from rlbench.components.optim import LeanAdam
+from rlbench.components.policies import POLICY_BACKENDS
+from rlbench.components.collectors import OnPolicyCollector
+from rlbench.components.ppo import PPOHyperparams, PPOUpdate
+from rlbench.errors import UsageError
+from rlbench.instrument.callbacks import Callback, CallbackList, IterationInfo
+from rlbench.instrument.sync import device_sync
+from rlbench.instrument.timers import PhaseTimer
+
+STEADY_PHASES = ("collect", "collect/policy", "collect/env", "advantage", "update",
+                 "update/prepare", "update/forward", "update/backward", "update/optimizer")  # fmt: skip
+
+
+def _help(text: str, **kw: Any) -> Any:
+    return field(metadata={"help": text}, **kw)
+
+
+@dataclass
+class PPOConfig:
+    """PPO on a discrete- or continuous-action gymnasium env (defaults: the rlox report's CartPole setting)."""
+
+    env: str = _help("gymnasium env id; CartPole-v1 runs on rlbench's batched NumPy CartPole", default="CartPole-v1")
+    total_steps: int = _help("agent steps (env transitions summed over envs) to train for", default=50_000)
+    num_envs: int = _help("environments stepped together", default=8)
+    rollout_steps: int = _help("steps per env per rollout (T)", default=128)
+    epochs: int = _help("passes over each rollout", default=4)
+    minibatches: int = _help("minibatches per epoch", default=2)
+    hidden: tuple[int, ...] = _help("hidden layer sizes of actor and critic", default=(64, 64))
+    activation: str = _help("hidden activation: tanh or relu", default="tanh")
+    init: str = _help("weight init: torch (PyTorch default) or orthogonal (SB3/CleanRL)", default="torch")
+    lr: float = _help("Adam learning rate", default=2.5e-4)
+    adam_eps: float = _help("Adam epsilon", default=1e-5)
+    gamma: float = _help("discount factor", default=0.99)
+    gae_lambda: float = _help("GAE lambda", default=0.95)
+    clip_coef: float = _help("PPO clipping range epsilon", default=0.2)
+    vf_coef: float = _help("value-loss weight", default=0.5)
+    ent_coef: float = _help("entropy-bonus weight", default=0.0)
+    max_grad_norm: float = _help("gradient-norm clipping threshold", default=0.5)
+    normalize_advantages: bool = _help("standardize advantages per minibatch", default=True)
+    recompute_advantages: bool = _help("recompute values and GAE before every epoch (TorchRL style)", default=True)
+    seed: int = _help("random seed (envs, networks, sampling)", default=0)
+    device: str = _help("torch device for the update: auto, cpu, cuda[:N] or mps", default="auto")
+    inference: str = _help("rollout inference: auto (numpy on cpu, torch elsewhere), numpy or torch", default="auto")
+    optimizer: str = _help("Adam implementation: lean (rlbench's, same math, no torch.optim overhead) or torch", default="lean")
+    threads: int = _help("torch intra-op threads (1 is fastest for tiny MLPs on shared cores)", default=1)
+    eval_episodes: int = _help("deterministic evaluation episodes after training", default=10)
+    return_threshold: float = _help("return counted as solved (NaN: the env's reward_threshold)", default=math.nan)
+
+    def validate(self) -> None:
+        """Check values and their combinations.
+
+        Raises:
+            UsageError: Naming the offending parameter and the accepted range.
+        """
+        positive = ("total_steps", "num_envs", "rollout_steps", "epochs", "minibatches", "threads")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.eval_episodes < 0:
+            raise UsageError(f"--eval-episodes must be 0 or more, got {self.eval_episodes}")
+        batch = self.num_envs * self.rollout_steps
+        if self.total_steps < batch:
+            raise UsageError(
+                f"--total-steps {self.total_steps} is less than one rollout (num_envs x rollout_steps = {batch}); "
+                f"use at least {batch}"
+            )
+        if self.minibatches > batch:
+            raise UsageError(f"--minibatches {self.minibatches} exceeds the rollout size {batch}")
+        for name in ("lr", "adam_eps", "max_grad_norm", "clip_coef"):
+            if not getattr(self, name) > 0:
+                raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise UsageError(f"--{name.replace('_', '-')} must lie in [0, 1], got {getattr(self, name)}")
+        if self.activation not in ("tanh", "relu"):
+            raise UsageError(f"--activation must be tanh or relu, got {self.activation!r}")
+        if self.init not in ("torch", "orthogonal"):
+            raise UsageError(f"--init must be torch or orthogonal, got {self.init!r}")
+        if self.optimizer not in ("lean", "torch"):
+            raise UsageError(f"--optimizer must be lean or torch, got {self.optimizer!r}")
+        if self.inference not in ("auto", "numpy", "torch"):
+            raise UsageError(f"--inference must be auto, numpy or torch, got {self.inference!r}")
+
+
+@dataclass
+class PPOResult:
+    """What a PPO run measured (raw numbers; records are made from this)."""
+
+    config: PPOConfig
+    device: str
+    env_steps: int
+    init_s: float
+    warmup_s: float
+    train_s: float
+    eval_s: float
+    phase_s: dict[str, float]
+    phase_events: dict[str, int]
+    context_events: int
+    iterations: list[IterationInfo]
+    eval_returns: list[float]
+    episode_returns: list[float]
+    episode_end_steps: list[int]
+    steps_to_threshold: int | None
+    time_to_threshold_s: float | None
+    threshold: float | None
+    synchronized: bool
+    completed: bool = True
+
+    @property
+    def sps(self) -> float:
+        """Training agent steps per second (warm-up included)."""
+        return self.env_steps / self.train_s if self.train_s > 0 else 0.0
+
+
+def _threshold(config: PPOConfig) -> float | None:
+    if not math.isnan(config.return_threshold):
+        return config.return_threshold
+    if config.env == "CartPole-v1":
+        return 475.0
+    try:
+        import gymnasium
+
+        return gymnasium.spec(config.env).reward_threshold
+    except Exception:  # noqa: BLE001 - no threshold is a valid outcome
+        return None
+
+
+def evaluate_policy(policy, env_id: str, episodes: int, seed: int) -> list[float]:
+    """Returns of ``episodes`` deterministic episodes, run as one batch of ``episodes`` sub-envs (seeds ``seed + i``)."""
+    if episodes <= 0:
+        return []
+    env = make_vec_env(env_id, episodes)
+    try:
+        obs = env.reset(seed=seed)
+        returns = np.zeros(episodes)
+        running = np.ones(episodes, dtype=bool)
+        spec = env.action_spec
+        while running.any():
+            actions = policy.act_deterministic(obs)
+            if spec.kind == "box":
+                actions = np.clip(actions, spec.low, spec.high)
+            result = env.step(actions)
+            returns += result.reward * running
+            running &= ~(result.terminated | result.truncated)
+            obs = result.obs
+        return returns.tolist()
+    finally:
+        env.close()
+
+
+def train_ppo(config: PPOConfig, device: torch.device | None = None, callback: Callback | None = None) -> PPOResult:
+    """Train PPO as configured and return what was measured.
+
+    Args:
+        config: Hyperparameters and run settings.
+        device: Resolved torch device for the update (``config.device`` is resolved by the caller).
+        callback: Called at train start, after every iteration and at the end.
+
+    Returns:
+        The measurements; ``completed`` is False when a callback stopped training early.
+    """
+    device = device or torch.device("cpu")
+    cb = callback if callback is not None else CallbackList()
+    torch.set_num_threads(config.threads)
+    timer = PhaseTimer(device_sync(device))
+    now = timer.now
+
+    t_init = now()
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    env = make_vec_env(config.env, config.num_envs)
+    spec = env.action_spec
+    model = ActorCritic(int(np.prod(env.obs_shape)), spec, tuple(config.hidden), config.activation, config.init).to(device)
+    optimizer = make_adam(model, config)
+    backend = config.inference if config.inference != "auto" else ("numpy" if device.type == "cpu" else "torch")
+    policy = POLICY_BACKENDS[backend](model, seed=config.seed)
+    collector = OnPolicyCollector(env, policy, config.rollout_steps, config.gamma, timer, spec.low, spec.high)
+    hp = PPOHyperparams(
+        gamma=config.gamma, gae_lambda=config.gae_lambda, epochs=config.epochs, minibatches=config.minibatches,
+        clip_coef=config.clip_coef, vf_coef=config.vf_coef, ent_coef=config.ent_coef, max_grad_norm=config.max_grad_norm,
+        normalize_advantages=config.normalize_advantages, recompute_advantages=config.recompute_advantages,
+    )  # fmt: skip
+    updater = PPOUpdate(model, optimizer, hp, rng, timer)
+    collector.reset(config.seed)
+    init_s = now() - t_init
+
+    threshold = _threshold(config)
+    steps_per_iter = config.num_envs * config.rollout_steps
+    n_iters = max(1, math.ceil(config.total_steps / steps_per_iter))  # like SB3: at least total_steps
+    cb.on_train_start({"config": config, "iterations": n_iters, "steps_per_iteration": steps_per_iter})
+    iterations: list[IterationInfo] = []
+    steps_to_threshold = time_to_threshold = None
+    warmup_s = 0.0
+    completed = True
+    t_train = now()
+    try:
+        for it in range(n_iters):
+            before = dict(timer.seconds)
+            t_iter = now()
+            storage = collector.collect()
+            with timer.phase("advantage"):
+                updater.advantages(storage)
+            diagnostics = updater.update(storage)
+            policy.load(model)
+            t_done = now()
+            if it == 0:
+                warmup_s = t_done - t_iter
+                timer.reset()
+                timer.add("warmup", warmup_s, 1)
+                phase_s = {"warmup": warmup_s}
+            else:
+                phase_s = {k: timer.seconds.get(k, 0.0) - before.get(k, 0.0) for k in STEADY_PHASES}
+            recent = collector.episodes.returns[-10:]
+            recent_return = float(np.mean(recent)) if recent else math.nan
+            elapsed = t_done - t_train
+            if steps_to_threshold is None and threshold is not None and len(recent) >= 10 and recent_return >= threshold:
+                steps_to_threshold, time_to_threshold = collector.env_steps, elapsed
+            info = IterationInfo(it, collector.env_steps, n_iters * steps_per_iter, elapsed, phase_s, diagnostics, recent_return)
+            iterations.append(info)
+            if cb.on_iteration_end(info) is False:
+                completed = False
+                break
+        train_s = now() - t_train
+        t_eval = now()
+        eval_returns = evaluate_policy(policy, config.env, config.eval_episodes, config.seed + 10_000)
+        eval_s = now() - t_eval
+    finally:
+        env.close()
+    result = PPOResult(
+        config=config, device=str(device), env_steps=collector.env_steps, init_s=init_s, warmup_s=warmup_s,
+        train_s=train_s, eval_s=eval_s, phase_s=dict(timer.seconds), phase_events=dict(timer.counts),
+        context_events=timer.context_events, iterations=iterations, eval_returns=eval_returns,
+        episode_returns=list(collector.episodes.returns), episode_end_steps=list(collector.episodes.end_steps),
+        steps_to_threshold=steps_to_threshold, time_to_threshold_s=time_to_threshold, threshold=threshold,
+        synchronized=timer.synchronized, completed=completed,
+    )  # fmt: skip
+    cb.on_train_end({"result": result})
+    return result
+
+
+def make_adam(model: torch.nn.Module, config: PPOConfig) -> Any:
+    """The configured Adam: :class:`LeanAdam`, or ``torch.optim.Adam`` (fused on CPU/CUDA, else foreach)."""
+    if config.optimizer == "lean":
+        return LeanAdam(model.parameters(), lr=config.lr, eps=config.adam_eps)
+    device = next(model.parameters()).device
+    kind = {"fused": True} if device.type in ("cpu", "cuda") else {"foreach": True}
+    return torch.optim.Adam(model.parameters(), lr=config.lr, eps=config.adam_eps, **kind)

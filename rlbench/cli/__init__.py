@@ -1,0 +1,79 @@
+"""The ``rlbench`` command line: ``list``, ``run``, ``report``.
+
+The CLI is thin: it parses, calls the runner / store / report layers and renders with rich. Every
+user error ends as one line on stderr and exit code 2; a benchmark that raises ends with exit 1 and
+keeps finished repeats on disk; Ctrl-C exits 130, likewise keeping them.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+_T0 = time.perf_counter()  # set as soon as the CLI module loads, before torch is imported
+
+from rlbench.cli.parser import Parser  # noqa: E402
+from rlbench.errors import RlbenchError  # noqa: E402
+
+USAGE_EPILOG = """examples:
+  rlbench list
+  rlbench run ppo-cartpole
+  rlbench run ppo-cartpole --repeats 5 --report reports/ppo-cartpole-cpu.md
+  rlbench run ppo-cartpole --help        (every parameter of the benchmark)
+  rlbench report .rlbench                (re-render the latest run's report)
+"""
+
+
+def build_parser() -> Parser:
+    """The top-level parser with its sub-commands (benchmark parameters are added by ``run``)."""
+    parser = Parser(prog="rlbench", description="Benchmark and profile reinforcement-learning training code.",
+                    epilog=USAGE_EPILOG, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"rlbench {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    p_list = sub.add_parser("list", help="list the built-in benchmarks")
+    p_list.add_argument("--json", action="store_true", help="print the list as JSON")
+    sub.add_parser("run", help="run a benchmark (rlbench run BENCHMARK --help for its options)", add_help=False)
+    p_report = sub.add_parser("report", help="render the bottleneck report of stored records")
+    p_report.add_argument("records", help="a records file (.jsonl) or a store directory (its latest run)")
+    p_report.add_argument("--run", dest="run_id", default=None, help="run id (or a unique prefix) to report on")
+    p_report.add_argument("-o", "--output", default=None,
+                          help="markdown file to write (default: the records file with .md; '-' prints to stdout)")  # fmt: skip
+    p_report.add_argument("--no-chart", action="store_true", help="skip the PNG chart")
+    return parser
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("rlbench")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``rlbench`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser()
+        if argv and argv[0] == "run":
+            from rlbench.cli.run import run_command
+
+            return run_command(argv[1:], _T0)
+        args = parser.parse_args(argv)
+        if args.command == "list":
+            from rlbench.cli.listing import list_command
+
+            return list_command(args)
+        if args.command == "report":
+            from rlbench.cli.report import report_command
+
+            return report_command(args)
+        parser.print_help()
+        return 0
+    except RlbenchError as exc:
+        print(f"rlbench: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("rlbench: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,89 @@
+"""Argument parsing: one-line errors (exit 2), and run options generated from a benchmark's config dataclass."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import typing
+from dataclasses import MISSING, fields
+from typing import Any, NoReturn
+
+from rlbench.errors import UsageError
+
+CHOICES = {
+    "activation": ("tanh", "relu"),
+    "init": ("torch", "orthogonal"),
+    "inference": ("auto", "numpy", "torch"),
+    "optimizer": ("lean", "torch"),
+}
+
+
+class Parser(argparse.ArgumentParser):
+    """``ArgumentParser`` whose errors are a single line naming the ``--help`` to read, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Raise a :class:`UsageError` instead of printing usage (the CLI prints one line)."""
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        """Exit as argparse does (used by ``--help``)."""
+        if message:
+            sys.stderr.write(message)
+        raise SystemExit(status)
+
+
+def _tuple_of_ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.replace("x", ",").split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 64,64, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers like 64,64, got {text!r}")
+    return values
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def add_config_options(parser: argparse.ArgumentParser, config: Any) -> None:
+    """Add ``--field-name`` for every field of ``config`` (a dataclass instance), help from field metadata."""
+    hints = typing.get_type_hints(type(config))
+    group = parser.add_argument_group("benchmark parameters (defaults shown)")
+    for f in fields(config):
+        default = getattr(config, f.name) if f.default is MISSING else f.default
+        if f.default is MISSING and f.default_factory is not MISSING:  # type: ignore[misc]
+            default = f.default_factory()  # type: ignore[misc]
+        flag = "--" + f.name.replace("_", "-")
+        text = f.metadata.get("help", "")
+        hint = hints.get(f.name)
+        if hint is bool:
+            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+                               help=f"{text} (default: {default})")  # fmt: skip
+        elif isinstance(default, tuple):
+            group.add_argument(flag, dest=f.name, type=_tuple_of_ints, default=None, metavar="N,N",
+                               help=f"{text} (default: {','.join(map(str, default))})")  # fmt: skip
+        elif hint is int:
+            group.add_argument(flag, dest=f.name, type=_int, default=None, metavar="N", help=f"{text} (default: {default:,})")
+        elif hint is float:
+            shown = "env's threshold" if isinstance(default, float) and math.isnan(default) else default
+            group.add_argument(flag, dest=f.name, type=_float, default=None, metavar="X", help=f"{text} (default: {shown})")
+        else:
+            group.add_argument(flag, dest=f.name, default=None, choices=CHOICES.get(f.name), metavar=f.name.upper(),
+                               help=f"{text} (default: {default})")  # fmt: skip
+
+
+def config_overrides(args: argparse.Namespace, config: Any) -> dict[str, Any]:
+    """The config fields given on the command line."""
+    return {f.name: getattr(args, f.name) for f in fields(config) if getattr(args, f.name, None) is not None}

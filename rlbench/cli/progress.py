@@ -1,0 +1,68 @@
+"""A rich progress bar fed by the training callback (one update per iteration, never per step)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rlbench.instrument.callbacks import Callback, IterationInfo
+
+
+class _RepeatProgress(Callback):
+    def __init__(self, owner: TrainingProgress, repeat: int) -> None:
+        self.owner = owner
+        self.repeat = repeat
+        self.task = None
+
+    def on_train_start(self, info: dict[str, Any]) -> None:
+        total = info["iterations"] * info["steps_per_iteration"]
+        if self.owner.progress is not None:
+            self.task = self.owner.progress.add_task(self.owner.label(self.repeat), total=total, sps="", ret="")
+
+    def on_iteration_end(self, it: IterationInfo) -> bool | None:
+        if self.owner.progress is not None and self.task is not None:
+            sps = it.env_steps / it.elapsed_s if it.elapsed_s > 0 else 0.0
+            ret = "" if math.isnan(it.recent_return) else f"return {it.recent_return:6.1f}"
+            self.owner.progress.update(self.task, completed=it.env_steps, sps=f"{sps:,.0f} SPS", ret=ret)
+        return None
+
+
+class TrainingProgress:
+    """Context manager owning a rich ``Progress`` on stderr; ``callback(repeat)`` makes a per-repeat callback.
+
+    Args:
+        name: Benchmark id shown in the bar.
+        repeats: Number of repeats (shown as ``k/K``).
+        enabled: ``False`` shows nothing (``--quiet``).
+    """
+
+    def __init__(self, name: str, repeats: int, enabled: bool = True) -> None:
+        self.name = name
+        self.repeats = repeats
+        self.enabled = enabled
+        self.progress: Any = None
+
+    def label(self, repeat: int) -> str:
+        """Description of one repeat's bar."""
+        return self.name if self.repeats == 1 else f"{self.name} {repeat + 1}/{self.repeats}"
+
+    def callback(self, repeat: int) -> Callback:
+        """The callback for repeat ``repeat``."""
+        return _RepeatProgress(self, repeat)
+
+    def __enter__(self) -> TrainingProgress:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
+                TextColumn("{task.fields[sps]}"), TextColumn("{task.fields[ret]}"), TimeElapsedColumn(),
+                console=Console(stderr=True), transient=False,
+            )  # fmt: skip
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()

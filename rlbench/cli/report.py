@@ -1,0 +1,63 @@
+"""``rlbench report RECORDS``: re-render a run's bottleneck report from stored records alone."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rlbench.errors import UsageError
+
+
+def write_report(records_path: str | Path, output: Path | None, run_id: str | None = None, chart: bool = True) -> str:
+    """Render the report of one run (``run_id`` or the latest) and write it with its chart.
+
+    Args:
+        records_path: A records file or a store directory.
+        output: Markdown file to write; ``None`` returns the text without writing anything.
+        run_id: Run to report on (unique prefix accepted); the latest when ``None``.
+        chart: Also draw the PNG chart beside ``output``.
+
+    Returns:
+        The markdown text.
+    """
+    from rlbench.report.data import select_run
+    from rlbench.report.training import render
+    from rlbench.store import read_records
+
+    records = select_run(read_records(records_path), run_id)
+    chart_name = f"{output.stem}-phases.png" if output is not None and chart else None
+    text, charts = render(records, chart_name)
+    if output is not None:
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write the report to {str(output)!r} ({exc.strerror or exc})") from None
+        if chart_name:
+            from rlbench.report.plots import draw_bar_chart
+
+            for c in charts:
+                draw_bar_chart(c, output.with_name(output.stem + c.suffix))
+    return text
+
+
+def report_command(args: argparse.Namespace) -> int:
+    """Render the report of stored records; prints where it went (or the markdown with ``-o -``)."""
+    src = Path(args.records)
+    if args.output == "-":
+        sys.stdout.write(write_report(src, None, args.run_id))
+        return 0
+    if args.output:
+        out = Path(args.output)
+    elif src.is_dir():
+        from rlbench.report.data import select_run
+        from rlbench.store import read_records
+
+        run = select_run(read_records(src), args.run_id)[0].run_id
+        out = src / f"{run}.md"
+    else:
+        out = src.with_suffix(".md")
+    write_report(src, out, args.run_id, chart=not args.no_chart)
+    print(f"report: {out}")
+    return 0

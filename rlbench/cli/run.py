@@ -1,0 +1,176 @@
+"""``rlbench run BENCHMARK``: validate everything, run the repeats, write records and the report."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rlbench.cli.parser import Parser, add_config_options, config_overrides
+from rlbench.errors import UsageError
+from rlbench.registry import BenchmarkSpec, Metric, all_specs, get_spec
+
+
+def _run_help() -> str:
+    names = "\n".join(f"  {s.name:<16} {s.summary}" for s in all_specs())
+    return (
+        "usage: rlbench run BENCHMARK [options]\n\n"
+        "Run a benchmark, store its records and write its bottleneck report.\n\n"
+        f"benchmarks:\n{names}\n\n"
+        "`rlbench run BENCHMARK --help` lists every option of that benchmark.\n"
+    )
+
+
+def build_run_parser(spec: BenchmarkSpec, config: Any) -> Parser:
+    """The parser of ``rlbench run <spec.name>``: run options plus one option per config field."""
+    p = Parser(prog=f"rlbench run {spec.name}", description=spec.summary)
+    g = p.add_argument_group("run options")
+    g.add_argument("--repeats", type=int, default=1, metavar="K",
+                   help="repeats, seeds seed..seed+K-1; figures are medians over repeats with their spread (default: 1)")
+    g.add_argument("--store", default=".rlbench", metavar="DIR",
+                   help="results store: records go to DIR/<run-id>.jsonl, written as each repeat finishes (default: .rlbench)")
+    g.add_argument("--report", default=None, metavar="PATH",
+                   help="markdown bottleneck report to write; its PNG chart goes beside it (default: DIR/<run-id>.md)")
+    g.add_argument("--profile", action="store_true",
+                   help="record a pyinstrument profile: HTML beside the report, top frames listed in it")
+    g.add_argument("--json", action="store_true",
+                   help="print exactly one JSON object on stdout (medians over repeats, paths of records and report)")
+    g.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+    add_config_options(p, config)
+    return p  # fmt: skip
+
+
+def _process_age_s(t0: float) -> float:
+    """Seconds since this process started (Linux /proc), else since the CLI module loaded."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter() - t0
+
+
+def _check_env(env_id: str) -> None:
+    """Fail early, with suggestions, on an env id gymnasium does not know or spaces rlbench cannot drive."""
+    if env_id == "CartPole-v1":
+        return
+    from rlbench.components.envs import make_vec_env
+
+    try:
+        make_vec_env(env_id, 1).close()
+    except ValueError as exc:
+        raise UsageError(f"--env: {exc}") from None
+
+
+def _check_report_path(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create the report directory {str(path.parent)!r} ({exc.strerror or exc})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise UsageError(f"cannot write the report to {str(path)!r}: directory is not writable; pass --report PATH")
+
+
+def run_command(argv: list[str], t0: float) -> int:
+    """Parse ``rlbench run`` arguments, run, and return the exit code."""
+    if not argv or argv[0] in ("-h", "--help"):
+        sys.stdout.write(_run_help())
+        return 0
+    if argv[0].startswith("-"):
+        raise UsageError("missing BENCHMARK: `rlbench run BENCHMARK [options]` (see `rlbench list`)")
+    spec = get_spec(argv[0])
+    defaults = spec.config_factory()
+    args = build_run_parser(spec, defaults).parse_args(argv[1:])
+    config = replace(defaults, **config_overrides(args, defaults))
+    config.validate()
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    from rlbench.devices import resolve_device, validate_device_string
+
+    validate_device_string(config.device)
+    _check_env(config.env)
+    device = resolve_device(config.device)  # imports torch
+
+    from rlbench.runner import run_benchmark
+    from rlbench.store import RunWriter
+
+    writer = RunWriter(args.store)
+    report_path = Path(args.report) if args.report else writer.store / f"{writer.run_id}.md"
+    _check_report_path(report_path)
+    startup = Metric("startup_s", "s", "lower", [_process_age_s(t0)])
+    command = "rlbench run " + " ".join(shlex.quote(a) for a in argv)
+    profiler = None
+    if args.profile:
+        from rlbench.instrument.profiler import make_profiler
+
+        profiler = make_profiler()
+
+    from rlbench.cli.progress import TrainingProgress
+
+    progress = TrainingProgress(spec.name, args.repeats, enabled=not args.quiet)
+    with progress:
+        outcome = run_benchmark(spec, config, writer, repeats=args.repeats, device=device,
+                                callback_factory=progress.callback, profiler=profiler,
+                                meta={"command": command}, first_repeat_extra=[startup])  # fmt: skip
+    if outcome.interrupted:
+        print(f"rlbench: interrupted: {outcome.repeats_done} of {args.repeats} repeats saved in {outcome.records_path}"
+              + (f"; `rlbench report {outcome.records_path}` renders them" if outcome.repeats_done else ""), file=sys.stderr)  # fmt: skip
+        return 130
+    if outcome.error:
+        saved = f"{outcome.repeats_done} finished repeats saved in {outcome.records_path}" if outcome.repeats_done else "no repeat finished"
+        print(f"rlbench: error: {spec.name} {outcome.error}; {saved}; traceback in {outcome.error_log}", file=sys.stderr)
+        return 1
+
+    if profiler is not None:
+        from rlbench.instrument.profiler import top_frames, write_html
+        from rlbench.runner import to_records
+        from rlbench.fingerprint import fingerprint
+
+        html = write_html(profiler, report_path.with_name(report_path.stem + "-profile.html"))
+        names, secs, total = top_frames(profiler)
+        prof = Metric("profile/self_s", "s", "none", secs, meta={"frames": names, "total_s": total, "html": html.name})
+        writer.write(to_records(spec, config, [prof], writer.run_id, 0, str(device), fingerprint(), {"command": command}))
+
+    from rlbench.cli.report import write_report
+
+    write_report(outcome.records_path, report_path, run_id=writer.run_id)
+    summary = summarize_outcome(outcome.metrics)
+    summary.update({"benchmark": spec.name, "run_id": writer.run_id, "device": str(device), "repeats": outcome.repeats_done,
+                    "records": str(outcome.records_path), "report": str(report_path),
+                    "process_wall_s": _process_age_s(t0)})  # fmt: skip
+    if args.json:
+        print(json.dumps(summary, allow_nan=False, default=_json_default))
+    elif not args.quiet:
+        from rlbench.cli.summary import print_summary
+
+        print_summary(summary)
+    return 0
+
+
+def _json_default(v: Any) -> Any:
+    return str(v)
+
+
+def summarize_outcome(per_repeat: list[list[Metric]]) -> dict[str, Any]:
+    """Median over repeats of each scalar metric (a repeat's value: its single sample or mean)."""
+    from rlbench.stats import median
+
+    values: dict[str, list[float]] = {}
+    for metrics in per_repeat:
+        for m in metrics:
+            if m.x is not None or m.name.startswith(("iter_time/", "diag/")):
+                continue
+            xs = [v for v in m.samples if math.isfinite(v)]
+            if xs:
+                values.setdefault(m.name, []).append(sum(xs) / len(xs))
+    out: dict[str, Any] = {}
+    for k, vs in values.items():
+        med = median(vs)
+        out[k] = med if math.isfinite(med) else None
+    return out

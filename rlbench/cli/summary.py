@@ -1,0 +1,34 @@
+"""The table printed after ``rlbench run``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlbench.report.format import fmt, fmt_s
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """Print the run's headline figures (medians over repeats) and where records and report went."""
+    from rich.console import Console
+    from rich.table import Table
+
+    def get(key: str) -> float | None:
+        return summary.get(key)
+
+    table = Table(title=f"{summary['benchmark']} on {summary['device']} ({summary['repeats']} repeat(s), medians)")
+    table.add_column("Metric")
+    table.add_column("Value", justify="right")
+    table.add_row("Training SPS (agent steps/s)", fmt(get("sps"), 0))
+    table.add_row("Steady-state SPS", fmt(get("sps/steady"), 0))
+    table.add_row("Training time", fmt_s(get("train_s")))
+    table.add_row("Init / warm-up", f"{fmt_s(get('init_s'))} / {fmt_s(get('warmup_s'))}")
+    table.add_row("Eval return (deterministic)", fmt(get("eval_return"), 1))
+    steady = (get("train_s") or 0.0) - (get("warmup_s") or 0.0)
+    for phase in ("collect/env", "collect/policy", "advantage", "update"):
+        s = get(f"time/{phase}")
+        if s is not None and steady > 0:
+            table.add_row(f"  {phase}", f"{fmt_s(s)}  ({100 * s / steady:.1f}%)")
+    table.add_row("Process wall (start-up to report)", fmt_s(get("process_wall_s")))
+    console = Console()
+    console.print(table)
+    console.print(f"records: {summary['records']}\nreport:  {summary['report']}")

@@ -1,0 +1,438 @@
+"""A batched NumPy CartPole that reproduces gymnasium's ``CartPole-v1`` bit for bit, without importing gymnasium.
+
+Equivalence is with ``gymnasium.make_vec("CartPole-v1", N, vectorization_mode="sync",
+vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})``:
+
+* **Seeding.** ``reset(seed=s)`` gives sub-env ``i`` its own generator
+  ``np.random.Generator(np.random.PCG64(np.random.SeedSequence(s + i)))`` (what
+  ``gymnasium.utils.seeding.np_random(s + i)`` builds). ``reset(seed=None)`` keeps the current
+  generators (fresh OS entropy on the very first reset). Each generator is only used for resets.
+* **Reset distribution.** Every state variable ``~ U(-0.05, 0.05)``, drawn with one
+  ``generator.uniform(-0.05, 0.05, size=4)`` call in the order ``(x, x_dot, theta, theta_dot)``.
+* **Dynamics.** Euler integration in float64 with gymnasium's constants and its exact operation
+  order; the only liberties taken are ``a * b == b * a`` and ``a + b == b + a`` (exact in IEEE
+  arithmetic) and ``|x| > c`` for ``x < -c or x > c``. Observations are the float64 state rounded
+  to float32; the termination test uses the float64 state.
+* **Reward and episode end.** Reward is 1.0 on every step (terminal steps included).
+  ``terminated`` when ``|x| > 2.4`` or ``|theta| > 12 degrees``. ``truncated`` when the episode has
+  lasted ``max_episode_steps`` steps, whether or not it also terminated on that step (gymnasium's
+  ``TimeLimit`` sets ``truncated=True`` regardless of ``terminated``, so both flags can be set).
+* **Same-step autoreset.** For every sub-env whose episode ended, the same :meth:`step` call
+  stores the terminal observation in ``final_obs[i]``, resets the sub-env with its own continuing
+  generator (as gymnasium's vector env does with ``seed=None``) and puts the reset observation in
+  ``obs[i]``. Rows of ``final_obs`` where no episode ended hold stale values.
+
+Returned arrays are views of buffers reused by the next call (see :mod:`rlbench.components.envs.base`).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from rlbench.components.envs.base import ActionSpec, StepResult
+
+# Same expressions as gymnasium's CartPoleEnv.__init__, so the float64 constants are identical.
+GRAVITY = 9.8
+MASSCART = 1.0
+MASSPOLE = 0.1
+TOTAL_MASS = MASSPOLE + MASSCART
+LENGTH = 0.5  # half the pole's length
+POLEMASS_LENGTH = MASSPOLE * LENGTH
+FORCE_MAG = 10.0
+TAU = 0.02
+THETA_THRESHOLD_RADIANS = 12 * 2 * math.pi / 360
+X_THRESHOLD = 2.4
+RESET_LOW = -0.05
+RESET_HIGH = 0.05
+
+_INT64 = np.dtype(np.int64)
+_mul, _div, _add, _sub, _abs, _gt, _copyto = np.multiply, np.divide, np.add, np.subtract, np.absolute, np.greater, np.copyto
+_BYTEORDER = sys.byteorder
+# Bits that must be zero in an int64 action holding 0 or 1: everything but the lowest bit.
+_NOT_LOW_BIT = (1 << 64) - 2
+
+_fast_paths: tuple[bool, bool] | None = None
+
+
+def _fast_paths_are_exact() -> tuple[bool, bool]:
+    """Check, once per process, that two shortcuts give the same bits as the calls gymnasium makes.
+
+    1. ``np.sin``/``np.cos`` on an array versus on each float64 scalar (gymnasium's call): a NumPy
+       build with SIMD kernels could make results depend on the array length.
+    2. ``generator.uniform(-0.05, 0.05, 4)`` versus ``-0.05 + 0.1 * u`` in Python floats with
+       ``u = generator.random(4)`` (NumPy computes ``low + range * next_double`` in C; a compiler
+       that contracted it into a fused multiply-add would round differently).
+
+    Where a check fails, :class:`NumpyCartPoleVecEnv` falls back to gymnasium's own call.
+
+    Returns:
+        ``(array_trig_exact, affine_uniform_exact)``.
+    """
+    global _fast_paths
+    if _fast_paths is None:
+        angles = np.linspace(-0.5, 0.5, 997) + 1e-7 * np.arange(997) ** 0.5
+        trig_ok = True
+        for fn in (np.sin, np.cos):
+            scalar = np.array([fn(a) for a in angles])
+            trig_ok = trig_ok and np.array_equal(fn(angles), scalar) and np.array_equal(fn(angles[:5]), scalar[:5])
+        reference = np.random.Generator(np.random.PCG64(12345)).uniform(RESET_LOW, RESET_HIGH, 4096).tolist()
+        span = RESET_HIGH - RESET_LOW
+        affine = [RESET_LOW + span * u for u in np.random.Generator(np.random.PCG64(12345)).random(4096).tolist()]
+        _fast_paths = (bool(trig_ok), reference == affine)
+    return _fast_paths
+
+
+def _scalar_ufunc(fn: np.ufunc) -> Callable[[np.ndarray, np.ndarray], None]:
+    """Wrap ``fn`` to be applied one float64 scalar at a time, as gymnasium applies it.
+
+    Args:
+        fn: A unary ufunc such as ``np.sin``.
+
+    Returns:
+        A function ``f(x, out)`` filling ``out`` with ``fn`` of each element of ``x``.
+    """
+
+    def apply(x: np.ndarray, out: np.ndarray) -> None:
+        out[:] = [fn(v) for v in x.tolist()]
+
+    return apply
+
+
+class _Kernel(NamedTuple):
+    """Functions, buffer views and constant arrays used by one :meth:`NumpyCartPoleVecEnv.step`.
+
+    Views are of flat float64 buffers made of blocks of ``num_envs`` values; bracketed names are
+    adjacent blocks that one ufunc call processes together. Constants are full-length arrays.
+    """
+
+    sin_fn: Callable[[np.ndarray, np.ndarray], object]
+    cos_fn: Callable[[np.ndarray, np.ndarray], object]
+    theta: np.ndarray
+    sin: np.ndarray
+    cos: np.ndarray  # the x_acc block of the state, until x_acc is written
+    td_cos: np.ndarray  # [theta_dot, cos]
+    squares: np.ndarray  # [theta_dot**2, cos**2]
+    sin_squares: np.ndarray  # [sin, theta_dot**2, cos**2]
+    k_scale: np.ndarray  # [gravity, polemass_length, masspole]
+    scaled: np.ndarray  # [gravity * sin, a = polemass_length * theta_dot**2, masspole * cos**2]
+    a: np.ndarray  # a, then a * sin, then force + a * sin
+    a_b: np.ndarray  # [a, masspole * cos**2]
+    k_mass2: np.ndarray  # [total_mass, total_mass]
+    temp_b: np.ndarray  # [temp, b = masspole * cos**2 / total_mass]
+    temp: np.ndarray
+    c_temp: np.ndarray  # cos * temp
+    minuend: np.ndarray  # [4/3 (constant block), gravity * sin]
+    subtrahend: np.ndarray  # [b, cos * temp]
+    q: np.ndarray  # [4/3 - b, then the denominator, numerator of theta_acc]
+    den: np.ndarray
+    k_length: np.ndarray
+    num: np.ndarray
+    theta_acc: np.ndarray
+    k_pml: np.ndarray  # polemass_length
+    tmp: np.ndarray
+    k_mass: np.ndarray  # total_mass
+    vel_acc: np.ndarray  # [x_dot, theta_dot, x_acc, theta_acc]
+    k_tau: np.ndarray
+    euler: np.ndarray  # tau * vel_acc
+    pos_vel: np.ndarray  # [x, theta, x_dot, theta_dot]
+    obs_view: np.ndarray  # float32 observations as [[x, x_dot], [theta, theta_dot]]
+    state_view: np.ndarray  # the same four state blocks, in that arrangement
+    x_theta: np.ndarray  # [x, theta]
+    abs_x_theta: np.ndarray
+    k_limits: np.ndarray  # [x_threshold, theta_threshold_radians]
+    over: np.ndarray  # bool [|x| > x_threshold, |theta| > theta_threshold_radians]
+
+
+class NumpyCartPoleVecEnv:
+    """``num_envs`` CartPole-v1 environments stepped together, identical to gymnasium's (see module docstring).
+
+    Speed comes from doing the same 20 ufunc calls per step whatever ``num_envs`` is, into buffers
+    allocated once. The float64 state lives in one flat buffer of blocks of ``num_envs`` values,
+    ``[x, theta, x_dot, theta_dot, x_acc, theta_acc]``, so the Euler update is two calls, and
+    quantities that undergo the same operation at the same point of the dynamics sit in adjacent
+    blocks so that one call handles them together (see :class:`_Kernel`).
+
+    Attributes:
+        num_envs: Number of sub-environments.
+        obs_shape: ``(4,)``: cart position, cart velocity, pole angle, pole angular velocity.
+        action_spec: ``ActionSpec("discrete", n=2)``: 0 pushes the cart left, 1 pushes it right.
+        max_episode_steps: Episode length at which ``truncated`` is set.
+    """
+
+    def __init__(self, num_envs: int, max_episode_steps: int = 500) -> None:
+        """Allocate the buffers; call :meth:`reset` before stepping.
+
+        Args:
+            num_envs: Number of sub-environments, at least 1.
+            max_episode_steps: Steps after which an episode is truncated, at least 1.
+
+        Raises:
+            ValueError: If ``num_envs`` or ``max_episode_steps`` is not a positive integer.
+        """
+        for name, value in (("num_envs", num_envs), ("max_episode_steps", max_episode_steps)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        n = int(num_envs)
+        self.num_envs = n
+        self.max_episode_steps = int(max_episode_steps)
+        self.obs_shape: tuple[int, ...] = (4,)
+        self.action_spec = ActionSpec("discrete", n=2)
+        self._array_trig, self._uniform_is_affine = _fast_paths_are_exact()
+
+        self._obs = np.zeros((n, 4), dtype=np.float32)
+        self._final_obs = np.zeros((n, 4), dtype=np.float32)
+        self._reward = np.ones(n, dtype=np.float32)
+        self._terminated = np.zeros(n, dtype=bool)
+        self._truncated = np.zeros(n, dtype=bool)
+        self._ended = np.zeros(n, dtype=bool)
+        self._result = StepResult(self._obs, self._reward, self._terminated, self._truncated, self._final_obs)
+        self._w = np.zeros(6 * n)  # [x, theta, x_dot, theta_dot, x_acc, theta_acc]
+        self._kernel = self._build_kernel()
+        self._no_over = bytes(2 * n)
+        self._force_table = np.array([-FORCE_MAG, FORCE_MAG])
+        self._action_shape = (n,)
+        self._action_mask = int.from_bytes(_NOT_LOW_BIT.to_bytes(8, _BYTEORDER) * n, _BYTEORDER)
+
+        self._generators: list[np.random.Generator] | None = None
+        self._deadline = [0] * n  # value of the step counter at which each sub-env is truncated
+        self._next_deadline = 0  # a lower bound of min(self._deadline)
+        self._t = 0
+        self._flags_dirty = False
+
+    def _build_kernel(self) -> _Kernel:
+        """Allocate the scratch buffers and constants of :meth:`step`.
+
+        Returns:
+            The views and constants, laid out so that fused ufunc calls see adjacent blocks.
+        """
+        n = self.num_envs
+        w = self._w
+
+        def full(*values: float) -> np.ndarray:
+            return np.repeat(np.array(values, dtype=np.float64), n)
+
+        h = np.empty(3 * n)  # [sin, theta_dot**2, cos**2]
+        g = full(4.0 / 3.0, 0.0, 0.0, 0.0)  # [4/3, gravity * sin, a, masspole * cos**2]
+        s = np.empty(3 * n)  # [temp, b, cos * temp]
+        q = np.empty(2 * n)  # [4/3 - b then denominator, numerator]
+        obs_view = self._obs.T.reshape(2, 2, n)
+        if not np.shares_memory(obs_view, self._obs):
+            raise AssertionError("the observation view must alias the observation buffer")
+        sin_fn, cos_fn = (np.sin, np.cos) if self._array_trig else (_scalar_ufunc(np.sin), _scalar_ufunc(np.cos))
+        return _Kernel(
+            sin_fn=sin_fn,
+            cos_fn=cos_fn,
+            theta=w[n : 2 * n],
+            sin=h[:n],
+            cos=w[4 * n : 5 * n],
+            td_cos=w[3 * n : 5 * n],
+            squares=h[n:],
+            sin_squares=h,
+            k_scale=full(GRAVITY, POLEMASS_LENGTH, MASSPOLE),
+            scaled=g[n:],
+            a=g[2 * n : 3 * n],
+            a_b=g[2 * n :],
+            k_mass2=full(TOTAL_MASS, TOTAL_MASS),
+            temp_b=s[: 2 * n],
+            temp=s[:n],
+            c_temp=s[2 * n :],
+            minuend=g[: 2 * n],
+            subtrahend=s[n:],
+            q=q,
+            den=q[:n],
+            k_length=full(LENGTH),
+            num=q[n:],
+            theta_acc=w[5 * n :],
+            k_pml=full(POLEMASS_LENGTH),
+            tmp=np.empty(n),
+            k_mass=full(TOTAL_MASS),
+            vel_acc=w[2 * n :],
+            k_tau=full(TAU, TAU, TAU, TAU),
+            euler=np.empty(4 * n),
+            pos_vel=w[: 4 * n],
+            obs_view=obs_view,
+            state_view=w[: 4 * n].reshape(2, 2, n).transpose(1, 0, 2),
+            x_theta=w[: 2 * n],
+            abs_x_theta=np.empty(2 * n),
+            k_limits=full(X_THRESHOLD, THETA_THRESHOLD_RADIANS),
+            over=np.zeros(2 * n, dtype=bool),
+        )
+
+    def __repr__(self) -> str:
+        """Short description with the batch size."""
+        return f"NumpyCartPoleVecEnv(num_envs={self.num_envs}, max_episode_steps={self.max_episode_steps})"
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Reset every sub-env.
+
+        Args:
+            seed: Sub-env ``i`` gets a new generator seeded with ``seed + i``; ``None`` keeps the
+                current generators (seeded from OS entropy if there are none yet).
+
+        Returns:
+            Observations, float32, shape ``(num_envs, 4)`` (a reused buffer).
+
+        Raises:
+            ValueError: If ``seed`` is not a non-negative integer or None.
+        """
+        n = self.num_envs
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+                raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
+            self._generators = [np.random.Generator(np.random.PCG64(np.random.SeedSequence(int(seed) + i))) for i in range(n)]
+        elif self._generators is None:
+            self._generators = [np.random.Generator(np.random.PCG64(np.random.SeedSequence())) for _ in range(n)]
+        self._t = 0
+        self._draw_initial_states(range(n))
+        self._next_deadline = self.max_episode_steps
+        self._terminated.fill(False)
+        self._truncated.fill(False)
+        self._reward.fill(1.0)
+        self._flags_dirty = False
+        return self._obs
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        """Advance every sub-env by one step, autoresetting those whose episode ends.
+
+        Args:
+            actions: Integer array of shape ``(num_envs,)`` with values 0 (push left) or 1 (push right).
+
+        Returns:
+            The transition; its arrays are buffers that the next call reuses.
+
+        Raises:
+            ValueError: If ``actions`` has the wrong shape, dtype or values.
+            RuntimeError: If :meth:`reset` was never called.
+        """
+        a = actions
+        if type(a) is not np.ndarray or a.dtype is not _INT64 or a.shape != self._action_shape:
+            a = self._check_actions(a)
+        elif int.from_bytes(a.tobytes(), _BYTEORDER) & self._action_mask:
+            a = self._check_actions(a)  # raises
+        force = self._force_table[a]
+        t = self._t + 1
+        truncating = t >= self._next_deadline
+        if truncating:
+            if self._generators is None:
+                raise RuntimeError("call reset() before step()")
+            np.greater_equal(t, self._deadline, self._truncated)
+        self._t = t
+        (
+            sin_fn, cos_fn, theta, sin, cos, td_cos, squares, sin_squares, k_scale, scaled, a_, a_b, k_mass2, temp_b,
+            temp, c_temp, minuend, subtrahend, q, den, k_length, num, theta_acc, k_pml, tmp, k_mass,
+            vel_acc, k_tau, euler, pos_vel, obs_view, state_view, x_theta, abs_x_theta, k_limits, over,
+        ) = self._kernel  # fmt: skip
+
+        # gymnasium's CartPoleEnv.step, operation for operation (x_acc overwrites cos at the end).
+        sin_fn(theta, sin)
+        cos_fn(theta, cos)
+        _mul(td_cos, td_cos, squares)  # np.square(theta_dot), np.square(costheta)
+        _mul(sin_squares, k_scale, scaled)  # gravity * sintheta, polemass_length * ..., masspole * ...
+        _mul(a_, sin, a_)  # ... * sintheta
+        _add(a_, force, a_)  # force + ...
+        _div(a_b, k_mass2, temp_b)  # temp = (...) / total_mass, masspole * costheta**2 / total_mass
+        _mul(cos, temp, c_temp)  # costheta * temp
+        _sub(minuend, subtrahend, q)  # 4.0 / 3.0 - ..., gravity * sintheta - costheta * temp
+        _mul(k_length, den, den)  # self.length * (...)
+        _div(num, den, theta_acc)  # thetaacc
+        _mul(k_pml, theta_acc, tmp)  # polemass_length * thetaacc
+        _mul(tmp, cos, tmp)  # ... * costheta
+        _div(tmp, k_mass, tmp)  # ... / total_mass
+        _sub(temp, tmp, cos)  # xacc = temp - ...
+        _mul(k_tau, vel_acc, euler)  # tau * [x_dot, theta_dot, xacc, thetaacc]
+        _add(pos_vel, euler, pos_vel)  # [x, theta, x_dot, theta_dot] + ...
+        _copyto(obs_view, state_view, casting="same_kind")
+        _abs(x_theta, abs_x_theta)
+        _gt(abs_x_theta, k_limits, over)
+
+        terminating = over.tobytes() != self._no_over
+        if terminating or truncating:
+            self._end_episodes(terminating, truncating)
+        elif self._flags_dirty:
+            self._terminated.fill(False)
+            self._truncated.fill(False)
+            self._flags_dirty = False
+        return self._result
+
+    def _check_actions(self, actions: object) -> np.ndarray:
+        """Slow path of action validation: convert to a native int64 array or raise.
+
+        Args:
+            actions: What was passed to :meth:`step`.
+
+        Returns:
+            The actions as an int64 array of shape ``(num_envs,)``, values 0 or 1.
+
+        Raises:
+            ValueError: If the actions have the wrong shape, a non-integer dtype, or values other than 0 and 1.
+        """
+        a = np.asarray(actions)
+        if a.shape != self._action_shape:
+            raise ValueError(f"actions must have shape ({self.num_envs},), got {a.shape}")
+        if a.dtype.kind not in "iu":
+            raise ValueError(f"actions must be integers (0 or 1), got dtype {a.dtype}")
+        if a.size and (a.min() < 0 or a.max() > 1):
+            bad = a[(a < 0) | (a > 1)]
+            raise ValueError(f"CartPole actions must be 0 or 1, got {bad[:5].tolist()}")
+        return a.astype(_INT64, copy=False)
+
+    def _end_episodes(self, terminating: bool, truncating: bool) -> None:
+        """Set the episode-end flags, then save final observations and reset the finished sub-envs.
+
+        Args:
+            terminating: Whether some sub-env left the allowed region at this step.
+            truncating: Whether the truncation flags were recomputed at this step.
+        """
+        n = self.num_envs
+        term, trunc = self._terminated, self._truncated
+        if terminating:
+            over = self._kernel.over
+            np.logical_or(over[:n], over[n:], term)
+        else:
+            term.fill(False)
+        if truncating:
+            ended = np.logical_or(term, trunc, self._ended)
+        else:
+            trunc.fill(False)
+            ended = term
+        self._flags_dirty = True
+        flags = ended.tobytes()
+        idx = []
+        i = flags.find(1)
+        while i >= 0:
+            idx.append(i)
+            i = flags.find(1, i + 1)
+        if idx:
+            np.copyto(self._final_obs, self._obs)
+            self._draw_initial_states(idx)
+        if truncating:
+            self._next_deadline = min(self._deadline)
+
+    def _draw_initial_states(self, idx: range | list[int]) -> None:
+        """Reset sub-envs ``idx`` with their own generators, like ``CartPoleEnv.reset`` with ``seed=None``.
+
+        Args:
+            idx: Indices of the sub-envs to reset.
+        """
+        n, w, gens = self.num_envs, self._w, self._generators
+        assert gens is not None
+        low, high, span = RESET_LOW, RESET_HIGH, RESET_HIGH - RESET_LOW
+        deadline, new_deadline = self._deadline, self._t + self.max_episode_steps
+        affine = self._uniform_is_affine
+        for i in idx:
+            if affine:
+                u = gens[i].random(4).tolist()
+                x, x_dot, theta, theta_dot = low + span * u[0], low + span * u[1], low + span * u[2], low + span * u[3]
+            else:
+                x, x_dot, theta, theta_dot = gens[i].uniform(low, high, 4).tolist()
+            w[i], w[n + i], w[2 * n + i], w[3 * n + i] = x, theta, x_dot, theta_dot
+            deadline[i] = new_deadline
+        _copyto(self._kernel.obs_view, self._kernel.state_view, casting="same_kind")
+
+    def close(self) -> None:
+        """Nothing to release; present for the VecEnv protocol."""

@@ -1,0 +1,103 @@
+"""Access to one run's records, shaped for reports (per-repeat values, medians, phase trees)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlbench.errors import DataError
+from rlbench.records import Record
+from rlbench.stats import Summary, median, summarize
+
+
+def select_run(records: list[Record], run_id: str | None = None) -> list[Record]:
+    """The records of one run: ``run_id`` (a unique prefix is enough) or the latest run.
+
+    Raises:
+        DataError: If there are no records or no run matches.
+    """
+    if not records:
+        raise DataError("no records to report on")
+    runs = sorted({r.run_id for r in records})
+    if run_id is None:
+        chosen = runs[-1]
+    else:
+        matches = [r for r in runs if r.startswith(run_id)]
+        if len(matches) != 1:
+            what = "no run" if not matches else f"{len(matches)} runs"
+            raise DataError(f"{what} match run id {run_id!r}; runs present: {', '.join(runs[-5:])}")
+        chosen = matches[0]
+    return [r for r in records if r.run_id == chosen]
+
+
+@dataclass
+class RunData:
+    """One run's records indexed by metric.
+
+    Attributes:
+        records: The run's records.
+        by_metric: Records per metric name, ordered by repeat.
+    """
+
+    records: list[Record]
+    by_metric: dict[str, list[Record]] = field(default_factory=dict)
+
+    @classmethod
+    def from_records(cls, records: list[Record]) -> RunData:
+        """Index records (all from one run) by metric."""
+        by_metric: dict[str, list[Record]] = defaultdict(list)
+        for r in records:
+            by_metric[r.metric].append(r)
+        for recs in by_metric.values():
+            recs.sort(key=lambda r: r.repeat)
+        return cls(records, dict(by_metric))
+
+    @property
+    def first(self) -> Record:
+        """A representative record (fingerprint, params, benchmark are shared by the run)."""
+        return min(self.records, key=lambda r: (r.repeat, r.metric))
+
+    @property
+    def repeats(self) -> int:
+        """Number of repeats present."""
+        return len({r.repeat for r in self.records})
+
+    @property
+    def seeds(self) -> list[Any]:
+        """Seed of each repeat."""
+        return [r.seed for r in sorted({r.repeat: r for r in self.records}.values(), key=lambda r: r.repeat)]
+
+    def has(self, metric: str) -> bool:
+        """Whether the run recorded ``metric``."""
+        return metric in self.by_metric
+
+    def per_repeat(self, metric: str) -> list[float]:
+        """One value per repeat: the single sample, or the mean of a repeat's samples."""
+        out = []
+        for r in self.by_metric.get(metric, []):
+            xs = [v for v in r.samples if math.isfinite(v)]
+            out.append(sum(xs) / len(xs) if xs else math.nan)
+        return out
+
+    def med(self, metric: str) -> float:
+        """Median over repeats of :meth:`per_repeat` (NaN when absent)."""
+        return median(self.per_repeat(metric))
+
+    def summary(self, metric: str) -> Summary:
+        """Summary over repeats of :meth:`per_repeat`."""
+        return summarize(self.per_repeat(metric))
+
+    def pooled(self, metric: str) -> list[float]:
+        """Every sample of every repeat."""
+        return [v for r in self.by_metric.get(metric, []) for v in r.samples]
+
+    def meta(self, metric: str, key: str, default: Any = None) -> Any:
+        """A meta field of the first record of ``metric``."""
+        recs = self.by_metric.get(metric)
+        return recs[0].meta.get(key, default) if recs else default
+
+    def phases(self) -> list[str]:
+        """Phase names with a ``time/<phase>`` metric, in recorded order."""
+        return [m[len("time/") :] for m in self.by_metric if m.startswith("time/")]

@@ -1,0 +1,141 @@
+"""Running a benchmark: repeats with their seeds, records written as each repeat finishes.
+
+The runner never renders anything; it returns a :class:`RunOutcome` that says what was written and
+whether the run finished, failed or was interrupted, and the CLI decides what to print.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from rlbench.fingerprint import fingerprint
+from rlbench.records import Record, definition_hash
+from rlbench.registry import BenchmarkSpec, Metric, RunContext
+from rlbench.store import RunWriter, utc_now
+
+
+@dataclass
+class RunOutcome:
+    """What a run produced.
+
+    Attributes:
+        run_id: The run's id.
+        records_path: File the records were appended to.
+        repeats_done: Repeats whose records are on disk.
+        metrics: Metrics per finished repeat.
+        error: One-line description of the exception that ended the run, if any.
+        error_log: File holding that exception's traceback.
+        interrupted: True when Ctrl-C ended the run.
+    """
+
+    run_id: str
+    records_path: Path
+    repeats_done: int = 0
+    metrics: list[list[Metric]] = field(default_factory=list)
+    error: str | None = None
+    error_log: Path | None = None
+    interrupted: bool = False
+
+
+def params_of(config: Any) -> dict[str, Any]:
+    """A config's parameters as a JSON-friendly dict, seed excluded (repeats of one case differ only in seed)."""
+    out = {}
+    for f in fields(config):
+        if f.name == "seed":
+            continue
+        v = getattr(config, f.name)
+        out[f.name] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def to_records(spec: BenchmarkSpec, config: Any, metrics: list[Metric], run_id: str, repeat: int, device: str,
+               fp: dict[str, Any], meta: dict[str, Any]) -> list[Record]:  # fmt: skip
+    """Build the records of one repeat."""
+    params = params_of(config)
+    dhash = definition_hash(spec.name, spec.version, {k: v for k, v in params_of(spec.config_factory()).items()})
+    ts = utc_now()
+    return [
+        Record(
+            run_id=run_id, timestamp=ts, benchmark=spec.name, params=params, definition_hash=dhash, metric=m.name,
+            unit=m.unit, direction=m.direction, samples=list(m.samples), repeat=repeat, seed=getattr(config, "seed", None),
+            device=device, fingerprint=fp, x=m.x, meta={**meta, **m.meta},
+        )  # fmt: skip
+        for m in metrics
+    ]
+
+
+def run_benchmark(
+    spec: BenchmarkSpec,
+    config: Any,
+    writer: RunWriter,
+    *,
+    repeats: int = 1,
+    device: Any = None,
+    callback_factory: Any = None,
+    profiler: Any = None,
+    meta: dict[str, Any] | None = None,
+    first_repeat_extra: list[Metric] | None = None,
+) -> RunOutcome:
+    """Run ``repeats`` repeats of ``spec`` (seeds ``config.seed + k``), writing records after each.
+
+    Exceptions from the benchmark are caught: the outcome carries a one-line error and the path of a
+    traceback log next to the records. Ctrl-C stops at once; finished repeats stay on disk.
+
+    Args:
+        spec: The benchmark.
+        config: Its configuration (the seed of repeat ``k`` is ``config.seed + k``).
+        writer: Where records go.
+        repeats: Number of repeats.
+        device: Resolved torch device.
+        callback_factory: ``callback_factory(repeat) -> Callback`` (e.g. a progress bar), optional.
+        profiler: A pyinstrument profiler to run around the repeats, optional.
+        meta: Context stored in every record (command line, ...).
+        first_repeat_extra: Metrics measured outside the repeats (process start-up), stored with repeat 0.
+
+    Returns:
+        What was written and how the run ended.
+    """
+    outcome = RunOutcome(writer.run_id, writer.path)
+    fp = fingerprint()
+    base_seed = getattr(config, "seed", 0)
+    meta = dict(meta or {})
+    meta.setdefault("repeats", repeats)
+    for k in range(repeats):
+        cfg = replace(config, seed=base_seed + k) if hasattr(config, "seed") else config
+        ctx = RunContext(device=device, callback=callback_factory(k) if callback_factory else None, profiler=profiler)
+        try:
+            if profiler is not None:
+                profiler.start()
+            try:
+                metrics = spec.run(cfg, ctx)
+            finally:
+                if profiler is not None:
+                    profiler.stop()
+        except KeyboardInterrupt:
+            outcome.interrupted = True
+            return outcome
+        except Exception as exc:  # noqa: BLE001 - reported as a one-line error, traceback kept on disk
+            outcome.error = f"repeat {k} (seed {getattr(cfg, 'seed', '?')}) raised {type(exc).__name__}: {exc}"
+            outcome.error_log = _write_traceback(writer, exc)
+            return outcome
+        if k == 0:  # the software fingerprint reads torch's thread setting once the run has set it
+            fp = fingerprint()
+            metrics = [*(first_repeat_extra or []), *metrics]
+        writer.write(to_records(spec, cfg, metrics, writer.run_id, k, str(device), fp, meta))
+        outcome.repeats_done += 1
+        outcome.metrics.append(metrics)
+    return outcome
+
+
+def _write_traceback(writer: RunWriter, exc: BaseException) -> Path | None:
+    path = writer.store / f"{writer.run_id}.error.txt"
+    try:
+        path.write_text("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), encoding="utf-8")
+    except OSError:
+        print("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), file=sys.stderr)
+        return None
+    return path

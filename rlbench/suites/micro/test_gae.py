@@ -1,0 +1,49 @@
+"""Micro-benchmark: GAE implementations (NumPy in / NumPy out) across rollout sizes.
+
+Run with ``pytest rlbench/suites/micro/test_gae.py --benchmark-only``. The pure-Python reference is skipped at the
+big sizes (seconds per call at 2048 x 64 and 1024 x 1024). numba is jitted (or loaded from its on-disk cache) by a
+warm-up call before timing, so its import and compile cost are not part of these numbers.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rlbench.components.advantages import GAE_IMPLEMENTATIONS
+
+SIZES = [(128, 8), (2048, 64), (1024, 1024)]
+SLOW_REFERENCE = pytest.mark.skip(reason="pure-Python reference is too slow at this size (seconds per call)")
+GAMMA, LAM = 0.99, 0.95
+
+CASES = [
+    pytest.param(name, T, N, id=f"{name}-T{T}xN{N}", marks=SLOW_REFERENCE if name == "reference" and T * N > 4096 else ())
+    for T, N in SIZES
+    for name in GAE_IMPLEMENTATIONS
+]
+
+
+@functools.cache
+def rollout(T: int, N: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Deterministic float32 rollout with about 1% episode ends, shared by all implementations of one size."""
+    rng = np.random.default_rng(T * 7919 + N)
+    rewards = rng.standard_normal((T, N)).astype(np.float32)
+    values = rng.standard_normal((T, N)).astype(np.float32)
+    dones = rng.random((T, N)) < 0.01
+    last_value = rng.standard_normal(N).astype(np.float32)
+    return rewards, values, dones, last_value
+
+
+@pytest.mark.parametrize("name, T, N", CASES)
+def test_gae(benchmark: Any, name: str, T: int, N: int) -> None:
+    """Times one NumPy-in/NumPy-out GAE call on a precomputed (T, N) rollout."""
+    fn = GAE_IMPLEMENTATIONS[name]
+    inputs = rollout(T, N)
+    fn(*inputs, GAMMA, LAM)  # warm-up: numba JIT / cache load, torch lazy init, NumPy constant caches
+    benchmark.group = f"gae T={T} N={N}"
+    benchmark.extra_info.update(impl=name, T=T, N=N)
+    result = benchmark(fn, *inputs, GAMMA, LAM)
+    assert result.shape == (T, N) and result.dtype == np.float32
