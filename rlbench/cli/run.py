@@ -88,14 +88,17 @@ def run_command(argv: list[str], t0: float) -> int:
     defaults = spec.config_factory()
     args = build_run_parser(spec, defaults).parse_args(argv[1:])
     config = replace(defaults, **config_overrides(args, defaults))
-    config.validate()
+    if hasattr(config, "validate"):
+        config.validate()
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
     from rlbench.devices import resolve_device, validate_device_string
 
-    validate_device_string(config.device)
-    _check_env(config.env)
-    device = resolve_device(config.device)  # imports torch
+    device_spec = getattr(config, "device", "auto")
+    validate_device_string(device_spec)
+    if hasattr(config, "env"):
+        _check_env(config.env)
+    device = resolve_device(device_spec)  # imports torch
 
     from rlbench.runner import run_benchmark
     from rlbench.store import RunWriter

@@ -111,7 +111,7 @@ class PPOHyperparams:
     ent_coef: float = 0.0
     max_grad_norm: float = 0.5
     normalize_advantages: bool = True
-    recompute_advantages: bool = True
+    recompute_advantages: bool = False
 
 
 class PPOUpdate:

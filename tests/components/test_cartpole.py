@@ -38,15 +38,19 @@ def run_lockstep(num_envs: int, steps: int, seed: int, controlled: np.ndarray, *
     ref_obs, _ = ref.reset(seed=seed)
     obs = env.reset(seed=seed)
     assert obs.dtype == np.float32 and np.array_equal(obs, ref_obs)
+    assert np.array_equal(env.state, np.stack([e.unwrapped.state for e in ref.envs]))
     counts = {"terminated": 0, "truncated": 0, "both": 0}
     for t in range(steps):
         if t == steps // 2:  # unseeded reset: both continue their per-env generators
             ref_obs, _ = ref.reset()
             assert np.array_equal(env.reset(), ref_obs)
-        actions = np.where(controlled & (rng.random(num_envs) > 0.01), balancing_actions(ref_obs), rng.integers(0, 2, num_envs))
+        actions = np.where(
+            controlled & (rng.random(num_envs) > 0.01), balancing_actions(ref_obs), rng.integers(0, 2, num_envs)
+        )
         ref_obs, ref_rew, ref_term, ref_trunc, info = ref.step(actions)
         res = env.step(actions)
         assert np.array_equal(res.obs, ref_obs), t
+        assert np.array_equal(env.state, np.stack([e.unwrapped.state for e in ref.envs])), t  # float64 too
         assert np.array_equal(res.reward, ref_rew) and res.reward.dtype == np.float32
         assert np.array_equal(res.terminated, ref_term), t
         assert np.array_equal(res.truncated, ref_trunc), t
