@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
+from rlbench.cli import console_main
 
-from rlbench.cli import main
-
-sys.exit(main())
+console_main()

@@ -52,18 +52,38 @@ def params_of(config: Any) -> dict[str, Any]:
     return out
 
 
-def to_records(spec: BenchmarkSpec, config: Any, metrics: list[Metric], run_id: str, repeat: int, device: str,
-               fp: dict[str, Any], meta: dict[str, Any]) -> list[Record]:  # fmt: skip
+def to_records(
+    spec: BenchmarkSpec,
+    config: Any,
+    metrics: list[Metric],
+    run_id: str,
+    repeat: int,
+    device: str,
+    fp: dict[str, Any],
+    meta: dict[str, Any],
+) -> list[Record]:
     """Build the records of one repeat."""
     params = params_of(config)
     dhash = definition_hash(spec.name, spec.version, {k: v for k, v in params_of(spec.config_factory()).items()})
     ts = utc_now()
     return [
         Record(
-            run_id=run_id, timestamp=ts, benchmark=spec.name, params=params, definition_hash=dhash, metric=m.name,
-            unit=m.unit, direction=m.direction, samples=list(m.samples), repeat=repeat, seed=getattr(config, "seed", None),
-            device=device, fingerprint=fp, x=m.x, meta={**meta, **m.meta},
-        )  # fmt: skip
+            run_id=run_id,
+            timestamp=ts,
+            benchmark=spec.name,
+            params=params,
+            definition_hash=dhash,
+            metric=m.name,
+            unit=m.unit,
+            direction=m.direction,
+            samples=list(m.samples),
+            repeat=repeat,
+            seed=getattr(config, "seed", None),
+            device=device,
+            fingerprint=fp,
+            x=m.x,
+            meta={**meta, **m.meta},
+        )
         for m in metrics
     ]
 
@@ -118,7 +138,7 @@ def run_benchmark(
         except KeyboardInterrupt:
             outcome.interrupted = True
             return outcome
-        except Exception as exc:  # noqa: BLE001 - reported as a one-line error, traceback kept on disk
+        except Exception as exc:
             outcome.error = f"repeat {k} (seed {getattr(cfg, 'seed', '?')}) raised {type(exc).__name__}: {exc}"
             outcome.error_log = _write_traceback(writer, exc)
             return outcome

@@ -61,7 +61,8 @@ class RunWriter:
             probe.unlink()
         except OSError as exc:
             raise StoreError(
-                f"cannot write to results store {str(self.store)!r} ({exc.strerror or exc}); pass --store DIR with a writable directory"
+                f"cannot write to results store {str(self.store)!r} ({exc.strerror or exc}); "
+                "pass --store DIR with a writable directory"
             ) from None
 
     def write(self, records: Iterable[Record]) -> None:
@@ -123,7 +124,11 @@ def read_records(path: str | os.PathLike[str]) -> list[Record]:
             try:
                 data = json.loads(line)
             except json.JSONDecodeError:
-                hint = "truncated (the run was cut off while writing?)" if i == len(lines) and not text.endswith("\n") else "not JSON"
+                hint = (
+                    "truncated (the run was cut off while writing?)"
+                    if i == len(lines) and not text.endswith("\n")
+                    else "not JSON"
+                )
                 raise DataError(f"{where}: {hint}; this is not a readable rlbench records file") from None
             records.append(from_dict(data, where))
     return records
@@ -149,14 +154,24 @@ def load(path: str | os.PathLike[str]) -> pd.DataFrame:
         fp = r.fingerprint or {}
         machine, software, git = fp.get("machine", {}), fp.get("software", {}), fp.get("git", {})
         base = {
-            "run_id": r.run_id, "timestamp": r.timestamp, "benchmark": r.benchmark, "metric": r.metric,
-            "unit": r.unit, "direction": r.direction, "repeat": r.repeat, "seed": r.seed, "device": r.device,
-            "definition_hash": r.definition_hash, "machine_id": machine.get("id"), "cpu": machine.get("cpu"),
-            "commit": git.get("commit"), "dirty": git.get("dirty"),
+            "run_id": r.run_id,
+            "timestamp": r.timestamp,
+            "benchmark": r.benchmark,
+            "metric": r.metric,
+            "unit": r.unit,
+            "direction": r.direction,
+            "repeat": r.repeat,
+            "seed": r.seed,
+            "device": r.device,
+            "definition_hash": r.definition_hash,
+            "machine_id": machine.get("id"),
+            "cpu": machine.get("cpu"),
+            "commit": git.get("commit"),
+            "dirty": git.get("dirty"),
             "torch": (software.get("packages") or {}).get("torch"),
             "params": json.dumps(r.params, sort_keys=True, default=str),
             **{f"param.{k}": (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.params.items()},
-        }  # fmt: skip
+        }
         for i, v in enumerate(r.samples):
             rows.append({**base, "sample": i, "value": v, "x": r.x[i] if r.x is not None and i < len(r.x) else None})
     return pd.DataFrame(rows)

@@ -23,7 +23,7 @@ def test_summary() -> None:
     assert (s.n, s.median, s.min, s.max) == (5, 3.0, 1.0, 10.0)
     assert s.iqr == 2.0
     assert s.mean == 4.0
-    assert s.std == pytest.approx(math.sqrt(((9 + 4 + 1 + 0 + 36) / 4)))
+    assert s.std == pytest.approx(math.sqrt((9 + 4 + 1 + 0 + 36) / 4))
     assert summarize([]).n == 0
 
 

@@ -16,11 +16,22 @@ from rlbench.store import RunWriter, load, read_records
 
 def _record(run_id: str = "r1", metric: str = "sps", repeat: int = 0, samples: list[float] | None = None) -> Record:
     return Record(
-        run_id=run_id, timestamp="2026-11-22T00:00:00+00:00", benchmark="ppo-cartpole", params={"num_envs": 8, "hidden": [64, 64]},
-        definition_hash="abc", metric=metric, unit="steps/s", direction="higher", samples=samples or [1.0, 2.5],
-        repeat=repeat, seed=repeat, device="cpu", fingerprint={"machine": {"id": "m1", "cpu": "x"}, "git": {"commit": "c0"}},
-        x=None, meta={"command": "rlbench run ppo-cartpole"},
-    )  # fmt: skip
+        run_id=run_id,
+        timestamp="2026-11-22T00:00:00+00:00",
+        benchmark="ppo-cartpole",
+        params={"num_envs": 8, "hidden": [64, 64]},
+        definition_hash="abc",
+        metric=metric,
+        unit="steps/s",
+        direction="higher",
+        samples=samples or [1.0, 2.5],
+        repeat=repeat,
+        seed=repeat,
+        device="cpu",
+        fingerprint={"machine": {"id": "m1", "cpu": "x"}, "git": {"commit": "c0"}},
+        x=None,
+        meta={"command": "rlbench run ppo-cartpole"},
+    )
 
 
 def test_round_trip(tmp_path: Path) -> None:

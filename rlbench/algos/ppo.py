@@ -10,26 +10,34 @@ training. Steps are agent steps (env transitions summed over the vectorized envs
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from rlbench.components.collectors import OnPolicyCollector
 from rlbench.components.envs import make_vec_env
-from rlbench.components.networks import ActorCritic
+from rlbench.components.networks import ActorCritic, FusedActorCritic
 from rlbench.components.optim import LeanAdam
 from rlbench.components.policies import POLICY_BACKENDS
-from rlbench.components.collectors import OnPolicyCollector
 from rlbench.components.ppo import PPOHyperparams, PPOUpdate
 from rlbench.errors import UsageError
 from rlbench.instrument.callbacks import Callback, CallbackList, IterationInfo
 from rlbench.instrument.sync import device_sync
 from rlbench.instrument.timers import PhaseTimer
 
-STEADY_PHASES = ("collect", "collect/policy", "collect/env", "advantage", "update",
-                 "update/prepare", "update/forward", "update/backward", "update/optimizer")  # fmt: skip
+STEADY_PHASES = (
+    "collect",
+    "collect/policy",
+    "collect/env",
+    "advantage",
+    "update",
+    "update/prepare",
+    "update/forward",
+    "update/backward",
+    "update/optimizer",
+)
 
 
 def _help(text: str, **kw: Any) -> Any:
@@ -48,6 +56,9 @@ class PPOConfig:
     minibatches: int = _help("minibatches per epoch", default=2)
     hidden: tuple[int, ...] = _help("hidden layer sizes of actor and critic", default=(64, 64))
     activation: str = _help("hidden activation: tanh or relu", default="tanh")
+    network: str = _help(
+        "actor-critic layout: fused (stacked weights, one batched matmul per depth) or separate", default="fused"
+    )
     init: str = _help("weight init: orthogonal (SB3/CleanRL) or torch (PyTorch default)", default="orthogonal")
     lr: float = _help("Adam learning rate", default=2.5e-4)
     adam_eps: float = _help("Adam epsilon", default=1e-5)
@@ -62,7 +73,9 @@ class PPOConfig:
     seed: int = _help("random seed (envs, networks, sampling)", default=0)
     device: str = _help("torch device for the update: auto, cpu, cuda[:N] or mps", default="auto")
     inference: str = _help("rollout inference: auto (numpy on cpu, torch elsewhere), numpy or torch", default="auto")
-    optimizer: str = _help("Adam implementation: lean (rlbench's, same math, no torch.optim overhead) or torch", default="lean")
+    optimizer: str = _help(
+        "Adam implementation: lean (rlbench's, same math, no torch.optim overhead) or torch", default="lean"
+    )
     threads: int = _help("torch intra-op threads (1 is fastest for tiny MLPs on shared cores)", default=1)
     eval_episodes: int = _help("deterministic evaluation episodes after training", default=10)
     return_threshold: float = _help("return counted as solved (NaN: the env's reward_threshold)", default=math.nan)
@@ -97,6 +110,8 @@ class PPOConfig:
             raise UsageError(f"--activation must be tanh or relu, got {self.activation!r}")
         if self.init not in ("torch", "orthogonal"):
             raise UsageError(f"--init must be torch or orthogonal, got {self.init!r}")
+        if self.network not in ("fused", "separate"):
+            raise UsageError(f"--network must be fused or separate, got {self.network!r}")
         if self.optimizer not in ("lean", "torch"):
             raise UsageError(f"--optimizer must be lean or torch, got {self.optimizer!r}")
         if self.inference not in ("auto", "numpy", "torch"):
@@ -142,7 +157,7 @@ def _threshold(config: PPOConfig) -> float | None:
         import gymnasium
 
         return gymnasium.spec(config.env).reward_threshold
-    except Exception:  # noqa: BLE001 - no threshold is a valid outcome
+    except Exception:
         return None
 
 
@@ -191,16 +206,28 @@ def train_ppo(config: PPOConfig, device: torch.device | None = None, callback: C
     rng = np.random.default_rng(config.seed)
     env = make_vec_env(config.env, config.num_envs)
     spec = env.action_spec
-    model = ActorCritic(int(np.prod(env.obs_shape)), spec, tuple(config.hidden), config.activation, config.init).to(device)
+    model: ActorCritic | FusedActorCritic = ActorCritic(
+        int(np.prod(env.obs_shape)), spec, tuple(config.hidden), config.activation, config.init
+    )
+    if config.network == "fused":
+        model = FusedActorCritic(model)
+    model = model.to(device)
     optimizer = make_adam(model, config)
     backend = config.inference if config.inference != "auto" else ("numpy" if device.type == "cpu" else "torch")
     policy = POLICY_BACKENDS[backend](model, seed=config.seed)
     collector = OnPolicyCollector(env, policy, config.rollout_steps, config.gamma, timer, spec.low, spec.high)
     hp = PPOHyperparams(
-        gamma=config.gamma, gae_lambda=config.gae_lambda, epochs=config.epochs, minibatches=config.minibatches,
-        clip_coef=config.clip_coef, vf_coef=config.vf_coef, ent_coef=config.ent_coef, max_grad_norm=config.max_grad_norm,
-        normalize_advantages=config.normalize_advantages, recompute_advantages=config.recompute_advantages,
-    )  # fmt: skip
+        gamma=config.gamma,
+        gae_lambda=config.gae_lambda,
+        epochs=config.epochs,
+        minibatches=config.minibatches,
+        clip_coef=config.clip_coef,
+        vf_coef=config.vf_coef,
+        ent_coef=config.ent_coef,
+        max_grad_norm=config.max_grad_norm,
+        normalize_advantages=config.normalize_advantages,
+        recompute_advantages=config.recompute_advantages,
+    )
     updater = PPOUpdate(model, optimizer, hp, rng, timer)
     collector.reset(config.seed)
     init_s = now() - t_init
@@ -236,7 +263,9 @@ def train_ppo(config: PPOConfig, device: torch.device | None = None, callback: C
             elapsed = t_done - t_train
             if steps_to_threshold is None and threshold is not None and len(recent) >= 10 and recent_return >= threshold:
                 steps_to_threshold, time_to_threshold = collector.env_steps, elapsed
-            info = IterationInfo(it, collector.env_steps, n_iters * steps_per_iter, elapsed, phase_s, diagnostics, recent_return)
+            info = IterationInfo(
+                it, collector.env_steps, n_iters * steps_per_iter, elapsed, phase_s, diagnostics, recent_return
+            )
             iterations.append(info)
             if cb.on_iteration_end(info) is False:
                 completed = False
@@ -248,13 +277,26 @@ def train_ppo(config: PPOConfig, device: torch.device | None = None, callback: C
     finally:
         env.close()
     result = PPOResult(
-        config=config, device=str(device), env_steps=collector.env_steps, init_s=init_s, warmup_s=warmup_s,
-        train_s=train_s, eval_s=eval_s, phase_s=dict(timer.seconds), phase_events=dict(timer.counts),
-        context_events=timer.context_events, iterations=iterations, eval_returns=eval_returns,
-        episode_returns=list(collector.episodes.returns), episode_end_steps=list(collector.episodes.end_steps),
-        steps_to_threshold=steps_to_threshold, time_to_threshold_s=time_to_threshold, threshold=threshold,
-        synchronized=timer.synchronized, completed=completed,
-    )  # fmt: skip
+        config=config,
+        device=str(device),
+        env_steps=collector.env_steps,
+        init_s=init_s,
+        warmup_s=warmup_s,
+        train_s=train_s,
+        eval_s=eval_s,
+        phase_s=dict(timer.seconds),
+        phase_events=dict(timer.counts),
+        context_events=timer.context_events,
+        iterations=iterations,
+        eval_returns=eval_returns,
+        episode_returns=list(collector.episodes.returns),
+        episode_end_steps=list(collector.episodes.end_steps),
+        steps_to_threshold=steps_to_threshold,
+        time_to_threshold_s=time_to_threshold,
+        threshold=threshold,
+        synchronized=timer.synchronized,
+        completed=completed,
+    )
     cb.on_train_end({"result": result})
     return result
 

@@ -7,6 +7,7 @@ keeps finished repeats on disk; Ctrl-C exits 130, likewise keeping them.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -26,8 +27,12 @@ USAGE_EPILOG = """examples:
 
 def build_parser() -> Parser:
     """The top-level parser with its sub-commands (benchmark parameters are added by ``run``)."""
-    parser = Parser(prog="rlbench", description="Benchmark and profile reinforcement-learning training code.",
-                    epilog=USAGE_EPILOG, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)  # fmt: skip
+    parser = Parser(
+        prog="rlbench",
+        description="Benchmark and profile reinforcement-learning training code.",
+        epilog=USAGE_EPILOG,
+        formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"rlbench {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     p_list = sub.add_parser("list", help="list the built-in benchmarks")
@@ -36,8 +41,12 @@ def build_parser() -> Parser:
     p_report = sub.add_parser("report", help="render the bottleneck report of stored records")
     p_report.add_argument("records", help="a records file (.jsonl) or a store directory (its latest run)")
     p_report.add_argument("--run", dest="run_id", default=None, help="run id (or a unique prefix) to report on")
-    p_report.add_argument("-o", "--output", default=None,
-                          help="markdown file to write (default: the records file with .md; '-' prints to stdout)")  # fmt: skip
+    p_report.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        help="markdown file to write (default: the records file with .md; '-' prints to stdout)",
+    )
     p_report.add_argument("--no-chart", action="store_true", help="skip the PNG chart")
     return parser
 
@@ -77,3 +86,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rlbench: interrupted", file=sys.stderr)
         return 130
+
+
+def console_main() -> None:
+    """Console-script entry: run :func:`main`, flush, and leave without interpreter teardown.
+
+    Once torch is imported, Python's normal shutdown (finalizing thousands of modules) takes ~0.4 s on
+    the reference machine, longer than a short benchmark's whole report. Every file rlbench writes is
+    closed before this point, so the process exits at once with ``os._exit`` after flushing stdout and
+    stderr. Set ``RLBENCH_SLOW_EXIT=1`` to keep the normal shutdown (e.g. to debug atexit handlers).
+    """
+    code = main()
+    if os.environ.get("RLBENCH_SLOW_EXIT"):
+        sys.exit(code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or broken pipe: nothing left to save
+            pass
+    os._exit(code)

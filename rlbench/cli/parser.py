@@ -16,6 +16,7 @@ CHOICES = {
     "init": ("torch", "orthogonal"),
     "inference": ("auto", "numpy", "torch"),
     "optimizer": ("lean", "torch"),
+    "network": ("fused", "separate"),
 }
 
 
@@ -69,19 +70,32 @@ def add_config_options(parser: argparse.ArgumentParser, config: Any) -> None:
         text = f.metadata.get("help", "")
         hint = hints.get(f.name)
         if hint is bool:
-            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
-                               help=f"{text} (default: {default})")  # fmt: skip
+            group.add_argument(
+                flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=f"{text} (default: {default})"
+            )
         elif isinstance(default, tuple):
-            group.add_argument(flag, dest=f.name, type=_tuple_of_ints, default=None, metavar="N,N",
-                               help=f"{text} (default: {','.join(map(str, default))})")  # fmt: skip
+            group.add_argument(
+                flag,
+                dest=f.name,
+                type=_tuple_of_ints,
+                default=None,
+                metavar="N,N",
+                help=f"{text} (default: {','.join(map(str, default))})",
+            )
         elif hint is int:
             group.add_argument(flag, dest=f.name, type=_int, default=None, metavar="N", help=f"{text} (default: {default:,})")
         elif hint is float:
             shown = "env's threshold" if isinstance(default, float) and math.isnan(default) else default
             group.add_argument(flag, dest=f.name, type=_float, default=None, metavar="X", help=f"{text} (default: {shown})")
         else:
-            group.add_argument(flag, dest=f.name, default=None, choices=CHOICES.get(f.name), metavar=f.name.upper(),
-                               help=f"{text} (default: {default})")  # fmt: skip
+            group.add_argument(
+                flag,
+                dest=f.name,
+                default=None,
+                choices=CHOICES.get(f.name),
+                metavar=f.name.upper(),
+                help=f"{text} (default: {default})",
+            )
 
 
 def config_overrides(args: argparse.Namespace, config: Any) -> dict[str, Any]:

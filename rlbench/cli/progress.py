@@ -56,10 +56,16 @@ class TrainingProgress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
-                TextColumn("{task.fields[sps]}"), TextColumn("{task.fields[ret]}"), TimeElapsedColumn(),
-                console=Console(stderr=True), transient=False,
-            )  # fmt: skip
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("steps"),
+                TextColumn("{task.fields[sps]}"),
+                TextColumn("{task.fields[ret]}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
             self.progress.start()
         return self
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from rlbench.errors import UsageError
 
 
-def write_report(records_path: str | Path, output: Path | None, run_id: str | None = None, chart: bool = True) -> str:
+def write_report(
+    records_path: str | Path, output: Path | None, run_id: str | None = None, chart: bool = True, worker: Any = None
+) -> str:
     """Render the report of one run (``run_id`` or the latest) and write it with its chart.
 
     Args:
@@ -17,6 +20,7 @@ def write_report(records_path: str | Path, output: Path | None, run_id: str | No
         output: Markdown file to write; ``None`` returns the text without writing anything.
         run_id: Run to report on (unique prefix accepted); the latest when ``None``.
         chart: Also draw the PNG chart beside ``output``.
+        worker: A :class:`~rlbench.report.plots.ChartWorker` to draw with (in-process when ``None`` or if it fails).
 
     Returns:
         The markdown text.
@@ -35,10 +39,12 @@ def write_report(records_path: str | Path, output: Path | None, run_id: str | No
         except OSError as exc:
             raise UsageError(f"cannot write the report to {str(output)!r} ({exc.strerror or exc})") from None
         if chart_name:
-            from rlbench.report.plots import draw_bar_chart
+            jobs = [(c, output.with_name(output.stem + c.suffix)) for c in charts]
+            if worker is None or not worker.draw(jobs):
+                from rlbench.report.plots import draw_bar_chart
 
-            for c in charts:
-                draw_bar_chart(c, output.with_name(output.stem + c.suffix))
+                for c, path in jobs:
+                    draw_bar_chart(c, path)
     return text
 
 

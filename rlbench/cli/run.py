@@ -31,19 +31,36 @@ def build_run_parser(spec: BenchmarkSpec, config: Any) -> Parser:
     """The parser of ``rlbench run <spec.name>``: run options plus one option per config field."""
     p = Parser(prog=f"rlbench run {spec.name}", description=spec.summary)
     g = p.add_argument_group("run options")
-    g.add_argument("--repeats", type=int, default=1, metavar="K",
-                   help="repeats, seeds seed..seed+K-1; figures are medians over repeats with their spread (default: 1)")
-    g.add_argument("--store", default=".rlbench", metavar="DIR",
-                   help="results store: records go to DIR/<run-id>.jsonl, written as each repeat finishes (default: .rlbench)")
-    g.add_argument("--report", default=None, metavar="PATH",
-                   help="markdown bottleneck report to write; its PNG chart goes beside it (default: DIR/<run-id>.md)")
-    g.add_argument("--profile", action="store_true",
-                   help="record a pyinstrument profile: HTML beside the report, top frames listed in it")
-    g.add_argument("--json", action="store_true",
-                   help="print exactly one JSON object on stdout (medians over repeats, paths of records and report)")
+    g.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        metavar="K",
+        help="repeats, seeds seed..seed+K-1; figures are medians over repeats with their spread (default: 1)",
+    )
+    g.add_argument(
+        "--store",
+        default=".rlbench",
+        metavar="DIR",
+        help="results store: records go to DIR/<run-id>.jsonl, written as each repeat finishes (default: .rlbench)",
+    )
+    g.add_argument(
+        "--report",
+        default=None,
+        metavar="PATH",
+        help="markdown bottleneck report to write; its PNG chart goes beside it (default: DIR/<run-id>.md)",
+    )
+    g.add_argument(
+        "--profile", action="store_true", help="record a pyinstrument profile: HTML beside the report, top frames listed in it"
+    )
+    g.add_argument(
+        "--json",
+        action="store_true",
+        help="print exactly one JSON object on stdout (medians over repeats, paths of records and report)",
+    )
     g.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
     add_config_options(p, config)
-    return p  # fmt: skip
+    return p
 
 
 def _process_age_s(t0: float) -> float:
@@ -92,10 +109,22 @@ def run_command(argv: list[str], t0: float) -> int:
         config.validate()
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
-    from rlbench.devices import resolve_device, validate_device_string
+    from rlbench.devices import validate_device_string
 
     device_spec = getattr(config, "device", "auto")
     validate_device_string(device_spec)
+    from rlbench.report.plots import ChartWorker
+
+    charts = ChartWorker()  # imports matplotlib on the other core while this process imports torch and trains
+    try:
+        return _run(spec, config, args, argv, device_spec, charts, t0)
+    finally:
+        charts.close()
+
+
+def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_spec: str, charts: Any, t0: float) -> int:
+    from rlbench.devices import resolve_device
+
     if hasattr(config, "env"):
         _check_env(config.env)
     device = resolve_device(device_spec)  # imports torch
@@ -118,22 +147,37 @@ def run_command(argv: list[str], t0: float) -> int:
 
     progress = TrainingProgress(spec.name, args.repeats, enabled=not args.quiet)
     with progress:
-        outcome = run_benchmark(spec, config, writer, repeats=args.repeats, device=device,
-                                callback_factory=progress.callback, profiler=profiler,
-                                meta={"command": command}, first_repeat_extra=[startup])  # fmt: skip
+        outcome = run_benchmark(
+            spec,
+            config,
+            writer,
+            repeats=args.repeats,
+            device=device,
+            callback_factory=progress.callback,
+            profiler=profiler,
+            meta={"command": command},
+            first_repeat_extra=[startup],
+        )
     if outcome.interrupted:
-        print(f"rlbench: interrupted: {outcome.repeats_done} of {args.repeats} repeats saved in {outcome.records_path}"
-              + (f"; `rlbench report {outcome.records_path}` renders them" if outcome.repeats_done else ""), file=sys.stderr)  # fmt: skip
+        print(
+            f"rlbench: interrupted: {outcome.repeats_done} of {args.repeats} repeats saved in {outcome.records_path}"
+            + (f"; `rlbench report {outcome.records_path}` renders them" if outcome.repeats_done else ""),
+            file=sys.stderr,
+        )
         return 130
     if outcome.error:
-        saved = f"{outcome.repeats_done} finished repeats saved in {outcome.records_path}" if outcome.repeats_done else "no repeat finished"
+        saved = (
+            f"{outcome.repeats_done} finished repeats saved in {outcome.records_path}"
+            if outcome.repeats_done
+            else "no repeat finished"
+        )
         print(f"rlbench: error: {spec.name} {outcome.error}; {saved}; traceback in {outcome.error_log}", file=sys.stderr)
         return 1
 
     if profiler is not None:
+        from rlbench.fingerprint import fingerprint
         from rlbench.instrument.profiler import top_frames, write_html
         from rlbench.runner import to_records
-        from rlbench.fingerprint import fingerprint
 
         html = write_html(profiler, report_path.with_name(report_path.stem + "-profile.html"))
         names, secs, total = top_frames(profiler)
@@ -142,11 +186,19 @@ def run_command(argv: list[str], t0: float) -> int:
 
     from rlbench.cli.report import write_report
 
-    write_report(outcome.records_path, report_path, run_id=writer.run_id)
+    write_report(outcome.records_path, report_path, run_id=writer.run_id, worker=charts)
     summary = summarize_outcome(outcome.metrics)
-    summary.update({"benchmark": spec.name, "run_id": writer.run_id, "device": str(device), "repeats": outcome.repeats_done,
-                    "records": str(outcome.records_path), "report": str(report_path),
-                    "process_wall_s": _process_age_s(t0)})  # fmt: skip
+    summary.update(
+        {
+            "benchmark": spec.name,
+            "run_id": writer.run_id,
+            "device": str(device),
+            "repeats": outcome.repeats_done,
+            "records": str(outcome.records_path),
+            "report": str(report_path),
+            "process_wall_s": _process_age_s(t0),
+        }
+    )
     if args.json:
         print(json.dumps(summary, allow_nan=False, default=_json_default))
     elif not args.quiet:

@@ -54,7 +54,7 @@ class RolloutStorage:
             values=np.zeros(tn, dtype=np.float32),
             rewards=np.zeros(tn, dtype=np.float32),
             dones=np.zeros(tn, dtype=bool),
-            last_obs=np.zeros((num_envs,) + obs_shape, dtype=np.float32),
+            last_obs=np.zeros((num_envs, *obs_shape), dtype=np.float32),
             last_value=np.zeros(num_envs, dtype=np.float32),
         )
 

@@ -55,19 +55,34 @@ class LeanAdam:
     @torch.no_grad()
     def step(self) -> None:
         """Apply one Adam update to every parameter that has a gradient."""
-        live = [i for i, p in enumerate(self.params) if p.grad is not None]
-        if not live:
-            return
-        params = [self.params[i] for i in live]
-        grads = [p.grad for p in params]
-        m = [self.exp_avg[i] for i in live]
-        v = [self.exp_avg_sq[i] for i in live]
-        steps = [self.state_steps[i] for i in live]
+        grads = [p.grad for p in self.params]
+        if any(g is None for g in grads):  # rare: some parameters took no part in the loss
+            live = [i for i, g in enumerate(grads) if g is not None]
+            if not live:
+                return
+            params, grads = [self.params[i] for i in live], [grads[i] for i in live]
+            m, v = [self.exp_avg[i] for i in live], [self.exp_avg_sq[i] for i in live]
+            steps = [self.state_steps[i] for i in live]
+        else:
+            params, m, v, steps = self.params, self.exp_avg, self.exp_avg_sq, self.state_steps
         torch._foreach_add_(steps, 1.0)
         self.steps += 1
         if self.fused:
-            torch._fused_adam_(params, grads, m, v, [], steps, lr=self.lr, beta1=self.beta1, beta2=self.beta2,
-                               weight_decay=0.0, eps=self.eps, amsgrad=False, maximize=False)  # fmt: skip
+            torch._fused_adam_(
+                params,
+                grads,
+                m,
+                v,
+                [],
+                steps,
+                lr=self.lr,
+                beta1=self.beta1,
+                beta2=self.beta2,
+                weight_decay=0.0,
+                eps=self.eps,
+                amsgrad=False,
+                maximize=False,
+            )
             return
         b1, b2 = self.beta1, self.beta2
         torch._foreach_lerp_(m, grads, 1.0 - b1)

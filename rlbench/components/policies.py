@@ -21,13 +21,9 @@ import math
 import numpy as np
 import torch
 
-from rlbench.components.networks import ActorCritic
+from rlbench.components.networks import ActorCritic, FusedActorCritic
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
-
-
-def _linears(seq: torch.nn.Sequential) -> list[torch.nn.Linear]:
-    return [m for m in seq if isinstance(m, torch.nn.Linear)]
 
 
 class NumpyPolicy:
@@ -38,22 +34,20 @@ class NumpyPolicy:
         seed: Seed of the sampling generator (``numpy.random.default_rng``).
     """
 
-    def __init__(self, module: ActorCritic, seed: int | None = None) -> None:
+    def __init__(self, module: ActorCritic | FusedActorCritic, seed: int | None = None) -> None:
         self.discrete = module.discrete
         self.activation = np.tanh if module.activation == "tanh" else (lambda x, out: np.maximum(x, 0.0, out=out))
         self.rng = np.random.default_rng(seed)
-        self.n_out = _linears(module.actor)[-1].out_features
+        self.n_out = module.layer_weights()[-1][0][0].shape[1]
         self._buffers: dict[int, list[np.ndarray]] = {}
         self._rows: dict[int, np.ndarray] = {}
         self.load(module)
 
-    def load(self, module: ActorCritic) -> None:
+    def load(self, module: ActorCritic | FusedActorCritic) -> None:
         """Copy the current weights of ``module`` (one host copy per parameter; works from any device)."""
-        actor, critic = _linears(module.actor), _linears(module.critic)
         weights, biases = [], []
-        for i, (la, lc) in enumerate(zip(actor, critic)):
-            wa = la.weight.detach().cpu().numpy().T
-            wc = lc.weight.detach().cpu().numpy().T
+        for i, ((wa, ba), (wc, bc)) in enumerate(module.layer_weights()):
+            wa, wc = wa.detach().cpu().numpy(), wc.detach().cpu().numpy()
             if i == 0:  # same input for both: concatenate outputs
                 w = np.concatenate([wa, wc], axis=1)
             else:  # block-diagonal: actor units feed the actor, critic units the critic
@@ -61,7 +55,7 @@ class NumpyPolicy:
                 w[: wa.shape[0], : wa.shape[1]] = wa
                 w[wa.shape[0] :, wa.shape[1] :] = wc
             weights.append(np.ascontiguousarray(w, dtype=np.float32))
-            biases.append(np.concatenate([la.bias.detach().cpu().numpy(), lc.bias.detach().cpu().numpy()]).astype(np.float32))
+            biases.append(np.concatenate([ba.detach().cpu().numpy(), bc.detach().cpu().numpy()]).astype(np.float32))
         self.weights, self.biases = weights, biases
         if not self.discrete:
             self.log_std = module.log_std.detach().cpu().numpy().astype(np.float32)

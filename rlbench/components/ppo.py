@@ -14,24 +14,25 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from rlbench.components.advantages import gae_numpy
 from rlbench.components.collectors import RolloutStorage
-from rlbench.components.networks import ActorCritic
+from rlbench.components.networks import ActorCritic, FusedActorCritic
 from rlbench.components.optim import clip_grad_norm
 from rlbench.instrument.timers import NullTimer, PhaseTimer
 
 
 @dataclass(frozen=True)
 class PPOLossTerms:
-    """Every term of the PPO loss for one minibatch (scalar tensors)."""
+    """Every term of the PPO loss for one minibatch (scalar tensors; ``None`` where not computed)."""
 
     loss: torch.Tensor
     policy_loss: torch.Tensor
     value_loss: torch.Tensor
-    entropy: torch.Tensor
-    approx_kl: torch.Tensor
-    clip_fraction: torch.Tensor
+    entropy: torch.Tensor | None
+    approx_kl: torch.Tensor | None
+    clip_fraction: torch.Tensor | None
 
 
 def ppo_loss(
@@ -63,34 +64,32 @@ def ppo_loss(
         advantages: Advantage estimates, ``(B,)``.
         new_value: Current value predictions, ``(B,)``.
         returns: Value targets (advantages + old values), ``(B,)``.
-        entropy: Per-sample policy entropy, ``(B,)``; may be ``None`` when ``ent_coef == 0`` (reported as NaN).
+        entropy: Per-sample policy entropy, ``(B,)``; may be ``None`` when ``ent_coef == 0``.
         clip_coef: Surrogate clipping range ε.
         vf_coef: Weight of the value loss.
         ent_coef: Weight of the entropy bonus.
         normalize_advantages: Standardize advantages within the minibatch.
-        diagnostics: Compute approx-KL and clip fraction (NaN otherwise; skipping saves ops).
+        diagnostics: Compute approx-KL and clip fraction (``None`` otherwise; skipping saves ops).
 
     Returns:
         The loss and its terms.
     """
+    if ent_coef != 0.0 and entropy is None:
+        raise ValueError("ent_coef != 0 needs the entropy")
     if normalize_advantages and advantages.numel() > 1:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    # written for few ops (each op costs more than its arithmetic at these sizes): one negation,
+    # the clipped surrogate as max(-A r, -A clip(r)), and a fused mse_loss for the value term
+    neg_adv = -advantages
     log_ratio = new_logprob - old_logprob
     ratio = log_ratio.exp()
-    surrogate = torch.max(-advantages * ratio, -advantages * ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef))
-    policy_loss = surrogate.mean()
-    value_loss = 0.5 * (new_value - returns).square().mean()
+    policy_loss = torch.max(neg_adv * ratio, neg_adv * ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef)).mean()
+    value_loss = F.mse_loss(new_value, returns) * 0.5
     loss = policy_loss + vf_coef * value_loss
-    nan = torch.full((), float("nan"), device=loss.device)
-    if entropy is not None:
-        entropy_mean = entropy.mean()
-        if ent_coef != 0.0:
-            loss = loss - ent_coef * entropy_mean
-    elif ent_coef != 0.0:
-        raise ValueError("ent_coef != 0 needs the entropy")
-    else:
-        entropy_mean = nan
-    approx_kl = clip_fraction = nan
+    entropy_mean = entropy.mean() if entropy is not None else None
+    if ent_coef != 0.0:
+        loss = loss - ent_coef * entropy_mean
+    approx_kl = clip_fraction = None
     if diagnostics:
         with torch.no_grad():
             approx_kl = ((ratio - 1.0) - log_ratio).mean()
@@ -128,7 +127,7 @@ class PPOUpdate:
 
     def __init__(
         self,
-        model: ActorCritic,
+        model: ActorCritic | FusedActorCritic,
         optimizer: Any,
         hp: PPOHyperparams,
         rng: np.random.Generator,
@@ -143,14 +142,18 @@ class PPOUpdate:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self._advantages: np.ndarray | None = None
 
-    def advantages(self, st: RolloutStorage, values: np.ndarray | None = None, last_value: np.ndarray | None = None) -> np.ndarray:
+    def advantages(
+        self, st: RolloutStorage, values: np.ndarray | None = None, last_value: np.ndarray | None = None
+    ) -> np.ndarray:
         """GAE over the rollout (with fresh ``values``/``last_value`` when given); returns ``(T, N)``."""
         values = st.values if values is None else values
         last_value = st.last_value if last_value is None else last_value
         self._advantages = gae_numpy(st.rewards, values, st.dones, last_value, self.hp.gamma, self.hp.gae_lambda)
         return self._advantages
 
-    def _fresh_values(self, obs: torch.Tensor, last_obs: torch.Tensor, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    def _fresh_values(
+        self, obs: torch.Tensor, last_obs: torch.Tensor, shape: tuple[int, int]
+    ) -> tuple[np.ndarray, np.ndarray]:
         with torch.no_grad():
             both = self.model.value(torch.cat([obs, last_obs]))
         both = both.cpu().numpy()
@@ -207,9 +210,18 @@ class PPOUpdate:
                 t0 = now()
                 new_logp, entropy, new_value = model.evaluate(mb_obs[k], mb_act[k], with_entropy=want_entropy or last_epoch)
                 terms = ppo_loss(
-                    new_logp, mb_logp[k], mb_adv[k], new_value, mb_ret[k], entropy,
-                    hp.clip_coef, hp.vf_coef, hp.ent_coef, normalize_advantages=False, diagnostics=last_epoch,
-                )  # fmt: skip
+                    new_logp,
+                    mb_logp[k],
+                    mb_adv[k],
+                    new_value,
+                    mb_ret[k],
+                    entropy,
+                    hp.clip_coef,
+                    hp.vf_coef,
+                    hp.ent_coef,
+                    normalize_advantages=False,
+                    diagnostics=last_epoch,
+                )
                 t1 = now()
                 opt.zero_grad()
                 terms.loss.backward()
@@ -221,8 +233,17 @@ class PPOUpdate:
                 t_backward += t2 - t1
                 t_optim += t3 - t2
                 if last_epoch:
-                    stats.append(torch.stack([terms.policy_loss.detach(), terms.value_loss.detach(), terms.entropy.detach(),
-                                              terms.approx_kl, terms.clip_fraction]))  # fmt: skip
+                    stats.append(
+                        torch.stack(
+                            [
+                                terms.policy_loss.detach(),
+                                terms.value_loss.detach(),
+                                terms.entropy.detach(),
+                                terms.approx_kl,
+                                terms.clip_fraction,
+                            ]
+                        )
+                    )  # type: ignore[union-attr]
         t0 = now()
         means = torch.stack(stats).mean(0).tolist()
         t_end = now()

@@ -44,7 +44,7 @@ def _synced_clock(sync: Callable[[], None]) -> Callable[[], float]:
 class _PhaseContext:
     """Context manager that books its duration to one phase of a timer."""
 
-    __slots__ = ("_timer", "_name", "_t0")
+    __slots__ = ("_name", "_t0", "_timer")
 
     def __init__(self, timer: PhaseTimer, name: str) -> None:
         self._timer = timer
@@ -180,9 +180,7 @@ def measure_overhead(n: int = 200_000, repeats: int = 5) -> dict[str, float]:
             fn()
             times.append(_perf() - t0)
         best[name] = min(times)
-    return {
-        f"{name}_us": max(best[name] - best["bare"], 0.0) / n * 1e6 for name in ("boundary", "context", "null")
-    }
+    return {f"{name}_us": max(best[name] - best["bare"], 0.0) / n * 1e6 for name in ("boundary", "context", "null")}
 
 
 def estimate_overhead_s(events: int, context_events: int, cost: dict[str, float]) -> float:

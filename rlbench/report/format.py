@@ -42,6 +42,7 @@ def spread(s: Summary, f: Callable[[float], str]) -> str:
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A GitHub-flavoured markdown table (cells have ``|`` escaped)."""
+
     def cell(c: str) -> str:
         return str(c).replace("|", "\\|").replace("\n", " ")
 

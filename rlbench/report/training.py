@@ -16,7 +16,15 @@ from rlbench.report.data import RunData
 from rlbench.report.format import fmt, fmt_s, md_table, pct, spread
 from rlbench.stats import amdahl_bound, median, summarize
 
-LEAVES = ("collect/env", "collect/policy", "advantage", "update/prepare", "update/forward", "update/backward", "update/optimizer")
+LEAVES = (
+    "collect/env",
+    "collect/policy",
+    "advantage",
+    "update/prepare",
+    "update/forward",
+    "update/backward",
+    "update/optimizer",
+)
 LAYERS = {
     "environment": ("collect/env",),
     "policy inference": ("collect/policy",),
@@ -90,25 +98,47 @@ def _header(d: RunData, chart_file: str | None) -> list[str]:
             ["", ""],
             [
                 ["Command", f"`{r.meta.get('command', '?')}`"],
-                ["Machine", f"{mach.get('cpu', '?')}, {mach.get('cores', '?')} cores, {mach.get('memory_gib', '?')} GiB, "
-                            f"{mach.get('os', '?')} ({mach.get('arch', '?')}); GPUs: {gpus}; id `{mach.get('id', '?')}`"],
-                ["Software", f"Python {soft.get('python', '?')}, torch {pkgs.get('torch')}, numpy {pkgs.get('numpy')}, "
-                             f"gymnasium {pkgs.get('gymnasium')}, rlbench {pkgs.get('rlbench')}"],
+                [
+                    "Machine",
+                    f"{mach.get('cpu', '?')}, {mach.get('cores', '?')} cores, {mach.get('memory_gib', '?')} GiB, "
+                    f"{mach.get('os', '?')} ({mach.get('arch', '?')}); GPUs: {gpus}; id `{mach.get('id', '?')}`",
+                ],
+                [
+                    "Software",
+                    f"Python {soft.get('python', '?')}, torch {pkgs.get('torch')}, numpy {pkgs.get('numpy')}, "
+                    f"gymnasium {pkgs.get('gymnasium')}, rlbench {pkgs.get('rlbench')}",
+                ],
                 ["Threads", f"torch intra-op threads {soft.get('torch_threads')}"],
                 ["Commit", commit_s],
-                ["Device", f"`{r.device}`; phase timing {'synchronized at phase boundaries' if synced else 'unsynchronized (CPU ops are synchronous)'}"],
+                [
+                    "Device",
+                    f"`{r.device}`; phase timing "
+                    + ("synchronized at phase boundaries" if synced else "unsynchronized (CPU ops are synchronous)"),
+                ],
                 ["Repeats", f"{d.repeats} (seeds {', '.join(str(s) for s in d.seeds)}); figures are medians over repeats"],
                 ["Setting", ", ".join(f"{k}={v}" for k, v in r.params.items() if k in _SETTING_KEYS)],
             ],
-        ),  # fmt: skip
+        ),
     ]
     if chart_file:
         lines += ["", f"![Share of steady-state time per phase]({chart_file})"]
     return lines
 
 
-_SETTING_KEYS = ("env", "total_steps", "num_envs", "rollout_steps", "epochs", "minibatches", "hidden", "lr", "init",
-                 "recompute_advantages", "inference", "threads")  # fmt: skip
+_SETTING_KEYS = (
+    "env",
+    "total_steps",
+    "num_envs",
+    "rollout_steps",
+    "epochs",
+    "minibatches",
+    "hidden",
+    "lr",
+    "init",
+    "recompute_advantages",
+    "inference",
+    "threads",
+)
 
 
 def _timing(d: RunData) -> list[str]:
@@ -119,14 +149,27 @@ def _timing(d: RunData) -> list[str]:
         ["Training (warm-up included)", fmt_s(d.med("train_s")), spread(d.summary("train_s"), fmt_s)],
         ["Evaluation", fmt_s(d.med("eval_s")), spread(d.summary("eval_s"), fmt_s)],
         ["Total wall of the run (init + training + evaluation)", fmt_s(d.med("wall_s")), spread(d.summary("wall_s"), fmt_s)],
-        ["**Training SPS** (agent steps/s, warm-up included)", f"**{fmt(d.med('sps'), 0)}**", spread(d.summary("sps"), lambda v: fmt(v, 0))],
-        ["Steady-state SPS (warm-up excluded)", fmt(d.med("sps/steady"), 0), spread(d.summary("sps/steady"), lambda v: fmt(v, 0))],
-    ]  # fmt: skip
+        [
+            "**Training SPS** (agent steps/s, warm-up included)",
+            f"**{fmt(d.med('sps'), 0)}**",
+            spread(d.summary("sps"), lambda v: fmt(v, 0)),
+        ],
+        [
+            "Steady-state SPS (warm-up excluded)",
+            fmt(d.med("sps/steady"), 0),
+            spread(d.summary("sps/steady"), lambda v: fmt(v, 0)),
+        ],
+    ]
     if not d.has("startup_s"):
         rows = rows[1:]
     steps = int(d.med("env_steps")) if d.has("env_steps") else 0
-    return ["## 1. End-to-end timing", "", f"{steps:,} agent steps (env transitions summed over envs).", "",
-            md_table(["Metric", "Median", "Spread (min–max over repeats)"], rows)]  # fmt: skip
+    return [
+        "## 1. End-to-end timing",
+        "",
+        f"{steps:,} agent steps (env transitions summed over envs).",
+        "",
+        md_table(["Metric", "Median", "Spread (min–max over repeats)"], rows),
+    ]
 
 
 def _phases(d: RunData, b: Breakdown) -> list[str]:
@@ -142,12 +185,27 @@ def _phases(d: RunData, b: Breakdown) -> list[str]:
         label = ("&nbsp;&nbsp;&nbsp;&nbsp;" * depth) + f"`{phase}`"
         events = int(d.meta(f"time/{phase}", "events", 0) or 0)
         rows.append([label, fmt(s, 3), pct(b.share(s)), fmt(per_iter, 0), iqr, f"{events:,}"])
-    rows.append(["Python/other (outside leaf phases)", fmt(b.other_s, 3), pct(b.share(b.other_s)), fmt(b.other_s / b.iterations * 1e6, 0), "–", "–"])
-    rows.append(["**Steady-state total**", f"**{fmt(b.steady_s, 3)}**", "100%", fmt(b.steady_s / b.iterations * 1e6, 0), "–", "–"])
-    return ["## 2. Phase breakdown (steady state)", "",
-            f"Steady state = training minus the warm-up iteration: {b.iterations} iterations. Shares are of steady-state time; "
-            "a parent phase includes its children. Per-iteration figures are medians over iterations (IQR beside them).", "",
-            md_table(["Phase", "Time (s)", "Share", "µs / iteration", "IQR µs / iteration", "Events"], rows)]  # fmt: skip
+    rows.append(
+        [
+            "Python/other (outside leaf phases)",
+            fmt(b.other_s, 3),
+            pct(b.share(b.other_s)),
+            fmt(b.other_s / b.iterations * 1e6, 0),
+            "–",
+            "–",
+        ]
+    )
+    rows.append(
+        ["**Steady-state total**", f"**{fmt(b.steady_s, 3)}**", "100%", fmt(b.steady_s / b.iterations * 1e6, 0), "–", "–"]
+    )
+    return [
+        "## 2. Phase breakdown (steady state)",
+        "",
+        f"Steady state = training minus the warm-up iteration: {b.iterations} iterations. Shares are of steady-state time; "
+        "a parent phase includes its children. Per-iteration figures are medians over iterations (IQR beside them).",
+        "",
+        md_table(["Phase", "Time (s)", "Share", "µs / iteration", "IQR µs / iteration", "Events"], rows),
+    ]
 
 
 def _layers(d: RunData, b: Breakdown) -> list[str]:
@@ -156,11 +214,25 @@ def _layers(d: RunData, b: Breakdown) -> list[str]:
     per_iter_steps = total_steps / (b.iterations + 1) if total_steps and math.isfinite(total_steps) else math.nan
     for layer, phases in LAYERS.items():
         s = sum(b.leaf_s.get(p, 0.0) for p in phases)
-        rows.append([layer, fmt(s, 3), pct(b.share(s)), fmt(s / b.iterations * 1e3, 2), fmt(s / b.iterations / per_iter_steps * 1e6, 2)])
-    rows.append(["Python/other", fmt(b.other_s, 3), pct(b.share(b.other_s)), fmt(b.other_s / b.iterations * 1e3, 2),
-                 fmt(b.other_s / b.iterations / per_iter_steps * 1e6, 2)])  # fmt: skip
-    return ["## 3. Time by layer", "",
-            md_table(["Layer", "Time (s)", "Share", "ms / iteration", "µs / agent step"], rows)]  # fmt: skip
+        rows.append(
+            [
+                layer,
+                fmt(s, 3),
+                pct(b.share(s)),
+                fmt(s / b.iterations * 1e3, 2),
+                fmt(s / b.iterations / per_iter_steps * 1e6, 2),
+            ]
+        )
+    rows.append(
+        [
+            "Python/other",
+            fmt(b.other_s, 3),
+            pct(b.share(b.other_s)),
+            fmt(b.other_s / b.iterations * 1e3, 2),
+            fmt(b.other_s / b.iterations / per_iter_steps * 1e6, 2),
+        ]
+    )
+    return ["## 3. Time by layer", "", md_table(["Layer", "Time (s)", "Share", "ms / iteration", "µs / agent step"], rows)]
 
 
 def _learning(d: RunData) -> list[str]:
@@ -168,15 +240,22 @@ def _learning(d: RunData) -> list[str]:
     evals = d.per_repeat("eval_return")
     n_eps = len(d.by_metric["eval_return"][0].samples) if d.has("eval_return") else 0
     thr = d.meta("threshold_reached", "threshold")
-    lines.append(f"Evaluation: {n_eps} deterministic episodes per repeat after training; median over repeats "
-                 f"**{fmt(median(evals), 1)}** (per repeat: {', '.join(fmt(v, 1) for v in evals)}).")  # fmt: skip
+    lines.append(
+        f"Evaluation: {n_eps} deterministic episodes per repeat after training; median over repeats "
+        f"**{fmt(median(evals), 1)}** (per repeat: {', '.join(fmt(v, 1) for v in evals)})."
+    )
     if thr is not None:
         reached = d.per_repeat("threshold_reached")
         n_ok = int(sum(v for v in reached if math.isfinite(v)))
-        line = (f"Return threshold {fmt(thr, 0)} (mean of the last 10 training episodes): reached in {n_ok} of {len(reached)} repeats")
+        line = (
+            f"Return threshold {fmt(thr, 0)} (mean of the last 10 training episodes): "
+            f"reached in {n_ok} of {len(reached)} repeats"
+        )
         if d.has("steps_to_threshold"):
-            line += (f"; median {fmt(d.med('steps_to_threshold'), 0)} agent steps, "
-                     f"{fmt(d.med('time_to_threshold_s'), 2)} s of training to reach it")  # fmt: skip
+            line += (
+                f"; median {fmt(d.med('steps_to_threshold'), 0)} agent steps, "
+                f"{fmt(d.med('time_to_threshold_s'), 2)} s of training to reach it"
+            )
         lines += ["", line + "."]
     rows = []
     for r in d.by_metric.get("train/recent_return", []):
@@ -188,8 +267,12 @@ def _learning(d: RunData) -> list[str]:
         sps = d.per_repeat("sps")[r.repeat] if r.repeat < len(d.per_repeat("sps")) else math.nan
         rows.append([str(r.seed), fmt(sps, 0), *[fmt(v, 1) for v in marks], fmt(ev, 1)])
     if rows:
-        lines += ["", "Training return (mean of the last 10 episodes) at 25/50/75/100% of the budget:", "",
-                  md_table(["Seed", "SPS", "25%", "50%", "75%", "100%", "Eval return"], rows)]  # fmt: skip
+        lines += [
+            "",
+            "Training return (mean of the last 10 episodes) at 25/50/75/100% of the budget:",
+            "",
+            md_table(["Seed", "SPS", "25%", "50%", "75%", "100%", "Eval return"], rows),
+        ]
     return lines
 
 
@@ -221,69 +304,110 @@ def findings(d: RunData, b: Breakdown) -> list[Finding]:
     env_s = b.leaf_s.get("collect/env", 0.0)
     if b.share(env_s) >= 0.05:
         call = per_event_us("collect/env")
-        out.append(Finding(
-            "Environment stepping", b.share(env_s),
-            f"`collect/env` is {pct(b.share(env_s))} of steady time: {fmt(call, 1)} µs per batched step of {n_envs} envs "
-            f"({fmt(call / n_envs, 2)} µs per env transition).",
-            "More envs per batched step amortize the per-call cost (a hyperparameter change: compare learning too); "
-            "a compiled env removes the Python part.",
-        ))  # fmt: skip
+        out.append(
+            Finding(
+                "Environment stepping",
+                b.share(env_s),
+                f"`collect/env` is {pct(b.share(env_s))} of steady time: {fmt(call, 1)} µs per batched step of {n_envs} envs "
+                f"({fmt(call / n_envs, 2)} µs per env transition).",
+                "More envs per batched step amortize the per-call cost (a hyperparameter change: compare learning too); "
+                "a compiled env removes the Python part.",
+            )
+        )
     pol_s = b.leaf_s.get("collect/policy", 0.0)
     if b.share(pol_s) >= 0.05:
         call = per_event_us("collect/policy")
         backend = p.get("inference", "auto")
-        action = ("Inference runs through torch: `--inference numpy` evaluates the same weights without torch's per-op dispatch."
-                  if backend == "torch" else
-                  "Inference already runs on a NumPy snapshot; larger batches (more envs) amortize the per-call cost.")  # fmt: skip
-        out.append(Finding("Policy inference during collection", b.share(pol_s),
-                           f"`collect/policy` is {pct(b.share(pol_s))}: {fmt(call, 1)} µs per call for {n_envs} observations.", action))
+        action = (
+            "Inference runs through torch: `--inference numpy` evaluates the same weights without torch's per-op dispatch."
+            if backend == "torch"
+            else "Inference already runs on a NumPy snapshot; larger batches (more envs) amortize the per-call cost."
+        )
+        out.append(
+            Finding(
+                "Policy inference during collection",
+                b.share(pol_s),
+                f"`collect/policy` is {pct(b.share(pol_s))}: {fmt(call, 1)} µs per call for {n_envs} observations.",
+                action,
+            )
+        )
     upd = {k: b.leaf_s.get(f"update/{k}", 0.0) for k in ("prepare", "forward", "backward", "optimizer")}
     upd_s = sum(upd.values())
     if b.share(upd_s) >= 0.05:
         n_mb = d.meta("time/update/forward", "events", 0) or 1
         mb = p.get("num_envs", 0) * p.get("rollout_steps", 0) // max(p.get("minibatches", 1), 1)
         worst = max(upd, key=upd.get)
-        out.append(Finding(
-            "PPO update (forward, backward, optimizer)", b.share(upd_s),
-            f"The update is {pct(b.share(upd_s))} of steady time: batch preparation {fmt(upd['prepare'] / n_mb * 1e6, 0)} µs "
-            f"per minibatch step; per minibatch of {mb} samples, forward "
-            f"{fmt(upd['forward'] / n_mb * 1e6, 0)} µs, backward {fmt(upd['backward'] / n_mb * 1e6, 0)} µs, optimizer "
-            f"{fmt(upd['optimizer'] / n_mb * 1e6, 0)} µs ({n_mb:,} minibatch steps); the largest part is `{worst}`.",
-            "At these sizes each op costs dispatch more than arithmetic: fewer, larger minibatches or fused networks cut ops per "
-            "sample; `--threads` trades per-op parallelism against contention on shared cores.",
-        ))  # fmt: skip
+        out.append(
+            Finding(
+                "PPO update (forward, backward, optimizer)",
+                b.share(upd_s),
+                f"The update is {pct(b.share(upd_s))} of steady time: batch preparation "
+                f"{fmt(upd['prepare'] / n_mb * 1e6, 0)} µs "
+                f"per minibatch step; per minibatch of {mb} samples, forward "
+                f"{fmt(upd['forward'] / n_mb * 1e6, 0)} µs, backward {fmt(upd['backward'] / n_mb * 1e6, 0)} µs, optimizer "
+                f"{fmt(upd['optimizer'] / n_mb * 1e6, 0)} µs ({n_mb:,} minibatch steps); the largest part is `{worst}`.",
+                "At these sizes each op costs dispatch more than arithmetic: fewer, larger minibatches or fused networks "
+                "cut ops per "
+                "sample; `--threads` trades per-op parallelism against contention on shared cores.",
+            )
+        )
     adv_s = b.leaf_s.get("advantage", 0.0)
     if b.share(adv_s) >= 0.02:
-        out.append(Finding("Advantage estimation", b.share(adv_s),
-                           f"`advantage` is {pct(b.share(adv_s))}: {fmt(per_event_us('advantage'), 0)} µs per rollout.",
-                           "Use a compiled GAE (the numba variant) for long rollouts or many envs."))  # fmt: skip
+        out.append(
+            Finding(
+                "Advantage estimation",
+                b.share(adv_s),
+                f"`advantage` is {pct(b.share(adv_s))}: {fmt(per_event_us('advantage'), 0)} µs per rollout.",
+                "Use a compiled GAE (the numba variant) for long rollouts or many envs.",
+            )
+        )
     if b.share(b.other_s) >= 0.05:
-        out.append(Finding("Python/other (outside the leaf phases)", b.share(b.other_s),
-                           f"{fmt(b.other_s, 3)} s ({pct(b.share(b.other_s))}) of steady time is in no leaf phase: storage copies, "
-                           "episode bookkeeping, tensor preparation, weight snapshots, loop overhead.",
-                           "Profile with `--profile` to see which Python frames hold it."))  # fmt: skip
+        out.append(
+            Finding(
+                "Python/other (outside the leaf phases)",
+                b.share(b.other_s),
+                f"{fmt(b.other_s, 3)} s ({pct(b.share(b.other_s))}) of steady time is in no leaf phase: storage copies, "
+                "episode bookkeeping, tensor preparation, weight snapshots, loop overhead.",
+                "Profile with `--profile` to see which Python frames hold it.",
+            )
+        )
     warm, per_iter = d.med("warmup_s"), b.steady_s / b.iterations
     if math.isfinite(warm) and warm > 2 * per_iter:
         train = d.med("train_s")
-        out.append(Finding("Warm-up (first iteration)", (warm - per_iter) / train if train > 0 else 0.0,
-                           f"The first iteration took {fmt_s(warm)}, {fmt(warm / per_iter, 1)}× a steady iteration ({fmt_s(per_iter)}).",
-                           "One-time costs (lazy kernel init, allocator growth, compilation) — amortized over longer runs."))  # fmt: skip
+        out.append(
+            Finding(
+                "Warm-up (first iteration)",
+                (warm - per_iter) / train if train > 0 else 0.0,
+                f"The first iteration took {fmt_s(warm)}, {fmt(warm / per_iter, 1)}× a steady iteration ({fmt_s(per_iter)}).",
+                "One-time costs (lazy kernel init, allocator growth, compilation) — amortized over longer runs.",
+            )
+        )
     ov = d.med("timer/overhead_s")
     if math.isfinite(ov) and b.share(ov) > 0.005:
-        out.append(Finding("Timer overhead", b.share(ov), f"The phase timers cost an estimated {fmt_s(ov)} ({pct(b.share(ov))}).",
-                           "Time fewer, coarser phases in per-step loops."))  # fmt: skip
+        out.append(
+            Finding(
+                "Timer overhead",
+                b.share(ov),
+                f"The phase timers cost an estimated {fmt_s(ov)} ({pct(b.share(ov))}).",
+                "Time fewer, coarser phases in per-step loops.",
+            )
+        )
     return sorted(out, key=lambda f: f.bound, reverse=True)
 
 
 def _bottlenecks(d: RunData, b: Breakdown) -> list[str]:
     found = findings(d, b)
-    lines = ["## 5. Bottlenecks and recommendations", "",
-             "Ranked by the Amdahl bound: the steady-state speed-up if that part took no time at all "
-             "(`1 / (1 - share)`); no optimization of a part can beat its bound.", ""]  # fmt: skip
+    lines = [
+        "## 5. Bottlenecks and recommendations",
+        "",
+        "Ranked by the Amdahl bound: the steady-state speed-up if that part took no time at all "
+        "(`1 / (1 - share)`); no optimization of a part can beat its bound.",
+        "",
+    ]
     if not found:
-        return lines + ["No phase reaches 5% of steady-state time: nothing stands out."]
+        return [*lines, "No phase reaches 5% of steady-state time: nothing stands out."]
     rows = [[str(i), f.title, pct(f.share), f"≤ {fmt(f.bound, 2)}×", f.evidence, f.action] for i, f in enumerate(found, 1)]
-    return lines + [md_table(["#", "Bottleneck", "Share", "Bound", "Measured", "What to try"], rows)]
+    return [*lines, md_table(["#", "Bottleneck", "Share", "Bound", "Measured", "What to try"], rows)]
 
 
 def _overhead(d: RunData, b: Breakdown) -> list[str]:
@@ -296,10 +420,15 @@ def _overhead(d: RunData, b: Breakdown) -> list[str]:
         ["Context-manager event (coarse phases)", fmt(d.med("timer/context_us"), 3) + " µs", f"{int(ctx):,}"],
         ["Mean over this run's events", fmt(mean_us, 3) + " µs", f"{int(events):,}"],
     ]
-    return ["## 6. Timer overhead", "",
-            "Measured on this machine after each repeat (empty timed events against an empty loop, minimum of 3 × 20,000).", "",
-            md_table(["Event", "Cost per event", "Events in steady state"], rows), "",
-            f"Estimated timer cost: {fmt_s(ov)}, **{pct(b.share(ov), 3)}** of steady-state time."]  # fmt: skip
+    return [
+        "## 6. Timer overhead",
+        "",
+        "Measured on this machine after each repeat (empty timed events against an empty loop, minimum of 3 × 10,000).",
+        "",
+        md_table(["Event", "Cost per event", "Events in steady state"], rows),
+        "",
+        f"Estimated timer cost: {fmt_s(ov)}, **{pct(b.share(ov), 3)}** of steady-state time.",
+    ]
 
 
 def _profile(d: RunData) -> list[str]:
@@ -310,10 +439,14 @@ def _profile(d: RunData) -> list[str]:
     total = r.meta.get("total_s", math.nan)
     rows = [[f"`{name}`", fmt(s, 3), pct(s / total if total else math.nan)] for name, s in zip(frames, r.samples)]
     html = r.meta.get("html")
-    return ["## 7. Profile (pyinstrument)", "",
-            (f"Full interactive profile: [{html}]({html}). " if html else "")
-            + "Frames with the most self time (time in the function itself, not its callees):", "",
-            md_table(["Frame", "Self time (s)", "Share of profiled time"], rows)]  # fmt: skip
+    return [
+        "## 7. Profile (pyinstrument)",
+        "",
+        (f"Full interactive profile: [{html}]({html}). " if html else "")
+        + "Frames with the most self time (time in the function itself, not its callees):",
+        "",
+        md_table(["Frame", "Self time (s)", "Share of profiled time"], rows),
+    ]
 
 
 def phase_chart(d: RunData, b: Breakdown) -> Chart:
@@ -332,7 +465,15 @@ def render(records: list[Record], chart_file: str | None = None) -> tuple[str, l
     """
     d = RunData.from_records(records)
     b = breakdown(d)
-    sections = [_header(d, chart_file), _timing(d), _phases(d, b), _layers(d, b), _learning(d), _bottlenecks(d, b),
-                _overhead(d, b), _profile(d)]  # fmt: skip
+    sections = [
+        _header(d, chart_file),
+        _timing(d),
+        _phases(d, b),
+        _layers(d, b),
+        _learning(d),
+        _bottlenecks(d, b),
+        _overhead(d, b),
+        _profile(d),
+    ]
     text = "\n\n".join("\n".join(s) for s in sections if s) + "\n"
     return text, [phase_chart(d, b)]

@@ -26,14 +26,17 @@ def ppo_metrics(result: Any, overhead: dict[str, float]) -> list[Metric]:
     from rlbench.instrument.timers import estimate_overhead_s
 
     steady = result.iterations[1:]
-    steady_s = sum(it.phase_s.get("collect", 0.0) + it.phase_s.get("advantage", 0.0) + it.phase_s.get("update", 0.0)
-                   for it in steady)  # fmt: skip
+    steady_s = sum(
+        it.phase_s.get("collect", 0.0) + it.phase_s.get("advantage", 0.0) + it.phase_s.get("update", 0.0) for it in steady
+    )
     steady_steps = sum(result.config.num_envs * result.config.rollout_steps for _ in steady)
     events = sum(result.phase_events.values())
     overhead_s = estimate_overhead_s(events, result.context_events, overhead)
     wall = result.init_s + result.train_s + result.eval_s
     m = [
-        Metric("sps", "steps/s", "higher", [result.sps], meta={"steps": result.env_steps, "synchronized": result.synchronized}),
+        Metric(
+            "sps", "steps/s", "higher", [result.sps], meta={"steps": result.env_steps, "synchronized": result.synchronized}
+        ),
         Metric("sps/steady", "steps/s", "higher", [steady_steps / steady_s if steady_s > 0 else math.nan]),
         Metric("wall_s", "s", "lower", [wall]),
         Metric("init_s", "s", "lower", [result.init_s]),
@@ -47,22 +50,48 @@ def ppo_metrics(result: Any, overhead: dict[str, float]) -> list[Metric]:
         Metric("timer/context_us", "us", "lower", [overhead["context_us"]]),
         Metric("timer/events", "count", "none", [float(events)], meta={"context_events": result.context_events}),
         Metric("timer/overhead_s", "s", "lower", [overhead_s]),
-        Metric("train/episode_return", "return", "none", [float(v) for v in result.episode_returns],
-               x=[float(s) for s in result.episode_end_steps]),
-        Metric("train/recent_return", "return", "none", [it.recent_return for it in result.iterations],
-               x=[float(it.env_steps) for it in result.iterations]),
-        Metric("train/elapsed_s", "s", "none", [it.elapsed_s for it in result.iterations],
-               x=[float(it.env_steps) for it in result.iterations]),
-    ]  # fmt: skip
+        Metric(
+            "train/episode_return",
+            "return",
+            "none",
+            [float(v) for v in result.episode_returns],
+            x=[float(s) for s in result.episode_end_steps],
+        ),
+        Metric(
+            "train/recent_return",
+            "return",
+            "none",
+            [it.recent_return for it in result.iterations],
+            x=[float(it.env_steps) for it in result.iterations],
+        ),
+        Metric(
+            "train/elapsed_s",
+            "s",
+            "none",
+            [it.elapsed_s for it in result.iterations],
+            x=[float(it.env_steps) for it in result.iterations],
+        ),
+    ]
     for phase in ("warmup", *STEADY_PHASES):
         if phase in result.phase_s:
-            m.append(Metric(f"time/{phase}", "s", "lower", [result.phase_s[phase]], meta={"events": result.phase_events.get(phase, 0)}))
+            m.append(
+                Metric(
+                    f"time/{phase}", "s", "lower", [result.phase_s[phase]], meta={"events": result.phase_events.get(phase, 0)}
+                )
+            )
     for phase in STEADY_PHASES:
         m.append(Metric(f"iter_time/{phase}", "s", "lower", [it.phase_s.get(phase, 0.0) for it in steady]))
     keys = sorted({k for it in result.iterations for k in it.diagnostics})
     for key in keys:
-        m.append(Metric(f"diag/{key}", "", "none", [it.diagnostics.get(key, math.nan) for it in result.iterations],
-                        x=[float(it.env_steps) for it in result.iterations]))  # fmt: skip
+        m.append(
+            Metric(
+                f"diag/{key}",
+                "",
+                "none",
+                [it.diagnostics.get(key, math.nan) for it in result.iterations],
+                x=[float(it.env_steps) for it in result.iterations],
+            )
+        )
     threshold = result.threshold
     reached = result.steps_to_threshold is not None
     meta = {"threshold": threshold}
@@ -79,7 +108,7 @@ def run_ppo(config: Any, ctx: RunContext) -> list[Metric]:
     from rlbench.instrument.timers import measure_overhead
 
     result = train_ppo(config, ctx.device, ctx.callback)
-    overhead = measure_overhead(n=20_000, repeats=3)
+    overhead = measure_overhead(n=10_000, repeats=3)
     return ppo_metrics(result, overhead)
 
 

@@ -11,8 +11,15 @@ from pathlib import Path
 def run_cli(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run `python -m rlbench ARGS` from `cwd` (the installed package, not the checkout)."""
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "rlbench", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env=env, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "rlbench", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:

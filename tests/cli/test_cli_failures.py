@@ -21,10 +21,27 @@ from rlbench.store import read_records
 
 def test_ctrl_c_keeps_finished_repeats(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rlbench", "run", "ppo-cartpole", "--total-steps", "4096", "--repeats", "200", "--quiet",
-         "--eval-episodes", "1", "--store", "st"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "rlbench",
+            "run",
+            "ppo-cartpole",
+            "--total-steps",
+            "4096",
+            "--repeats",
+            "200",
+            "--quiet",
+            "--eval-episodes",
+            "1",
+            "--store",
+            "st",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 90
     try:
         while time.monotonic() < deadline:
@@ -57,7 +74,9 @@ def _flaky_run(cfg: _Cfg, ctx: object) -> list[Metric]:
     return [Metric("sps", "steps/s", "higher", [123.0])]
 
 
-def test_component_raising_mid_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_component_raising_mid_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     registry.all_specs()  # load the built-ins first
     monkeypatch.setitem(registry._REGISTRY, "flaky", BenchmarkSpec("flaky", "raises in repeat 1", _Cfg, _flaky_run))
     monkeypatch.chdir(tmp_path)
@@ -83,10 +102,16 @@ def test_keyboard_interrupt_outside_the_runner(monkeypatch: pytest.MonkeyPatch, 
 
 @pytest.mark.skipif(os.name != "posix", reason="signals")
 def test_help_explains_every_flag(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "rlbench", "run", "ppo-cartpole", "--help"], cwd=tmp_path, capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
-    from rlbench.algos.ppo import PPOConfig
+    out = subprocess.run(
+        [sys.executable, "-m", "rlbench", "run", "ppo-cartpole", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     from dataclasses import fields
+
+    from rlbench.algos.ppo import PPOConfig
 
     for f in fields(PPOConfig):
         assert "--" + f.name.replace("_", "-") in out, f.name

@@ -25,8 +25,20 @@ def test_run_json_records_and_report(cli, tmp_path: Path) -> None:
     proc = cli("run", "ppo-cartpole", *SMALL, "--repeats", "2", "--json", "--report", "out/report.md")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)  # exactly one JSON object: json.loads fails on anything extra
-    for key in ("sps", "wall_s", "init_s", "train_s", "eval_return", "time/collect/env", "time/collect/policy",
-                "time/advantage", "time/update", "time/update/backward", "records", "report"):  # fmt: skip
+    for key in (
+        "sps",
+        "wall_s",
+        "init_s",
+        "train_s",
+        "eval_return",
+        "time/collect/env",
+        "time/collect/policy",
+        "time/advantage",
+        "time/update",
+        "time/update/backward",
+        "records",
+        "report",
+    ):
         assert key in out, key
     assert out["sps"] > 0 and out["repeats"] == 2 and out["env_steps"] == 2048
     records = tmp_path / out["records"]
@@ -37,7 +49,9 @@ def test_run_json_records_and_report(cli, tmp_path: Path) -> None:
     assert set(df["repeat"]) == {0, 1} and set(df["seed"]) == {0, 1}
     assert (df["benchmark"] == "ppo-cartpole").all()
     # the report re-rendered from stored records alone equals the one written at run time
-    assert write_report(records, None) == report.read_text().replace("![Share of steady-state time per phase](report-phases.png)\n\n", "")
+    assert write_report(records, None) == report.read_text().replace(
+        "![Share of steady-state time per phase](report-phases.png)\n\n", ""
+    )
     again = tmp_path / "again.md"
     write_report(records, again, chart=True)
     assert again.read_text().replace("again-phases.png", "report-phases.png") == report.read_text()

@@ -30,8 +30,13 @@ class CountingEnv:
         ended = self.t >= self.lengths
         final = self.t[:, None].astype(np.float32)
         self.t[ended] = 0
-        return StepResult(self.t[:, None].astype(np.float32), np.ones(self.num_envs, np.float32) * (actions + 1),
-                          ended & ~self.truncate, ended & self.truncate, final)  # fmt: skip
+        return StepResult(
+            self.t[:, None].astype(np.float32),
+            np.ones(self.num_envs, np.float32) * (actions + 1),
+            ended & ~self.truncate,
+            ended & self.truncate,
+            final,
+        )
 
     def close(self) -> None:
         pass

@@ -71,7 +71,7 @@ def test_async_vectorization() -> None:
 
 
 def test_unknown_id_suggests_close_registered_ids() -> None:
-    with pytest.raises(ValueError, match="unknown gymnasium env id 'CartPol-v1'.*Did you mean: CartPole-v1"):
+    with pytest.raises(ValueError, match=r"unknown gymnasium env id 'CartPol-v1'.*Did you mean: CartPole-v1"):
         GymnasiumVecEnv("CartPol-v1", 2)
     with pytest.raises(ValueError, match="Did you mean: Pendulum-v1"):
         make_vec_env("pendulum-v1", 2)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rlbench.components.envs.base import ActionSpec
-from rlbench.components.networks import ActorCritic
+from rlbench.components.networks import ActorCritic, FusedActorCritic
 from rlbench.components.policies import NumpyPolicy, TorchPolicy
 
 DISCRETE3 = ActionSpec("discrete", n=3)
@@ -19,10 +19,13 @@ def _model(spec: ActionSpec, init: str = "torch", activation: str = "tanh") -> A
     return ActorCritic(5, spec, (32, 16), activation, init)
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
 @pytest.mark.parametrize("init", ["torch", "orthogonal"])
-def test_values_and_logprobs_match_torch(activation: str, init: str) -> None:
+def test_values_and_logprobs_match_torch(activation: str, init: str, fused: bool) -> None:
     model = _model(DISCRETE3, init, activation)
+    if fused:
+        model = FusedActorCritic(model)
     pol = NumpyPolicy(model, seed=0)
     obs = np.random.default_rng(0).standard_normal((64, 5)).astype(np.float32)
     actions, logp, value = pol.act(obs)
@@ -32,7 +35,7 @@ def test_values_and_logprobs_match_torch(activation: str, init: str) -> None:
     np.testing.assert_allclose(logp, ref_logp.numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(pol.value(obs), ref_value.numpy(), rtol=1e-5, atol=1e-5)
     with torch.no_grad():
-        mode = model.actor(torch.from_numpy(obs)).argmax(-1).numpy()
+        mode = model.act(torch.from_numpy(obs), deterministic=True)[0].numpy()
     np.testing.assert_array_equal(pol.act_deterministic(obs), mode)
 
 

@@ -14,19 +14,47 @@ from rlbench.report.training import breakdown, findings, render
 
 def _rec(metric: str, samples: list[float], repeat: int = 0, meta: dict | None = None, x: list[float] | None = None) -> Record:
     params = {"num_envs": 8, "rollout_steps": 128, "minibatches": 2, "inference": "numpy"}
-    return Record(run_id="run-a", timestamp="2026-11-22T00:00:00+00:00", benchmark="ppo-cartpole", params=params,
-                  definition_hash="h", metric=metric, unit="s", direction="lower", samples=samples, repeat=repeat, seed=repeat,
-                  meta=meta or {}, x=x)  # fmt: skip
+    return Record(
+        run_id="run-a",
+        timestamp="2026-11-22T00:00:00+00:00",
+        benchmark="ppo-cartpole",
+        params=params,
+        definition_hash="h",
+        metric=metric,
+        unit="s",
+        direction="lower",
+        samples=samples,
+        repeat=repeat,
+        seed=repeat,
+        meta=meta or {},
+        x=x,
+    )
 
 
 def synthetic(env_s: float, update_s: float, other_s: float) -> list[Record]:
     """One repeat of 11 iterations (10 steady) whose steady time splits as given (policy 0.1 s, advantage 0.01 s)."""
-    leaves = {"collect/env": env_s, "collect/policy": 0.1, "advantage": 0.01, "update/prepare": 0.0,
-              "update/forward": update_s / 2, "update/backward": update_s / 4, "update/optimizer": update_s / 4}  # fmt: skip
+    leaves = {
+        "collect/env": env_s,
+        "collect/policy": 0.1,
+        "advantage": 0.01,
+        "update/prepare": 0.0,
+        "update/forward": update_s / 2,
+        "update/backward": update_s / 4,
+        "update/optimizer": update_s / 4,
+    }
     steady = sum(leaves.values()) + other_s
-    recs = [_rec("train_s", [steady + 0.05]), _rec("warmup_s", [0.05]), _rec("iterations", [11.0]), _rec("env_steps", [11264.0]),
-            _rec("sps", [11264 / (steady + 0.05)]), _rec("timer/overhead_s", [0.0001]), _rec("timer/events", [1000.0]),
-            _rec("timer/boundary_us", [0.1]), _rec("timer/context_us", [1.0]), _rec("eval_return", [500.0, 480.0])]  # fmt: skip
+    recs = [
+        _rec("train_s", [steady + 0.05]),
+        _rec("warmup_s", [0.05]),
+        _rec("iterations", [11.0]),
+        _rec("env_steps", [11264.0]),
+        _rec("sps", [11264 / (steady + 0.05)]),
+        _rec("timer/overhead_s", [0.0001]),
+        _rec("timer/events", [1000.0]),
+        _rec("timer/boundary_us", [0.1]),
+        _rec("timer/context_us", [1.0]),
+        _rec("eval_return", [500.0, 480.0]),
+    ]
     for phase, s in leaves.items():
         recs.append(_rec(f"time/{phase}", [s], meta={"events": 1280 if phase.startswith("collect") else 80}))
     return recs
@@ -37,8 +65,11 @@ def test_findings_ranked_by_amdahl_bound() -> None:
     b = breakdown(d)
     assert b.steady_s == pytest.approx(1.71)
     found = findings(d, b)
-    assert [f.title for f in found][:3] == ["Environment stepping", "PPO update (forward, backward, optimizer)",
-                                           "Python/other (outside the leaf phases)"]  # fmt: skip
+    assert [f.title for f in found][:3] == [
+        "Environment stepping",
+        "PPO update (forward, backward, optimizer)",
+        "Python/other (outside the leaf phases)",
+    ]
     assert found[0].share == pytest.approx(1.0 / 1.71)
     assert found[0].bound == pytest.approx(1 / (1 - 1.0 / 1.71))
     assert all(a.bound >= b_.bound for a, b_ in zip(found, found[1:]))
@@ -55,12 +86,22 @@ def test_small_parts_trigger_nothing() -> None:
 
 def test_render_sections_and_consistency() -> None:
     text, charts = render(synthetic(env_s=0.5, update_s=1.0, other_s=0.1), "x-phases.png")
-    for heading in ("# rlbench bottleneck report", "## 1. End-to-end timing", "## 2. Phase breakdown", "## 3. Time by layer",
-                    "## 4. Learning outcome", "## 5. Bottlenecks and recommendations", "## 6. Timer overhead"):  # fmt: skip
+    for heading in (
+        "# rlbench bottleneck report",
+        "## 1. End-to-end timing",
+        "## 2. Phase breakdown",
+        "## 3. Time by layer",
+        "## 4. Learning outcome",
+        "## 5. Bottlenecks and recommendations",
+        "## 6. Timer overhead",
+    ):
         assert heading in text
     assert "![Share of steady-state time per phase](x-phases.png)" in text
-    layer_rows = re.findall(r"^\| (environment|policy inference|advantage|training update|Python/other) \| ([\d.]+) \| ([\d.]+)%",
-                            text, re.M)  # fmt: skip
+    layer_rows = re.findall(
+        r"^\| (environment|policy inference|advantage|training update|Python/other) \| ([\d.]+) \| ([\d.]+)%",
+        text,
+        re.MULTILINE,
+    )
     assert len(layer_rows) == 5
     assert sum(float(r[2]) for r in layer_rows) == pytest.approx(100.0, abs=0.3)
     bars = charts[0].bars
@@ -82,17 +123,19 @@ def test_select_run() -> None:
 
 
 def test_report_of_a_real_short_run(tmp_path: Path) -> None:
+    import torch
+
     from rlbench.algos.ppo import PPOConfig
     from rlbench.cli.report import write_report
     from rlbench.registry import get_spec
     from rlbench.runner import run_benchmark
-    import torch
-
     from rlbench.store import RunWriter, read_records
 
     writer = RunWriter(tmp_path)
     cfg = PPOConfig(total_steps=3072, eval_episodes=2)
-    outcome = run_benchmark(get_spec("ppo-cartpole"), cfg, writer, repeats=2, device=torch.device("cpu"), meta={"command": "test"})
+    outcome = run_benchmark(
+        get_spec("ppo-cartpole"), cfg, writer, repeats=2, device=torch.device("cpu"), meta={"command": "test"}
+    )
     assert outcome.repeats_done == 2 and outcome.error is None
     text = write_report(writer.path, tmp_path / "r.md")
     assert (tmp_path / "r-phases.png").stat().st_size > 1000

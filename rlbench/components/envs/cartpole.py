@@ -332,10 +332,43 @@ class NumpyCartPoleVecEnv:
             np.greater_equal(t, self._deadline, self._truncated)
         self._t = t
         (
-            sin_fn, cos_fn, theta, sin, cos, td_cos, squares, sin_squares, k_scale, scaled, a_, a_b, k_mass2, temp_b,
-            temp, c_temp, minuend, subtrahend, q, den, k_length, num, theta_acc, k_pml, tmp, k_mass,
-            vel_acc, k_tau, euler, pos_vel, obs_view, state_view, x_theta, abs_x_theta, k_limits, over,
-        ) = self._kernel  # fmt: skip
+            sin_fn,
+            cos_fn,
+            theta,
+            sin,
+            cos,
+            td_cos,
+            squares,
+            sin_squares,
+            k_scale,
+            scaled,
+            a_,
+            a_b,
+            k_mass2,
+            temp_b,
+            temp,
+            c_temp,
+            minuend,
+            subtrahend,
+            q,
+            den,
+            k_length,
+            num,
+            theta_acc,
+            k_pml,
+            tmp,
+            k_mass,
+            vel_acc,
+            k_tau,
+            euler,
+            pos_vel,
+            obs_view,
+            state_view,
+            x_theta,
+            abs_x_theta,
+            k_limits,
+            over,
+        ) = self._kernel
 
         # gymnasium's CartPoleEnv.step, operation for operation (x_acc overwrites cos at the end).
         sin_fn(theta, sin)
