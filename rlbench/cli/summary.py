@@ -28,7 +28,7 @@ def print_summary(summary: dict[str, Any]) -> None:
         s = get(f"time/{phase}")
         if s is not None and steady > 0:
             table.add_row(f"  {phase}", f"{fmt_s(s)}  ({100 * s / steady:.1f}%)")
-    table.add_row("Process wall (start-up to report)", fmt_s(get("process_wall_s")))
+    table.add_row("Wall, CLI start to report written", fmt_s(get("cli_wall_s")))
     console = Console()
     console.print(table)
     console.print(f"records: {summary['records']}\nreport:  {summary['report']}")

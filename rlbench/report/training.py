@@ -143,7 +143,7 @@ _SETTING_KEYS = (
 
 def _timing(d: RunData) -> list[str]:
     rows = [
-        ["Python start-up and imports", fmt_s(d.med("startup_s")), spread(d.summary("startup_s"), fmt_s)],
+        ["Start-up: imports and setup before the run", fmt_s(d.med("startup_s")), spread(d.summary("startup_s"), fmt_s)],
         ["Init (envs, networks, optimizer)", fmt_s(d.med("init_s")), spread(d.summary("init_s"), fmt_s)],
         ["Warm-up (first iteration)", fmt_s(d.med("warmup_s")), spread(d.summary("warmup_s"), fmt_s)],
         ["Training (warm-up included)", fmt_s(d.med("train_s")), spread(d.summary("train_s"), fmt_s)],
