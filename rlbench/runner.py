@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from rlbench.errors import RlbenchError
 from rlbench.fingerprint import fingerprint
 from rlbench.records import Record, definition_hash
 from rlbench.registry import BenchmarkSpec, Metric, RunContext
@@ -138,6 +139,8 @@ def run_benchmark(
         except KeyboardInterrupt:
             outcome.interrupted = True
             return outcome
+        except RlbenchError:  # the user's input, not a failing component: exit 2 with its message
+            raise
         except Exception as exc:
             outcome.error = f"repeat {k} (seed {getattr(cfg, 'seed', '?')}) raised {type(exc).__name__}: {exc}"
             outcome.error_log = _write_traceback(writer, exc)

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from rlbench.algos.ppo import PPOConfig, evaluate_policy, train_ppo
-from rlbench.components.envs import make_vec_env
 
 
 def _random_policy_return(episodes: int = 10) -> float:

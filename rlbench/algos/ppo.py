@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlbench.components import ppo_manual
 from rlbench.components.collectors import OnPolicyCollector
 from rlbench.components.envs import make_vec_env
 from rlbench.components.networks import ActorCritic, FusedActorCritic
@@ -73,6 +74,10 @@ class PPOConfig:
     seed: int = _help("random seed (envs, networks, sampling)", default=0)
     device: str = _help("torch device for the update: auto, cpu, cuda[:N] or mps", default="auto")
     inference: str = _help("rollout inference: auto (numpy on cpu, torch elsewhere), numpy or torch", default="auto")
+    gradients: str = _help(
+        "auto (hand-written PPO gradients where supported: fused network, discrete actions), manual or autograd",
+        default="auto",
+    )
     optimizer: str = _help(
         "Adam implementation: lean (rlbench's, same math, no torch.optim overhead) or torch", default="lean"
     )
@@ -110,6 +115,10 @@ class PPOConfig:
             raise UsageError(f"--activation must be tanh or relu, got {self.activation!r}")
         if self.init not in ("torch", "orthogonal"):
             raise UsageError(f"--init must be torch or orthogonal, got {self.init!r}")
+        if self.gradients not in ("auto", "manual", "autograd"):
+            raise UsageError(f"--gradients must be auto, manual or autograd, got {self.gradients!r}")
+        if self.gradients == "manual" and self.network != "fused":
+            raise UsageError("--gradients manual needs --network fused; use auto or autograd")
         if self.network not in ("fused", "separate"):
             raise UsageError(f"--network must be fused or separate, got {self.network!r}")
         if self.optimizer not in ("lean", "torch"):
@@ -227,7 +236,10 @@ def train_ppo(config: PPOConfig, device: torch.device | None = None, callback: C
         max_grad_norm=config.max_grad_norm,
         normalize_advantages=config.normalize_advantages,
         recompute_advantages=config.recompute_advantages,
+        gradients=config.gradients,
     )
+    if config.gradients == "manual" and not ppo_manual.supports(model):
+        raise UsageError(f"--gradients manual supports discrete actions only ({config.env} has {spec.kind} actions)")
     updater = PPOUpdate(model, optimizer, hp, rng, timer)
     collector.reset(config.seed)
     init_s = now() - t_init

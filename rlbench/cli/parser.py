@@ -17,6 +17,7 @@ CHOICES = {
     "inference": ("auto", "numpy", "torch"),
     "optimizer": ("lean", "torch"),
     "network": ("fused", "separate"),
+    "gradients": ("auto", "manual", "autograd"),
 }
 
 

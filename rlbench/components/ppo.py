@@ -1,10 +1,11 @@
 """The PPO update: clipped surrogate, value loss, entropy bonus, minibatch epochs, gradient clipping.
 
-:func:`ppo_loss` is the pure loss on one minibatch (tested against hand-computed values);
 :class:`PPOUpdate` runs epochs of shuffled minibatches over a rollout and times its nested phases
 (``update/prepare``, ``update/forward``, ``update/backward``, ``update/optimizer``) with the boundary
-clock. Diagnostics (approx-KL, clip fraction) are accumulated as tensors and read back once per update,
-so the loop adds no host-device synchronizations.
+clock. Gradients come from autograd over :func:`~rlbench.components.ppo_loss.ppo_loss`, or, for the fused
+network with discrete actions, from :mod:`~rlbench.components.ppo_manual` (same gradients, no autograd
+bookkeeping). Diagnostics (approx-KL, clip fraction) are accumulated as tensors and read back once per
+update, so the loop adds no host-device synchronizations.
 """
 
 from __future__ import annotations
@@ -14,87 +15,14 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from rlbench.components import ppo_manual
 from rlbench.components.advantages import gae_numpy
 from rlbench.components.collectors import RolloutStorage
 from rlbench.components.networks import ActorCritic, FusedActorCritic
 from rlbench.components.optim import clip_grad_norm
+from rlbench.components.ppo_loss import ppo_loss
 from rlbench.instrument.timers import NullTimer, PhaseTimer
-
-
-@dataclass(frozen=True)
-class PPOLossTerms:
-    """Every term of the PPO loss for one minibatch (scalar tensors; ``None`` where not computed)."""
-
-    loss: torch.Tensor
-    policy_loss: torch.Tensor
-    value_loss: torch.Tensor
-    entropy: torch.Tensor | None
-    approx_kl: torch.Tensor | None
-    clip_fraction: torch.Tensor | None
-
-
-def ppo_loss(
-    new_logprob: torch.Tensor,
-    old_logprob: torch.Tensor,
-    advantages: torch.Tensor,
-    new_value: torch.Tensor,
-    returns: torch.Tensor,
-    entropy: torch.Tensor | None,
-    clip_coef: float = 0.2,
-    vf_coef: float = 0.5,
-    ent_coef: float = 0.0,
-    normalize_advantages: bool = True,
-    diagnostics: bool = True,
-) -> PPOLossTerms:
-    """PPO-clip loss on one minibatch.
-
-    ``ratio = exp(new_logprob - old_logprob)``;
-    ``policy_loss = mean(max(-A * ratio, -A * clip(ratio, 1 - clip_coef, 1 + clip_coef)))``;
-    ``value_loss = 0.5 * mean((new_value - returns)^2)``;
-    ``loss = policy_loss + vf_coef * value_loss - ent_coef * mean(entropy)``.
-    With ``normalize_advantages``, ``A = (adv - mean(adv)) / (std(adv) + 1e-8)`` over the minibatch
-    (unbiased std, as SB3 and CleanRL). ``approx_kl = mean((ratio - 1) - log ratio)`` (Schulman's k3
-    estimator); ``clip_fraction = mean(|ratio - 1| > clip_coef)``.
-
-    Args:
-        new_logprob: Log-probs of the taken actions under the current policy, ``(B,)``.
-        old_logprob: Log-probs recorded at collection time, ``(B,)``.
-        advantages: Advantage estimates, ``(B,)``.
-        new_value: Current value predictions, ``(B,)``.
-        returns: Value targets (advantages + old values), ``(B,)``.
-        entropy: Per-sample policy entropy, ``(B,)``; may be ``None`` when ``ent_coef == 0``.
-        clip_coef: Surrogate clipping range ε.
-        vf_coef: Weight of the value loss.
-        ent_coef: Weight of the entropy bonus.
-        normalize_advantages: Standardize advantages within the minibatch.
-        diagnostics: Compute approx-KL and clip fraction (``None`` otherwise; skipping saves ops).
-
-    Returns:
-        The loss and its terms.
-    """
-    if ent_coef != 0.0 and entropy is None:
-        raise ValueError("ent_coef != 0 needs the entropy")
-    if normalize_advantages and advantages.numel() > 1:
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    # written for few ops (each op costs more than its arithmetic at these sizes): one negation,
-    # the clipped surrogate as max(-A r, -A clip(r)), and a fused mse_loss for the value term
-    neg_adv = -advantages
-    log_ratio = new_logprob - old_logprob
-    ratio = log_ratio.exp()
-    policy_loss = torch.max(neg_adv * ratio, neg_adv * ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef)).mean()
-    value_loss = F.mse_loss(new_value, returns) * 0.5
-    loss = policy_loss + vf_coef * value_loss
-    entropy_mean = entropy.mean() if entropy is not None else None
-    if ent_coef != 0.0:
-        loss = loss - ent_coef * entropy_mean
-    approx_kl = clip_fraction = None
-    if diagnostics:
-        with torch.no_grad():
-            approx_kl = ((ratio - 1.0) - log_ratio).mean()
-            clip_fraction = ((ratio - 1.0).abs() > clip_coef).float().mean()
-    return PPOLossTerms(loss, policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction)
 
 
 @dataclass
@@ -111,6 +39,7 @@ class PPOHyperparams:
     max_grad_norm: float = 0.5
     normalize_advantages: bool = True
     recompute_advantages: bool = False
+    gradients: str = "auto"
 
 
 class PPOUpdate:
@@ -141,6 +70,11 @@ class PPOUpdate:
         self.device = next(model.parameters()).device
         self.params = [p for p in model.parameters() if p.requires_grad]
         self._advantages: np.ndarray | None = None
+        if hp.gradients not in ("auto", "manual", "autograd"):
+            raise ValueError(f"gradients must be auto, manual or autograd, got {hp.gradients!r}")
+        if hp.gradients == "manual" and not ppo_manual.supports(model):
+            raise ValueError("manual gradients need the fused network with discrete actions (tanh or relu)")
+        self.manual = hp.gradients == "manual" or (hp.gradients == "auto" and ppo_manual.supports(model))
 
     def advantages(
         self, st: RolloutStorage, values: np.ndarray | None = None, last_value: np.ndarray | None = None
@@ -208,23 +142,20 @@ class PPOUpdate:
             t_prepare += now() - t0
             for k in range(n_mb):
                 t0 = now()
-                new_logp, entropy, new_value = model.evaluate(mb_obs[k], mb_act[k], with_entropy=want_entropy or last_epoch)
-                terms = ppo_loss(
-                    new_logp,
-                    mb_logp[k],
-                    mb_adv[k],
-                    new_value,
-                    mb_ret[k],
-                    entropy,
-                    hp.clip_coef,
-                    hp.vf_coef,
-                    hp.ent_coef,
-                    normalize_advantages=False,
-                    diagnostics=last_epoch,
-                )
-                t1 = now()
-                opt.zero_grad()
-                terms.loss.backward()
+                if self.manual:
+                    cache = ppo_manual.forward(model, mb_obs[k], mb_act[k], mb_logp[k], mb_adv[k], mb_ret[k], hp.clip_coef,
+                                               hp.vf_coef, hp.ent_coef, diagnostics=last_epoch)  # fmt: skip
+                    terms = cache.terms
+                    t1 = now()
+                    ppo_manual.backward(model, cache)  # assigns every .grad: nothing to zero first
+                else:
+                    with_entropy = want_entropy or last_epoch
+                    new_logp, entropy, new_value = model.evaluate(mb_obs[k], mb_act[k], with_entropy=with_entropy)
+                    terms = ppo_loss(new_logp, mb_logp[k], mb_adv[k], new_value, mb_ret[k], entropy, hp.clip_coef, hp.vf_coef,
+                                     hp.ent_coef, normalize_advantages=False, diagnostics=last_epoch)  # fmt: skip
+                    t1 = now()
+                    opt.zero_grad()
+                    terms.loss.backward()
                 t2 = now()
                 clip_grad_norm(self.params, hp.max_grad_norm)
                 opt.step()
