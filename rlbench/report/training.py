@@ -346,9 +346,7 @@ def findings(d: RunData, b: Breakdown) -> list[Finding]:
                 f"per minibatch step; per minibatch of {mb} samples, forward "
                 f"{fmt(upd['forward'] / n_mb * 1e6, 0)} µs, backward {fmt(upd['backward'] / n_mb * 1e6, 0)} µs, optimizer "
                 f"{fmt(upd['optimizer'] / n_mb * 1e6, 0)} µs ({n_mb:,} minibatch steps); the largest part is `{worst}`.",
-                "At these sizes each op costs dispatch more than arithmetic: fewer, larger minibatches or fused networks "
-                "cut ops per "
-                "sample; `--threads` trades per-op parallelism against contention on shared cores.",
+                _update_action(p),
             )
         )
     adv_s = b.leaf_s.get("advantage", 0.0)
@@ -393,6 +391,22 @@ def findings(d: RunData, b: Breakdown) -> list[Finding]:
             )
         )
     return sorted(out, key=lambda f: f.bound, reverse=True)
+
+
+def _update_action(p: dict) -> str:
+    """What to try on the update, given the variants this run already used."""
+    tips = []
+    if p.get("network", "fused") != "fused":
+        tips.append("`--network fused` runs actor and critic as one batched matmul per layer (half the ops)")
+    elif p.get("gradients", "auto") == "autograd":
+        tips.append("`--gradients manual` computes the same gradients without autograd's per-op bookkeeping")
+    if p.get("optimizer", "lean") != "lean":
+        tips.append("`--optimizer lean` skips torch.optim's per-step Python overhead")
+    tips.append("fewer, larger minibatches amortize per-op cost (a hyperparameter change: compare learning too)")
+    if p.get("threads", 1) == 1:
+        tips.append("`--threads 2` can speed up the larger matmuls when the second core is idle, and slows them badly "
+                    "when it is not: measure both")  # fmt: skip
+    return "; ".join(tips) + "."
 
 
 def _bottlenecks(d: RunData, b: Breakdown) -> list[str]:
