@@ -20,7 +20,7 @@ from rlbench.components import ppo_manual
 from rlbench.components.collectors import OnPolicyCollector
 from rlbench.components.envs import make_vec_env
 from rlbench.components.networks import ActorCritic, FusedActorCritic
-from rlbench.components.optim import LeanAdam
+from rlbench.components.optim import LeanAdam, flatten_parameters
 from rlbench.components.policies import POLICY_BACKENDS
 from rlbench.components.ppo import PPOHyperparams, PPOUpdate
 from rlbench.errors import UsageError
@@ -221,7 +221,7 @@ def train_ppo(config: PPOConfig, device: torch.device | None = None, callback: C
     if config.network == "fused":
         model = FusedActorCritic(model)
     model = model.to(device)
-    optimizer = make_adam(model, config)
+    optimizer = make_adam(model, config, device)
     backend = config.inference if config.inference != "auto" else ("numpy" if device.type == "cpu" else "torch")
     policy = POLICY_BACKENDS[backend](model, seed=config.seed)
     collector = OnPolicyCollector(env, policy, config.rollout_steps, config.gamma, timer, spec.low, spec.high)
@@ -313,10 +313,16 @@ def train_ppo(config: PPOConfig, device: torch.device | None = None, callback: C
     return result
 
 
-def make_adam(model: torch.nn.Module, config: PPOConfig) -> Any:
-    """The configured Adam: :class:`LeanAdam`, or ``torch.optim.Adam`` (fused on CPU/CUDA, else foreach)."""
+def make_adam(model: torch.nn.Module, config: PPOConfig, device: torch.device) -> Any:
+    """The configured Adam: :class:`LeanAdam`, or ``torch.optim.Adam`` (fused on CPU/CUDA, else foreach).
+
+    With hand-written gradients (which are written in place), :class:`LeanAdam` runs on one flat copy
+    of all parameters (:func:`flatten_parameters`): one norm to clip, one fused Adam call per step.
+    """
     if config.optimizer == "lean":
-        return LeanAdam(model.parameters(), lr=config.lr, eps=config.adam_eps)
-    device = next(model.parameters()).device
+        params = list(model.parameters())
+        if config.gradients != "autograd" and ppo_manual.supports(model):
+            params = [flatten_parameters(params)]
+        return LeanAdam(params, lr=config.lr, eps=config.adam_eps)
     kind = {"fused": True} if device.type in ("cpu", "cuda") else {"foreach": True}
     return torch.optim.Adam(model.parameters(), lr=config.lr, eps=config.adam_eps, **kind)

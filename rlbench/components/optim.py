@@ -104,6 +104,31 @@ def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> torch.T
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return torch.zeros(())
+    if len(grads) == 1:  # one (flattened) tensor: a single norm
+        total = torch.linalg.vector_norm(grads[0])
+        grads[0].mul_((max_norm / (total + 1e-6)).clamp_(max=1.0))
+        return total
     total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     torch._foreach_mul_(grads, (max_norm / (total + 1e-6)).clamp_(max=1.0))
     return total
+
+
+def flatten_parameters(params: list[torch.nn.Parameter]) -> torch.nn.Parameter:
+    """Move ``params`` into one contiguous buffer, and their gradients into another; return the whole.
+
+    Afterwards each parameter's data is a view of the returned flat parameter and its ``.grad`` a view of
+    the flat parameter's ``.grad``: gradients written *in place* into ``p.grad`` (as
+    :func:`rlbench.components.ppo_manual.backward` does) land in one tensor, so gradient clipping is
+    one norm and Adam one fused call on one tensor instead of a loop over every parameter.
+    Anything that replaces ``p.grad`` (``zero_grad(set_to_none=True)``, autograd on a fresh graph
+    without existing grads) breaks the link; use it only with in-place gradient writers.
+    """
+    flat = torch.nn.Parameter(torch.cat([p.detach().reshape(-1) for p in params]))
+    flat.grad = torch.zeros_like(flat)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.data = flat.data[offset : offset + n].view_as(p)
+        p.grad = flat.grad[offset : offset + n].view_as(p)
+        offset += n
+    return flat

@@ -69,6 +69,8 @@ class PPOUpdate:
         self.timer = timer if timer is not None else NullTimer()
         self.device = next(model.parameters()).device
         self.params = [p for p in model.parameters() if p.requires_grad]
+        # clip what the optimizer steps: one flat tensor when the parameters were flattened
+        self.clip_params = list(getattr(optimizer, "params", self.params))
         self._advantages: np.ndarray | None = None
         if hp.gradients not in ("auto", "manual", "autograd"):
             raise ValueError(f"gradients must be auto, manual or autograd, got {hp.gradients!r}")
@@ -94,12 +96,45 @@ class PPOUpdate:
         n_rows = shape[0] * shape[1]
         return both[:n_rows].reshape(shape), both[n_rows:]
 
+    def _minibatches(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        old_logp: torch.Tensor,
+        values: np.ndarray,
+        epochs: int,
+        n_mb: int,
+        mb_size: int,
+    ) -> tuple[torch.Tensor, ...]:
+        """Shuffled minibatches of ``epochs`` epochs: obs, actions, old log-probs, returns, advantages."""
+        assert self._advantages is not None, "call advantages() before update()"
+        dev = self.device
+        batch = obs.shape[0]
+        used = n_mb * mb_size
+        adv = torch.from_numpy(self._advantages.reshape(batch)).to(dev)
+        ret = adv + torch.from_numpy(np.ascontiguousarray(values).reshape(batch)).to(dev)
+        perm = np.concatenate([self.rng.permutation(batch)[:used] for _ in range(epochs)])
+        idx = torch.from_numpy(perm).to(dev)
+        rows = epochs * n_mb
+        mb_adv = adv[idx].view(rows, mb_size)
+        if self.hp.normalize_advantages and mb_size > 1:
+            std, mean = torch.std_mean(mb_adv, dim=1, keepdim=True)
+            mb_adv = (mb_adv - mean) / (std + 1e-8)
+        return (
+            obs[idx].view(rows, mb_size, *obs.shape[1:]),
+            actions[idx].view(rows, mb_size, *actions.shape[1:]),
+            old_logp[idx].view(rows, mb_size),
+            ret[idx].view(rows, mb_size),
+            mb_adv,
+        )
+
     def update(self, st: RolloutStorage) -> dict[str, float]:
         """Run the epochs over ``st`` (call :meth:`advantages` first); returns diagnostics of the last epoch.
 
-        Each epoch gathers the shuffled rollout once into ``(minibatches, size, ...)`` tensors and
-        standardizes advantages per minibatch in one vectorized op, so a minibatch step is only the
-        network forward, the loss, backward and the optimizer. Diagnostics (losses, entropy,
+        The shuffled minibatches of all epochs are gathered at once into ``(epochs * minibatches, size,
+        ...)`` tensors with advantages standardized per minibatch in one vectorized op (per epoch when
+        advantages are recomputed every epoch), so a minibatch step is only the network forward, the
+        loss, backward and the optimizer. Diagnostics (losses, entropy,
         approx-KL, clip fraction) are computed in the last epoch only, without gradients, and read
         back once.
         """
@@ -116,31 +151,25 @@ class PPOUpdate:
         values = st.values
         n_mb = hp.minibatches
         mb_size = batch // n_mb
-        used = mb_size * n_mb
         want_entropy = hp.ent_coef != 0.0
         stats: list[torch.Tensor] = []
         t_prepare += now() - t_start
+        batches = None
         for epoch in range(hp.epochs):
             t0 = now()
             if epoch > 0 and hp.recompute_advantages:
                 last_obs = torch.from_numpy(st.last_obs).to(dev)
                 values, last_value = self._fresh_values(obs, last_obs, shape)
                 self.advantages(st, values, last_value)
-            assert self._advantages is not None, "call advantages() before update()"
-            adv_all = torch.from_numpy(self._advantages.reshape(batch)).to(dev)
-            ret_all = adv_all + torch.from_numpy(np.ascontiguousarray(values).reshape(batch)).to(dev)
-            perm = torch.from_numpy(self.rng.permutation(batch)[:used]).to(dev)
-            mb_obs = obs[perm].view(n_mb, mb_size, *obs.shape[1:])
-            mb_act = actions[perm].view(n_mb, mb_size, *actions.shape[1:])
-            mb_logp = old_logp[perm].view(n_mb, mb_size)
-            mb_ret = ret_all[perm].view(n_mb, mb_size)
-            mb_adv = adv_all[perm].view(n_mb, mb_size)
-            if hp.normalize_advantages and mb_size > 1:
-                std, mean = torch.std_mean(mb_adv, dim=1, keepdim=True)
-                mb_adv = (mb_adv - mean) / (std + 1e-8)
+                batches = None
+            if batches is None:  # all remaining epochs at once, unless advantages change every epoch
+                epochs_now = 1 if hp.recompute_advantages else hp.epochs
+                batches = self._minibatches(obs, actions, old_logp, values, epochs_now, n_mb, mb_size)
+                first = epoch * n_mb
+            mb_obs, mb_act, mb_logp, mb_ret, mb_adv = batches
             last_epoch = epoch == hp.epochs - 1
             t_prepare += now() - t0
-            for k in range(n_mb):
+            for k in range(epoch * n_mb - first, (epoch + 1) * n_mb - first):
                 t0 = now()
                 if self.manual:
                     cache = ppo_manual.forward(model, mb_obs[k], mb_act[k], mb_logp[k], mb_adv[k], mb_ret[k], hp.clip_coef,
@@ -157,7 +186,7 @@ class PPOUpdate:
                     opt.zero_grad()
                     terms.loss.backward()
                 t2 = now()
-                clip_grad_norm(self.params, hp.max_grad_norm)
+                clip_grad_norm(self.clip_params, hp.max_grad_norm)
                 opt.step()
                 t3 = now()
                 t_forward += t1 - t0
@@ -180,7 +209,7 @@ class PPOUpdate:
         t_end = now()
         t_prepare += t_end - t0
         steps = hp.epochs * n_mb
-        timer.add("update/prepare", t_prepare, hp.epochs + 2)
+        timer.add("update/prepare", t_prepare, hp.epochs + 2)  # one interval per epoch plus the two ends
         timer.add("update/forward", t_forward, steps)
         timer.add("update/backward", t_backward, steps)
         timer.add("update/optimizer", t_optim, steps)

@@ -119,15 +119,24 @@ def forward(
 
 @torch.no_grad()
 def backward(model: FusedActorCritic, cache: ForwardCache) -> None:
-    """Propagate the output gradient through the layers and store it in each parameter's ``.grad``."""
+    """Propagate the output gradient through the layers and store it in each parameter's ``.grad``.
+
+    Where a parameter already has a ``.grad`` tensor (e.g. a view into a flat gradient buffer, see
+    :func:`rlbench.components.optim.flatten_parameters`), the gradient is written into it in place;
+    otherwise a new tensor is assigned. Either way the previous content is overwritten, not accumulated.
+    """
     g = cache.grad_out
     tanh = model.activation == "tanh"
     for i in range(len(model.weights) - 1, -1, -1):
-        w = model.weights[i]
+        w, b = model.weights[i], model.biases[i]
         x = cache.inputs[i]
-        grad_w = torch.matmul(x.t(), g) if i == 0 else torch.bmm(x.transpose(1, 2), g)  # layer 0 shares its input
-        model.weights[i].grad = grad_w
-        model.biases[i].grad = g.sum(1, keepdim=True)
+        x_t = x.t() if i == 0 else x.transpose(1, 2)  # layer 0's input is shared by actor and critic
+        if w.grad is None:
+            w.grad = torch.matmul(x_t, g)
+            b.grad = g.sum(1, keepdim=True)
+        else:
+            torch.matmul(x_t, g, out=w.grad)
+            torch.sum(g, 1, keepdim=True, out=b.grad)
         if i > 0:
             g = torch.bmm(g, w.transpose(1, 2))
             g = g.mul_(1.0 - x.square()) if tanh else g.mul_(x > 0)

@@ -65,3 +65,21 @@ def test_clip_grad_norm_matches_torch(max_norm: float) -> None:
         torch.testing.assert_close(pb.grad, pa.grad)
     clipped = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in b.parameters()]))
     assert clipped <= max_norm * (1 + 1e-5) or max_norm > norm_ref
+
+
+def test_flatten_parameters_shares_storage() -> None:
+    from rlbench.components.optim import flatten_parameters
+
+    net = _net()
+    before = [p.detach().clone() for p in net.parameters()]
+    flat = flatten_parameters(list(net.parameters()))
+    assert flat.numel() == sum(p.numel() for p in before)
+    for p, b in zip(net.parameters(), before):
+        assert torch.equal(p, b)  # same values after the move
+    with torch.no_grad():
+        flat.add_(1.0)  # an update of the flat tensor is seen through every parameter
+    for p, b in zip(net.parameters(), before):
+        assert torch.equal(p, b + 1.0)
+    first = next(net.parameters())
+    first.grad.fill_(2.0)  # and gradients written in place land in the flat gradient
+    assert flat.grad[: first.numel()].eq(2.0).all() and flat.grad[first.numel() :].eq(0.0).all()

@@ -51,11 +51,11 @@ def test_manual_gradients_equal_autograd(hidden: tuple[int, ...], activation: st
 def test_manual_update_matches_autograd_update() -> None:
     """Whole PPOUpdate: the same parameters after an update, manual vs autograd gradients."""
     from rlbench.components.collectors import RolloutStorage
-    from rlbench.components.optim import LeanAdam
+    from rlbench.components.optim import LeanAdam, flatten_parameters
     from rlbench.components.ppo import PPOHyperparams, PPOUpdate
 
     results = []
-    for gradients in ("autograd", "manual"):
+    for gradients, flat in (("autograd", False), ("manual", False), ("manual", True)):
         model, *_ = _setup((64, 64), "tanh", n_actions=2)
         rng = np.random.default_rng(0)
         st = RolloutStorage.allocate(16, 4, (5,), ())
@@ -66,14 +66,16 @@ def test_manual_update_matches_autograd_update() -> None:
         st.rewards[:] = 1.0
         st.dones[:] = rng.random(st.dones.shape) < 0.1
         hp = PPOHyperparams(epochs=2, minibatches=2, gradients=gradients)
-        upd = PPOUpdate(model, LeanAdam(model.parameters(), lr=1e-2), hp, np.random.default_rng(1))
+        params = [flatten_parameters(list(model.parameters()))] if flat else model.parameters()
+        upd = PPOUpdate(model, LeanAdam(params, lr=1e-2), hp, np.random.default_rng(1))
         upd.advantages(st)
         diag = upd.update(st)
         results.append(([p.detach().clone() for p in model.parameters()], diag))
-    for a, b in zip(results[0][0], results[1][0]):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
-    for key in results[0][1]:
-        assert results[1][1][key] == pytest.approx(results[0][1][key], rel=1e-4, abs=1e-6)
+    for other in results[1:]:
+        for a, b in zip(results[0][0], other[0]):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+        for key in results[0][1]:
+            assert other[1][key] == pytest.approx(results[0][1][key], rel=1e-4, abs=1e-6)
 
 
 def test_supports() -> None:
