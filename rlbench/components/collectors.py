@@ -60,7 +60,11 @@ class RolloutStorage:
 
 
 class EpisodeTracker:
-    """Running returns and lengths per env; finished episodes land in ``returns``/``lengths``/``end_steps``."""
+    """Running returns and lengths per env; finished episodes land in ``returns``/``lengths``/``end_steps``.
+
+    Updated once per rollout from the stored rewards and done flags (not per step), so the per-step
+    loop carries no bookkeeping.
+    """
 
     def __init__(self, num_envs: int) -> None:
         self.running_return = np.zeros(num_envs, dtype=np.float64)
@@ -69,17 +73,29 @@ class EpisodeTracker:
         self.lengths: list[int] = []
         self.end_steps: list[int] = []
 
-    def update(self, rewards: np.ndarray, done: np.ndarray, env_steps: int) -> None:
-        """Add one step's raw rewards; close the episodes flagged in ``done`` at global step ``env_steps``."""
-        self.running_return += rewards
-        self.running_length += 1
-        if done.any():
-            idx = np.flatnonzero(done)
-            self.returns.extend(self.running_return[idx].tolist())
-            self.lengths.extend(self.running_length[idx].tolist())
-            self.end_steps.extend([env_steps] * len(idx))
-            self.running_return[idx] = 0.0
-            self.running_length[idx] = 0
+    def add_rollout(self, rewards: np.ndarray, dones: np.ndarray, start_steps: int) -> None:
+        """Account a rollout of raw ``rewards`` and ``dones``, both ``(T, N)``, that began at global step ``start_steps``.
+
+        An episode ending at step ``t`` is stamped with the global step count after that step,
+        ``start_steps + (t + 1) * N``; episodes ending at the same step are listed in env order.
+        """
+        steps, n = rewards.shape
+        cum = np.cumsum(rewards, axis=0, dtype=np.float64)
+        ends_t, ends_i = np.nonzero(dones)
+        carry_ret, carry_len = self.running_return, self.running_length
+        prev_cum = np.zeros(n)
+        prev_t = np.full(n, -1, dtype=np.int64)
+        for t, i in zip(ends_t.tolist(), ends_i.tolist()):
+            c = float(cum[t, i])
+            self.returns.append(float(carry_ret[i]) + c - float(prev_cum[i]))
+            self.lengths.append(int(carry_len[i]) + t - int(prev_t[i]))
+            self.end_steps.append(start_steps + (t + 1) * n)
+            carry_ret[i] = 0.0
+            carry_len[i] = 0
+            prev_cum[i] = c
+            prev_t[i] = t
+        carry_ret += cum[-1] - prev_cum
+        carry_len += steps - 1 - prev_t
 
 
 class OnPolicyCollector:
@@ -132,6 +148,8 @@ class OnPolicyCollector:
         now = timer.now
         n = env.num_envs
         t_policy = t_env = 0.0
+        start_steps = self.env_steps
+        truncations = []  # (t, env indices, final observations): bootstrapped after episode accounting
         obs = self._obs
         t_start = now()
         for t in range(self.steps):
@@ -146,19 +164,19 @@ class OnPolicyCollector:
             st.actions[t] = actions
             st.logprobs[t] = logp
             st.values[t] = value
-            reward = st.rewards[t]
-            reward[:] = result.reward
-            done = st.dones[t]
-            np.logical_or(result.terminated, result.truncated, out=done)
-            self.env_steps += n
-            episodes.update(result.reward, done, self.env_steps)
+            st.rewards[t] = result.reward
+            np.logical_or(result.terminated, result.truncated, out=st.dones[t])
             if result.truncated.any():
                 idx = np.flatnonzero(result.truncated & ~result.terminated)
                 if idx.size:
                     t0 = now()
-                    reward[idx] += self.gamma * policy.value(result.final_obs[idx])
+                    truncations.append((t, idx, policy.value(result.final_obs[idx])))
                     t_policy += now() - t0
             obs = result.obs
+        self.env_steps += self.steps * n
+        episodes.add_rollout(st.rewards, st.dones, start_steps)
+        for t, idx, final_values in truncations:
+            st.rewards[t, idx] += self.gamma * final_values
         st.last_obs[:] = obs
         self._obs = st.last_obs.copy()
         t0 = now()

@@ -81,3 +81,32 @@ def test_collect_requires_reset() -> None:
     c = OnPolicyCollector(CountingEnv([2], [False]), LinearValuePolicy(), steps=2, gamma=0.9)
     with pytest.raises(RuntimeError, match="reset"):
         c.collect()
+
+
+def test_episode_tracker_matches_per_step_reference() -> None:
+    """Rollout-at-once accounting equals stepping through rewards one step at a time, across rollouts."""
+    from rlbench.components.collectors import EpisodeTracker
+
+    rng = np.random.default_rng(0)
+    n, steps = 5, 40
+    tracker = EpisodeTracker(n)
+    ref_running, ref_len = np.zeros(n), np.zeros(n, dtype=int)
+    ref: list[tuple[float, int, int]] = []
+    total = 0
+    for _ in range(4):
+        rewards = rng.standard_normal((steps, n)).astype(np.float32)
+        dones = rng.random((steps, n)) < 0.08
+        tracker.add_rollout(rewards, dones, total)
+        for t in range(steps):
+            total += n
+            ref_running += rewards[t]
+            ref_len += 1
+            for i in np.flatnonzero(dones[t]):
+                ref.append((ref_running[i], ref_len[i], total))
+                ref_running[i], ref_len[i] = 0.0, 0
+    assert len(ref) > 20
+    np.testing.assert_allclose(tracker.returns, [r[0] for r in ref], rtol=1e-5, atol=1e-5)
+    assert tracker.lengths == [r[1] for r in ref]
+    assert tracker.end_steps == [r[2] for r in ref]
+    np.testing.assert_allclose(tracker.running_return, ref_running, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(tracker.running_length, ref_len)
