@@ -64,6 +64,7 @@ class TrainingProgress:
                 TextColumn("{task.fields[ret]}"),
                 TimeElapsedColumn(),
                 console=Console(stderr=True),
+                refresh_per_second=4,  # the refresh thread takes the GIL from training: keep it rare
                 transient=False,
             )
             self.progress.start()
