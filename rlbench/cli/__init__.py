@@ -48,6 +48,36 @@ def build_parser() -> Parser:
         help="markdown file to write (default: the records file with .md; '-' prints to stdout)",
     )
     p_report.add_argument("--no-chart", action="store_true", help="skip the PNG chart")
+
+    from rlbench.cli.compare import add_side_arguments
+
+    p_cmp = sub.add_parser("compare", help="compare two runs: ratio of medians with 95%% CI and a verdict per case")
+    add_side_arguments(p_cmp)
+    p_cmp.add_argument(
+        "--min-effect",
+        type=float,
+        default=0.05,
+        metavar="F",
+        help="smallest relative change that earns a verdict, as a fraction (default: 0.05)",
+    )
+    p_cmp.add_argument("--metric", action="append", metavar="NAME", help="compare only this metric (repeatable)")
+    p_cmp.add_argument("--report", metavar="PATH", help="also write a markdown comparison report")
+    p_gate = sub.add_parser("gate", help="fail (exit 1) on significant regressions beyond thresholds; exit 2 on bad data")
+    add_side_arguments(p_gate)
+    p_gate.add_argument(
+        "--fail",
+        action="append",
+        metavar="METRIC:PCT%",
+        help="fail if METRIC is significantly worse by more than PCT%% (repeatable), e.g. sps:5%% time/update:10%%",
+    )
+    p_gate.add_argument(
+        "--learning-drop",
+        default="10%",
+        metavar="PCT%",
+        help="also fail if eval_return's median dropped significantly by more than this (default: 10%%)",
+    )
+    p_gate.add_argument("--no-learning-check", action="store_true", help="do not gate on eval_return")
+    p_gate.add_argument("--summary", metavar="PATH", help="write the markdown table to PATH (e.g. $GITHUB_STEP_SUMMARY)")
     return parser
 
 
@@ -78,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             from rlbench.cli.report import report_command
 
             return report_command(args)
+        if args.command in ("compare", "gate"):
+            from rlbench.cli.compare import compare_command, gate_command
+
+            return compare_command(args) if args.command == "compare" else gate_command(args)
         parser.print_help()
         return 0
     except RlbenchError as exc:

@@ -1,0 +1,138 @@
+"""``rlbench compare`` and ``rlbench gate``: read two sides, compare, render, exit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rlbench.errors import DataError, UsageError
+from rlbench.records import Record
+
+
+def add_side_arguments(p: argparse.ArgumentParser) -> None:
+    """BASE, CAND and the options both commands share."""
+    p.add_argument("base", help="baseline: a records file, a store directory (its latest run) or a run id in --store")
+    p.add_argument("cand", help="candidate: same forms as BASE")
+    p.add_argument("--store", default=".rlbench", help="store where run ids are looked up (default: .rlbench)")
+    p.add_argument(
+        "--allow-mismatch",
+        action="store_true",
+        help="compare even records from different machines, software or benchmark definitions (flagged on top)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of tables")
+    p.add_argument("--ignore-param", action="append", default=[], metavar="NAME",
+                   help="leave this parameter out when matching cases, to compare variants (repeatable): init")  # fmt: skip
+
+
+def load_side(spec: str, store: str) -> list[Record]:
+    """Records of one run: from a file, the latest run of a directory, or a run id (prefix) in ``store``."""
+    from rlbench.report.data import select_run
+    from rlbench.store import read_records
+
+    path = Path(spec)
+    if path.exists():
+        return select_run(read_records(path))
+    if not Path(store).is_dir():
+        raise DataError(f"{spec!r} is neither a file nor a directory, and there is no store {store!r} to look it up in")
+    return select_run(read_records(store), spec)
+
+
+def load_pair(args: argparse.Namespace) -> tuple[list[Record], list[Record], list[str]]:
+    """Both sides, plus the notes to print on top; refuses mismatched records unless allowed."""
+    from rlbench.compare import mismatches
+
+    base, cand = load_side(args.base, args.store), load_side(args.cand, args.store)
+    diffs = mismatches(base, cand)
+    if diffs and not args.allow_mismatch:
+        raise DataError(
+            "refusing to compare records that differ in " + "; ".join(diffs) + " (pass --allow-mismatch to compare anyway)"
+        )
+    notes = [f"MISMATCH (compared anyway, --allow-mismatch): {d}" for d in diffs]
+    return base, cand, notes
+
+
+def _fmt(v: float) -> str:
+    if v != v:
+        return "–"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
+def comparison_markdown(results: list, base: list[Record], cand: list[Record], notes: list[str], min_effect: float) -> str:
+    """The comparison report: one row per case."""
+    lines = ["# rlbench comparison", ""]
+    lines += [f"> **{n}**" for n in notes]
+    lines += [
+        "",
+        f"Baseline run `{base[0].run_id}` vs candidate run `{cand[0].run_id}`. Ratio = candidate median / baseline median; "
+        f"95% bootstrap interval; a verdict needs a significant change of at least {100 * min_effect:g}%.",
+        "",
+        "| Benchmark | Metric | Baseline | Candidate | Ratio | 95% CI | n | Verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        c = r.case
+        n = f"{r.n_base}/{r.n_cand}" + (" paired" if r.paired else "")
+        lines.append(f"| {c.benchmark} | `{c.metric}` ({c.unit}) | {_fmt(r.base_median)} | {_fmt(r.cand_median)} | "
+                     f"{_fmt(r.ratio)} | [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}] | {n} | {r.verdict} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    """Compare two runs; print a table, write ``--report``, or print ``--json``."""
+    from rlbench.compare import compare
+
+    if not 0.0 <= args.min_effect < 1.0:
+        raise UsageError(f"--min-effect must be a fraction in [0, 1), got {args.min_effect}")
+    base, cand, notes = load_pair(args)
+    metrics = args.metric or None
+    results = compare(base, cand, min_effect=args.min_effect, metrics=metrics, ignore_params=tuple(args.ignore_param))
+    if not results:
+        raise DataError("no case (benchmark, parameters, metric) is present on both sides: nothing to compare")
+    if args.report:
+        Path(args.report).write_text(comparison_markdown(results, base, cand, notes, args.min_effect), encoding="utf-8")
+    if args.json:
+        print(json.dumps({"notes": notes, "cases": [r.to_dict() for r in results], "report": args.report}))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for n in notes:
+        console.print(f"[bold red]{n}[/]")
+    table = Table(title=f"{base[0].run_id} → {cand[0].run_id}")
+    for col in ("Metric", "Baseline", "Candidate", "Ratio", "95% CI", "Verdict"):
+        table.add_column(col, justify="left" if col in ("Metric", "Verdict") else "right")
+    colors = {"faster": "green", "better": "green", "slower": "red", "worse": "red"}
+    for r in results:
+        color = colors.get(r.verdict, "")
+        verdict = f"[{color}]{r.verdict}[/]" if color else r.verdict
+        table.add_row(r.case.metric, _fmt(r.base_median), _fmt(r.cand_median), _fmt(r.ratio),
+                      f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]", verdict)  # fmt: skip
+    console.print(table)
+    if args.report:
+        console.print(f"report: {args.report}")
+    return 0
+
+
+def gate_command(args: argparse.Namespace) -> int:
+    """Gate a candidate against a baseline: exit 0 pass, 1 regression, 2 error."""
+    from rlbench.gate import Threshold, evaluate, markdown
+
+    if not args.fail:
+        raise UsageError("no threshold: give at least one --fail METRIC:PERCENT%, e.g. --fail sps:5%")
+    thresholds = [Threshold.parse(t) for t in args.fail]
+    drop = None if args.no_learning_check else Threshold.parse(f"eval_return:{args.learning_drop}").fraction
+    base, cand, notes = load_pair(args)
+    outcome = evaluate(base, cand, thresholds, learning_drop=drop, ignore_params=tuple(args.ignore_param))
+    text = markdown(outcome, notes)
+    if args.summary:
+        Path(args.summary).write_text(text, encoding="utf-8")
+    if args.json:
+        print(json.dumps({"exit_code": outcome.exit_code, "notes": notes, "checks": [
+            {"metric": c.threshold.metric, "limit": c.threshold.fraction, "failed": c.failed, "reason": c.reason,
+             **c.result.to_dict()} for c in outcome.checks]}))  # fmt: skip
+    else:
+        sys.stdout.write(text)
+    return outcome.exit_code

@@ -1,0 +1,158 @@
+"""The CI gate: thresholds on compared metrics -> pass (0), regression (1), error (2).
+
+A threshold ``metric:X%`` fails when the candidate is worse than the baseline by more than ``X%``
+*and* the 95% interval of the ratio lies entirely on the worse side of 1 (significance); the
+direction (higher or lower is better) comes from the records. ``metric:0%`` suits noise-free
+counters: any significant change for the worse fails. A gate never passes because nothing was
+measured: a threshold whose metric is missing on either side, or has no samples, is an error.
+
+Speed never buys learning: when both sides recorded ``eval_return``, the gate also fails a candidate
+whose median return dropped by more than ``learning_drop`` (default 10%), significantly.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from rlbench.compare import CaseResult, compare
+from rlbench.errors import DataError, UsageError
+from rlbench.records import Record
+
+_THRESHOLD = re.compile(r"^(?P<metric>[A-Za-z0-9_./-]+):(?P<value>\d+(\.\d+)?)%$")
+LEARNING_METRIC = "eval_return"
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """``metric`` may get worse by at most ``fraction`` (0.05 for ``5%``)."""
+
+    metric: str
+    fraction: float
+
+    @classmethod
+    def parse(cls, text: str) -> Threshold:
+        """Parse ``metric:X%``.
+
+        Raises:
+            UsageError: For anything else.
+        """
+        m = _THRESHOLD.match(text.strip())
+        if not m:
+            raise UsageError(f"malformed threshold {text!r}: use METRIC:PERCENT%, e.g. sps:5% or time/update:10%")
+        return cls(m["metric"], float(m["value"]) / 100.0)
+
+
+@dataclass
+class Check:
+    """One threshold applied to one case."""
+
+    threshold: Threshold
+    result: CaseResult
+    failed: bool
+    reason: str
+
+
+@dataclass
+class GateOutcome:
+    """All checks and the exit code they imply (0 pass, 1 regression)."""
+
+    checks: list[Check]
+
+    @property
+    def exit_code(self) -> int:
+        """1 if any check failed, else 0."""
+        return 1 if any(c.failed for c in self.checks) else 0
+
+
+def _worse_by(r: CaseResult) -> float:
+    """How much worse the candidate is (positive) as a fraction of the baseline."""
+    return -r.improvement
+
+
+def _significantly_worse(r: CaseResult) -> bool:
+    if not r.significant:
+        return False
+    return r.ratio < 1.0 if r.case.direction == "higher" else r.ratio > 1.0
+
+
+def evaluate(
+    base: list[Record],
+    cand: list[Record],
+    thresholds: list[Threshold],
+    learning_drop: float | None = 0.10,
+    confidence: float = 0.95,
+    ignore_params: tuple[str, ...] = (),
+) -> GateOutcome:
+    """Apply the thresholds (and the learning check) to the comparison of ``base`` and ``cand``.
+
+    Raises:
+        DataError: A threshold's metric is missing on a side, has no samples, or has no direction.
+    """
+    metrics = [t.metric for t in thresholds]
+    learning = (
+        learning_drop is not None
+        and any(r.metric == LEARNING_METRIC for r in base)
+        and any(r.metric == LEARNING_METRIC for r in cand)
+    )
+    if learning:
+        metrics.append(LEARNING_METRIC)
+    results = compare(base, cand, min_effect=0.0, confidence=confidence, metrics=metrics, ignore_params=ignore_params)
+    by_metric: dict[str, list[CaseResult]] = {}
+    for r in results:
+        by_metric.setdefault(r.case.metric, []).append(r)
+    checks: list[Check] = []
+    rules = list(thresholds)
+    if learning:
+        rules.append(Threshold(LEARNING_METRIC, learning_drop))  # type: ignore[arg-type]
+    for t in rules:
+        found = by_metric.get(t.metric)
+        if not found:
+            where = [
+                side for side, recs in (("baseline", base), ("candidate", cand)) if not any(r.metric == t.metric for r in recs)
+            ]
+            raise DataError(f"gate: metric {t.metric!r} is missing from the {' and '.join(where) or 'matched cases'}; "
+                            "nothing to compare (a gate never passes on missing data)")  # fmt: skip
+        for r in found:
+            if r.n_base == 0 or r.n_cand == 0 or not math.isfinite(r.ratio):
+                raise DataError(f"gate: metric {t.metric!r} has no usable samples (baseline {r.n_base}, candidate {r.n_cand})")
+            if r.case.direction not in ("higher", "lower"):
+                raise DataError(f"gate: metric {t.metric!r} has no better direction; it cannot be gated")
+            worse = _worse_by(r)
+            failed = _significantly_worse(r) and worse > t.fraction
+            if failed:
+                reason = (
+                    f"worse by {100 * worse:.1f}% (> {100 * t.fraction:g}%), 95% CI of ratio [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+                )
+            elif worse > t.fraction:
+                reason = (
+                    f"worse by {100 * worse:.1f}% but not significant (95% CI [{r.ci_low:.3f}, {r.ci_high:.3f}] contains 1)"
+                )
+            else:
+                reason = f"{'better' if worse < 0 else 'worse'} by {100 * abs(worse):.1f}% (limit {100 * t.fraction:g}%)"
+            checks.append(Check(t, r, failed, reason))
+    return GateOutcome(checks)
+
+
+def markdown(outcome: GateOutcome, notes: list[str] | None = None) -> str:
+    """A markdown table of the checks, fit for a CI job summary."""
+    status = "FAIL: regression" if outcome.exit_code else "PASS"
+    lines = [f"## rlbench gate: {status}", ""]
+    lines += [f"> {n}" for n in notes or []]
+    if notes:
+        lines.append("")
+    lines += ["| Metric | Limit | Baseline | Candidate | Ratio | 95% CI | Result |", "|---|---|---|---|---|---|---|"]
+    for c in outcome.checks:
+        r = c.result
+        lines.append(
+            f"| `{c.threshold.metric}` | {100 * c.threshold.fraction:g}% | {_fmt(r.base_median)} | {_fmt(r.cand_median)} | "
+            f"{r.ratio:.3f} | [{r.ci_low:.3f}, {r.ci_high:.3f}] | {'❌ ' if c.failed else '✅ '}{c.reason} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(v: float) -> str:
+    if v != v:
+        return "–"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"

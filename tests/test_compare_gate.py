@@ -1,0 +1,142 @@
+"""Comparison statistics, the gate's verdicts and exit codes, refusals, and speed x learning."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlbench.cli import main
+from rlbench.compare import bootstrap_paired, bootstrap_ratio, compare, mismatches
+from rlbench.errors import DataError, UsageError
+from rlbench.gate import Threshold, evaluate
+from rlbench.records import Record
+from rlbench.store import RunWriter
+
+FP = {"machine": {"id": "m1"}, "software": {"python": "3.11", "packages": {"torch": "2.13"}, "torch_threads": 1}}
+
+
+def rec(run: str, metric: str, samples: list[float], seed: int = 0, direction: str = "lower", unit: str = "s", **kw) -> Record:
+    return Record(run_id=run, timestamp="t", benchmark="b", params={"n": 1}, definition_hash="h1", metric=metric, unit=unit,
+                  direction=direction, samples=list(samples), repeat=seed, seed=seed, fingerprint=kw.pop("fp", FP), **kw)  # fmt: skip
+
+
+def side(run: str, scale: float, seeds: int = 8, n: int = 30, sps_scale: float = 1.0, ret: float = 450.0, noise: float = 0.02):
+    rng = np.random.default_rng(hash((run, scale)) % 2**32)
+    out = []
+    for s in range(seeds):
+        out.append(rec(run, "time/update", list(scale * (1.0 + noise * rng.standard_normal(n))), seed=s))
+        out.append(rec(run, "sps", [sps_scale * 30_000 * (1 + noise * rng.standard_normal())], seed=s, direction="higher",
+                       unit="steps/s"))  # fmt: skip
+        out.append(
+            rec(run, "eval_return", list(ret + 20 * rng.standard_normal(10)), seed=s, direction="higher", unit="return")
+        )
+        out.append(rec(run, "ops/update", [1234.0], seed=s, unit="count"))
+    return out
+
+
+def test_ratio_of_medians_hand_computed() -> None:
+    ratio, low, high = bootstrap_ratio(np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 6.0, 100.0]))
+    assert ratio == pytest.approx(5.0 / 2.0)  # medians 2 and 5
+    assert low <= ratio <= high
+    r, lo, hi = bootstrap_paired(np.array([1.1, 1.1, 1.1]))
+    assert (r, lo, hi) == (pytest.approx(1.1), pytest.approx(1.1), pytest.approx(1.1))
+    assert all(math.isnan(v) for v in bootstrap_ratio(np.array([]), np.array([1.0])))
+
+
+def test_aa_is_no_change_and_shift_is_detected() -> None:
+    base = side("a", 1.0)
+    same = compare(base, side("b", 1.0), metrics=["time/update"])[0]
+    assert same.verdict == "no change" and same.ci_low <= 1.0 <= same.ci_high and same.paired
+    slower = compare(base, side("c", 1.10), metrics=["time/update"])[0]
+    assert slower.verdict == "slower" and slower.ci_low > 1.05
+    faster = compare(base, side("d", 0.8), metrics=["time/update"])[0]
+    assert faster.verdict == "faster"
+    small = compare(base, side("e", 1.03), metrics=["time/update"], min_effect=0.05)[0]
+    assert small.verdict == "no change"  # significant maybe, but below the minimum effect
+
+
+def test_gate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    paths = {}
+    for name, recs in {
+        "base": side("base", 1.0),
+        "same": side("same", 1.0),
+        "slow": side("slow", 1.2, sps_scale=0.85),
+    }.items():
+        w = RunWriter(tmp_path, run_id=name)
+        w.write(recs)
+        paths[name] = str(w.path)
+    assert (
+        main(
+            ["gate", paths["base"], paths["same"], "--fail", "sps:5%", "--fail", "time/update:10%", "--fail", "ops/update:0%"]
+        )
+        == 0
+    )
+    assert main(["gate", paths["base"], paths["slow"], "--fail", "time/update:10%", "--summary", str(tmp_path / "s.md")]) == 1
+    assert "FAIL" in (tmp_path / "s.md").read_text()
+    assert main(["gate", paths["base"], paths["same"], "--fail", "nope:5%"]) == 2  # missing metric
+    assert main(["gate", paths["base"], paths["same"], "--fail", "sps=5"]) == 2  # malformed
+    assert main(["gate", paths["base"], paths["same"]]) == 2  # no threshold at all
+    err = capsys.readouterr().err
+    assert "missing" in err and "malformed threshold" in err and "no threshold" in err
+    assert main(["gate", paths["base"], paths["same"], "--fail", "sps:5%", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["exit_code"] == 0
+
+
+def test_counters_gate_at_zero_percent() -> None:
+    base = side("a", 1.0)
+    cand = side("b", 1.0)
+    for r in cand:
+        if r.metric == "ops/update":
+            r.samples = [1235.0]  # one extra op per iteration: the classic regression
+    outcome = evaluate(base, cand, [Threshold.parse("ops/update:0%")])
+    assert outcome.exit_code == 1 and "worse by 0.1%" in outcome.checks[0].reason
+
+
+def test_faster_but_not_learning_fails() -> None:
+    """A broken variant: 20% faster, but its return collapsed -- the gate must fail it."""
+    base = side("a", 1.0)
+    broken = side("b", 0.8, sps_scale=1.2, ret=25.0)
+    outcome = evaluate(base, broken, [Threshold.parse("sps:5%")])
+    by = {c.threshold.metric: c for c in outcome.checks}
+    assert not by["sps"].failed and by["eval_return"].failed and outcome.exit_code == 1
+    assert evaluate(base, broken, [Threshold.parse("sps:5%")], learning_drop=None).exit_code == 0
+
+
+def test_mismatch_refused_unless_allowed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    other = {"machine": {"id": "m2"}, "software": FP["software"]}
+    a, b = RunWriter(tmp_path, "a"), RunWriter(tmp_path, "b")
+    a.write(side("a", 1.0))
+    b.write([Record(**{**r.__dict__, "fingerprint": other, "definition_hash": "h2"}) for r in side("b", 1.0)])
+    assert mismatches(read(a.path), read(b.path))[0].startswith("machine: baseline")
+    assert main(["compare", str(a.path), str(b.path)]) == 2
+    assert "refusing to compare" in capsys.readouterr().err
+    assert main(["compare", str(a.path), str(b.path), "--allow-mismatch", "--report", str(tmp_path / "c.md")]) == 0
+    text = (tmp_path / "c.md").read_text()
+    assert "MISMATCH" in text and "machine" in text and "definition of b" in text
+
+
+def read(path: Path) -> list[Record]:
+    from rlbench.store import read_records
+
+    return read_records(path)
+
+
+def test_threshold_parsing() -> None:
+    assert Threshold.parse("time/update:10%") == Threshold("time/update", 0.10)
+    assert Threshold.parse("sps:0%").fraction == 0.0
+    for bad in ("sps", "sps:5", "sps:-5%", ":5%"):
+        with pytest.raises(UsageError):
+            Threshold.parse(bad)
+
+
+def test_gate_rejects_directionless_and_empty() -> None:
+    base = [rec("a", "env_steps", [1.0, 1.0], direction="none")]
+    with pytest.raises(DataError, match="no better direction"):
+        evaluate(base, [rec("b", "env_steps", [1.0, 1.0], direction="none")], [Threshold.parse("env_steps:5%")])
+    with pytest.raises(DataError, match="no usable samples"):
+        evaluate([rec("a", "x", [float("nan")])], [rec("b", "x", [1.0])], [Threshold.parse("x:5%")])
