@@ -20,8 +20,21 @@ FP = {"machine": {"id": "m1"}, "software": {"python": "3.11", "packages": {"torc
 
 
 def rec(run: str, metric: str, samples: list[float], seed: int = 0, direction: str = "lower", unit: str = "s", **kw) -> Record:
-    return Record(run_id=run, timestamp="t", benchmark="b", params={"n": 1}, definition_hash="h1", metric=metric, unit=unit,
-                  direction=direction, samples=list(samples), repeat=seed, seed=seed, fingerprint=kw.pop("fp", FP), **kw)  # fmt: skip
+    return Record(
+        run_id=run,
+        timestamp="t",
+        benchmark="b",
+        params={"n": 1},
+        definition_hash="h1",
+        metric=metric,
+        unit=unit,
+        direction=direction,
+        samples=list(samples),
+        repeat=seed,
+        seed=seed,
+        fingerprint=kw.pop("fp", FP),
+        **kw,
+    )
 
 
 def side(run: str, scale: float, seeds: int = 8, n: int = 30, sps_scale: float = 1.0, ret: float = 450.0, noise: float = 0.02):
