@@ -72,7 +72,10 @@ def software_fingerprint() -> dict[str, Any]:
         "python": platform.python_version(),
         "packages": versions,
         "torch_threads": torch.get_num_threads() if torch is not None else None,
-        "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")},
+        "env": {
+            k: os.environ.get(k)
+            for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RLBENCH_INJECT_DELAY")
+        },
     }
 
 

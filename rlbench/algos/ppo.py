@@ -128,6 +128,94 @@ class PPOConfig:
 
 
 @dataclass
+class PPOParts:
+    """The components of one PPO run, wired together (see :func:`build_ppo`)."""
+
+    env: Any
+    model: ActorCritic | FusedActorCritic
+    optimizer: Any
+    policy: Any
+    collector: OnPolicyCollector
+    updater: PPOUpdate
+
+
+def build_ppo(config: PPOConfig, device: torch.device, timer: PhaseTimer) -> PPOParts:
+    """Seed, then build env, network, optimizer, inference, collector and update as ``config`` says (envs reset)."""
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    env = make_vec_env(config.env, config.num_envs)
+    spec = env.action_spec
+    model: ActorCritic | FusedActorCritic = ActorCritic(
+        int(np.prod(env.obs_shape)), spec, tuple(config.hidden), config.activation, config.init
+    )
+    if config.network == "fused":
+        model = FusedActorCritic(model)
+    model = model.to(device)
+    if config.gradients == "manual" and not ppo_manual.supports(model):
+        env.close()
+        raise UsageError(f"--gradients manual supports discrete actions only ({config.env} has {spec.kind} actions)")
+    optimizer = make_adam(model, config, device)
+    backend = config.inference if config.inference != "auto" else ("numpy" if device.type == "cpu" else "torch")
+    policy = POLICY_BACKENDS[backend](model, seed=config.seed)
+    collector = OnPolicyCollector(env, policy, config.rollout_steps, config.gamma, timer, spec.low, spec.high)
+    hp = PPOHyperparams(
+        gamma=config.gamma,
+        gae_lambda=config.gae_lambda,
+        epochs=config.epochs,
+        minibatches=config.minibatches,
+        clip_coef=config.clip_coef,
+        vf_coef=config.vf_coef,
+        ent_coef=config.ent_coef,
+        max_grad_norm=config.max_grad_norm,
+        normalize_advantages=config.normalize_advantages,
+        recompute_advantages=config.recompute_advantages,
+        gradients=config.gradients,
+    )
+    updater = PPOUpdate(model, optimizer, hp, rng, timer)
+    collector.reset(config.seed)
+    return PPOParts(env, model, optimizer, policy, collector, updater)
+
+
+def count_iteration_ops(
+    config: PPOConfig, device: torch.device, state: dict[str, Any] | None = None
+) -> dict[str, dict[str, int]]:
+    """Torch ops, syncs and cross-device copies of one PPO iteration, per phase (an extra, untimed iteration).
+
+    Builds fresh, seeded components (loading ``state``, a trained model's ``state_dict``, when given)
+    and runs one rollout, advantage and update under :class:`~rlbench.instrument.counters.OpCounter`.
+    The counts depend only on the code path, never on timing: identical run to run for a config.
+
+    Returns:
+        ``{"ops": {phase: n}, "syncs": {...}, "copies": {...}}`` with phases ``collect``, ``advantage``,
+        ``update`` and ``iteration`` (their sum).
+    """
+    from rlbench.instrument.counters import OpCounter
+    from rlbench.instrument.timers import NullTimer
+
+    parts = build_ppo(config, device, NullTimer())
+    try:
+        if state is not None:
+            parts.model.load_state_dict(state)
+            parts.policy.load(parts.model)
+        with OpCounter() as counter:
+            counter.phase = "collect"
+            storage = parts.collector.collect()
+            counter.phase = "advantage"
+            parts.updater.advantages(storage)
+            counter.phase = "update"
+            parts.updater.update(storage)
+    finally:
+        parts.env.close()
+    out: dict[str, dict[str, int]] = {}
+    for kind in ("ops", "syncs", "copies"):
+        counts = getattr(counter, kind)
+        per = {phase: int(counts.get(phase, 0)) for phase in ("collect", "advantage", "update")}
+        per["iteration"] = sum(per.values())
+        out[kind] = per
+    return out
+
+
+@dataclass
 class PPOResult:
     """What a PPO run measured (raw numbers; records are made from this)."""
 
@@ -211,37 +299,8 @@ def train_ppo(config: PPOConfig, device: torch.device | None = None, callback: C
     now = timer.now
 
     t_init = now()
-    torch.manual_seed(config.seed)
-    rng = np.random.default_rng(config.seed)
-    env = make_vec_env(config.env, config.num_envs)
-    spec = env.action_spec
-    model: ActorCritic | FusedActorCritic = ActorCritic(
-        int(np.prod(env.obs_shape)), spec, tuple(config.hidden), config.activation, config.init
-    )
-    if config.network == "fused":
-        model = FusedActorCritic(model)
-    model = model.to(device)
-    optimizer = make_adam(model, config, device)
-    backend = config.inference if config.inference != "auto" else ("numpy" if device.type == "cpu" else "torch")
-    policy = POLICY_BACKENDS[backend](model, seed=config.seed)
-    collector = OnPolicyCollector(env, policy, config.rollout_steps, config.gamma, timer, spec.low, spec.high)
-    hp = PPOHyperparams(
-        gamma=config.gamma,
-        gae_lambda=config.gae_lambda,
-        epochs=config.epochs,
-        minibatches=config.minibatches,
-        clip_coef=config.clip_coef,
-        vf_coef=config.vf_coef,
-        ent_coef=config.ent_coef,
-        max_grad_norm=config.max_grad_norm,
-        normalize_advantages=config.normalize_advantages,
-        recompute_advantages=config.recompute_advantages,
-        gradients=config.gradients,
-    )
-    if config.gradients == "manual" and not ppo_manual.supports(model):
-        raise UsageError(f"--gradients manual supports discrete actions only ({config.env} has {spec.kind} actions)")
-    updater = PPOUpdate(model, optimizer, hp, rng, timer)
-    collector.reset(config.seed)
+    parts = build_ppo(config, device, timer)
+    env, model, policy, collector, updater = parts.env, parts.model, parts.policy, parts.collector, parts.updater
     init_s = now() - t_init
 
     threshold = _threshold(config)

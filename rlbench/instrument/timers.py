@@ -20,6 +20,12 @@ Two ways to time, with measured costs (:func:`measure_overhead`):
 * **Context manager** (coarse phases): ``with timer.phase("advantage"): ...``. Readable, but Python's
   ``with`` costs several times more per event, so it is kept out of per-step loops.
 
+**Test-only knob: injected slowdowns.** ``RLBENCH_INJECT_DELAY="update:0.05"`` (comma-separated
+``phase:fraction`` pairs; unset by default) makes every :meth:`PhaseTimer.add` to that phase busy-wait
+``fraction`` times the time being booked, and books the wait too: the phase really becomes 5% slower,
+as a regression would make it. It exists to measure what the gate detects (``reports/gate-calibration.md``);
+runs with it set say so in their software fingerprint.
+
 On CUDA/MPS, ``sync`` (see :mod:`rlbench.instrument.sync`) is called at every clock read so that
 queued GPU work is booked to the phase that queued it; ``sync=None`` measures unsynchronized (real
 overlap). :class:`NullTimer` records nothing; its clock is the ``float`` builtin (returns 0.0).
@@ -27,10 +33,33 @@ overlap). :class:`NullTimer` records nothing; its clock is the ``float`` builtin
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
 _perf = time.perf_counter
+INJECT_ENV = "RLBENCH_INJECT_DELAY"
+
+
+def parse_injection(text: str | None) -> dict[str, float]:
+    """``"update:0.05,collect:0.1"`` -> ``{"update": 0.05, "collect": 0.1}`` (empty for ``None``/``""``).
+
+    Raises:
+        ValueError: On a malformed entry or a negative fraction.
+    """
+    out: dict[str, float] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        name, sep, frac = part.strip().rpartition(":")
+        try:
+            value = float(frac)
+        except ValueError:
+            value = -1.0
+        if not sep or not name or value < 0:
+            raise ValueError(f"{INJECT_ENV}: expected PHASE:FRACTION[,PHASE:FRACTION], got {part!r}")
+        out[name] = value
+    return out
 
 
 def _synced_clock(sync: Callable[[], None]) -> Callable[[], float]:
@@ -83,9 +112,15 @@ class PhaseTimer:
         self.counts: dict[str, int] = {}
         self.context_events = 0
         self._contexts: dict[str, _PhaseContext] = {}
+        self.inject = parse_injection(os.environ.get(INJECT_ENV))
 
     def add(self, name: str, seconds: float, count: int = 1, context_events: int = 0) -> None:
         """Book ``seconds`` spread over ``count`` events to phase ``name``."""
+        if self.inject and name in self.inject:  # test-only slowdown (see the module docstring)
+            end = _perf() + seconds * self.inject[name]
+            while _perf() < end:
+                pass
+            seconds *= 1.0 + self.inject[name]
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
         self.counts[name] = self.counts.get(name, 0) + count
         self.context_events += context_events
@@ -120,6 +155,7 @@ class NullTimer(PhaseTimer):
     def __init__(self) -> None:
         super().__init__(None)
         self.now = float
+        self.inject = {}
 
     def add(self, name: str, seconds: float, count: int = 1, context_events: int = 0) -> None:
         """Ignore the event."""

@@ -445,6 +445,22 @@ def _overhead(d: RunData, b: Breakdown) -> list[str]:
     ]
 
 
+def _counters(d: RunData) -> list[str]:
+    if not d.has("ops/iteration"):
+        return []
+    rows = []
+    for phase in ("collect", "advantage", "update", "iteration"):
+        vals = [d.per_repeat(f"{kind}/{phase}") for kind in ("ops", "syncs", "copies")]
+        same = all(len(set(v)) <= 1 for v in vals)
+        cells = [f"{int(v[0]):,}" if v else "–" for v in vals]
+        rows.append([f"`{phase}`" if phase != "iteration" else "**one iteration**", *cells, "yes" if same else "**no**"])
+    return ["## 7. Operation counters (noise-free)", "",
+            "Counted on one extra, untimed iteration (seeded like the run) with a torch dispatch mode: torch operators "
+            "dispatched, device-to-host synchronizations (`.item()` and kin) and cross-device copies. They do not vary run "
+            "to run, so `rlbench gate --fail ops/iteration:0%` catches one extra op per step on any machine.", "",
+            md_table(["Phase", "Torch ops", "Syncs", "Cross-device copies", "Same in every repeat"], rows)]  # fmt: skip
+
+
 def _profile(d: RunData) -> list[str]:
     if not d.has("profile/self_s"):
         return []
@@ -454,7 +470,7 @@ def _profile(d: RunData) -> list[str]:
     rows = [[f"`{name}`", fmt(s, 3), pct(s / total if total else math.nan)] for name, s in zip(frames, r.samples)]
     html = r.meta.get("html")
     return [
-        "## 7. Profile (pyinstrument)",
+        "## 8. Profile (pyinstrument)",
         "",
         (f"Full interactive profile: [{html}]({html}). " if html else "")
         + "Frames with the most self time (time in the function itself, not its callees):",
@@ -487,6 +503,7 @@ def render(records: list[Record], chart_file: str | None = None) -> tuple[str, l
         _learning(d),
         _bottlenecks(d, b),
         _overhead(d, b),
+        _counters(d),
         _profile(d),
     ]
     text = "\n\n".join("\n".join(s) for s in sections if s) + "\n"

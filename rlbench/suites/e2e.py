@@ -15,12 +15,13 @@ def _ppo_config() -> Any:
     return PPOConfig()
 
 
-def ppo_metrics(result: Any, overhead: dict[str, float]) -> list[Metric]:
+def ppo_metrics(result: Any, overhead: dict[str, float], counts: dict[str, dict[str, int]] | None = None) -> list[Metric]:
     """Turn a :class:`~rlbench.algos.ppo.PPOResult` into metrics (one record each).
 
     Args:
         result: What the training run measured.
         overhead: Per-event timer costs from :func:`rlbench.instrument.timers.measure_overhead`.
+        counts: Op, sync and copy counts of one iteration from :func:`rlbench.algos.ppo.count_iteration_ops`.
     """
     from rlbench.algos.ppo import STEADY_PHASES
     from rlbench.instrument.timers import estimate_overhead_s
@@ -92,6 +93,9 @@ def ppo_metrics(result: Any, overhead: dict[str, float]) -> list[Metric]:
                 x=[float(it.env_steps) for it in result.iterations],
             )
         )
+    for kind, per_phase in (counts or {}).items():
+        for phase, n in per_phase.items():
+            m.append(Metric(f"{kind}/{phase}", "count", "lower", [float(n)]))
     threshold = result.threshold
     reached = result.steps_to_threshold is not None
     meta = {"threshold": threshold}
@@ -104,12 +108,13 @@ def ppo_metrics(result: Any, overhead: dict[str, float]) -> list[Metric]:
 
 def run_ppo(config: Any, ctx: RunContext) -> list[Metric]:
     """One repeat of a PPO benchmark."""
-    from rlbench.algos.ppo import train_ppo
+    from rlbench.algos.ppo import count_iteration_ops, train_ppo
     from rlbench.instrument.timers import measure_overhead
 
     result = train_ppo(config, ctx.device, ctx.callback)
     overhead = measure_overhead(n=10_000, repeats=3)
-    return ppo_metrics(result, overhead)
+    counts = count_iteration_ops(config, ctx.device)
+    return ppo_metrics(result, overhead, counts)
 
 
 def _ppo_cartpole_config() -> Any:

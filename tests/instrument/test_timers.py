@@ -84,3 +84,22 @@ def test_callback_list_stops_when_any_callback_says_so() -> None:
     info.iteration = 1
     assert cbs.on_iteration_end(info) is False
     assert seen == [0, 1]  # every callback still ran
+
+
+def test_injected_delay_slows_the_named_phase_only(monkeypatch) -> None:
+    import pytest
+
+    from rlbench.instrument.timers import parse_injection
+
+    monkeypatch.setenv("RLBENCH_INJECT_DELAY", "update:0.5")
+    timer = PhaseTimer()
+    t0 = time.perf_counter()
+    timer.add("update", 0.02)
+    waited = time.perf_counter() - t0
+    timer.add("collect", 0.02)
+    assert waited >= 0.01 and timer.seconds["update"] == pytest.approx(0.03)
+    assert timer.seconds["collect"] == 0.02
+    assert parse_injection("a:0.1, b/c:2") == {"a": 0.1, "b/c": 2.0} and parse_injection(None) == {}
+    for bad in ("update", "update:x", ":0.1", "update:-1"):
+        with pytest.raises(ValueError):
+            parse_injection(bad)
