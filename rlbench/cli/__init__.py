@@ -78,6 +78,25 @@ def build_parser() -> Parser:
     )
     p_gate.add_argument("--no-learning-check", action="store_true", help="do not gate on eval_return")
     p_gate.add_argument("--summary", metavar="PATH", help="write the markdown table to PATH (e.g. $GITHUB_STEP_SUMMARY)")
+
+    p_exp = sub.add_parser("export", help="write records in another tool's format (pytest-benchmark, github-action-benchmark)")
+    p_exp.add_argument("records", help="a records file or a store directory (its latest run)")
+    p_exp.add_argument(
+        "--format",
+        required=True,
+        choices=("pytest-benchmark", "github-action"),
+        help="pytest-benchmark JSON (time metrics) or github-action-benchmark custom JSON (medians)",
+    )
+    p_exp.add_argument(
+        "--direction",
+        choices=("higher", "lower"),
+        default=None,
+        help="github-action only: customBiggerIsBetter (higher) or customSmallerIsBetter (lower) metrics",
+    )
+    p_exp.add_argument("-o", "--output", default="-", help="file to write (default: stdout)")
+    p_imp = sub.add_parser("import", help="store pytest-benchmark JSON (--benchmark-json) as rlbench records")
+    p_imp.add_argument("file", help="pytest-benchmark JSON file")
+    p_imp.add_argument("--store", default=".rlbench", help="results store to add the run to (default: .rlbench)")
     return parser
 
 
@@ -108,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
             from rlbench.cli.report import report_command
 
             return report_command(args)
+        if args.command in ("export", "import"):
+            from rlbench.cli.interop import export_command, import_command
+
+            return export_command(args) if args.command == "export" else import_command(args)
         if args.command in ("compare", "gate"):
             from rlbench.cli.compare import compare_command, gate_command
 

@@ -1,0 +1,52 @@
+"""``rlbench export`` and ``rlbench import``: other tools' benchmark formats."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rlbench.errors import DataError, UsageError
+
+
+def export_command(args: argparse.Namespace) -> int:
+    """Write the latest run of ``args.records`` in the chosen format."""
+    from rlbench.interop import to_github_action, to_pytest_benchmark
+    from rlbench.report.data import select_run
+    from rlbench.store import read_records
+
+    records = select_run(read_records(args.records))
+    if args.format == "pytest-benchmark":
+        payload = to_pytest_benchmark(records)
+    else:
+        if args.direction is None:
+            raise UsageError(
+                "--format github-action needs --direction higher (customBiggerIsBetter) or lower (customSmallerIsBetter)"
+            )
+        payload = to_github_action(records, args.direction)
+    text = json.dumps(payload, indent=2)
+    if args.output == "-":
+        sys.stdout.write(text + "\n")
+    else:
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+def import_command(args: argparse.Namespace) -> int:
+    """Add a pytest-benchmark JSON file to the store as one run."""
+    from rlbench.interop import from_pytest_benchmark
+    from rlbench.store import RunWriter
+
+    path = Path(args.file)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"no such file: {str(path)!r}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{str(path)!r} is not readable JSON ({exc})") from None
+    records = from_pytest_benchmark(data, str(path))
+    writer = RunWriter(args.store, run_id=records[0].run_id)
+    writer.write(records)
+    print(f"imported {len(records)} benchmark(s) from {path} into {writer.path}")
+    return 0
