@@ -22,6 +22,9 @@ USAGE_EPILOG = """examples:
   rlbench run ppo-cartpole --repeats 5 --report reports/ppo-cartpole-cpu.md
   rlbench run ppo-cartpole --help        (every parameter of the benchmark)
   rlbench report .rlbench                (re-render the latest run's report)
+  rlbench compare .rlbench/A.jsonl .rlbench/B.jsonl
+  rlbench gate base.jsonl cand.jsonl --fail sps:5% --fail ops/iteration:0%
+  rlbench ab main --fail sps:5% -- run ppo-cartpole --total-steps 20000
 """
 
 
@@ -38,6 +41,7 @@ def build_parser() -> Parser:
     p_list = sub.add_parser("list", help="list the built-in benchmarks")
     p_list.add_argument("--json", action="store_true", help="print the list as JSON")
     sub.add_parser("run", help="run a benchmark (rlbench run BENCHMARK --help for its options)", add_help=False)
+    sub.add_parser("ab", help="run two git revisions interleaved and compare or gate (rlbench ab --help)", add_help=False)
     p_report = sub.add_parser("report", help="render the bottleneck report of stored records")
     p_report.add_argument("records", help="a records file (.jsonl) or a store directory (its latest run)")
     p_report.add_argument("--run", dest="run_id", default=None, help="run id (or a unique prefix) to report on")
@@ -118,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
             from rlbench.cli.run import run_command
 
             return run_command(argv[1:], _T0)
+        if argv and argv[0] == "ab":
+            from rlbench.cli.ab import ab_command
+
+            return ab_command(argv[1:])
         args = parser.parse_args(argv)
         if args.command == "list":
             from rlbench.cli.listing import list_command

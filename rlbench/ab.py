@@ -1,0 +1,140 @@
+"""``rlbench ab``: run two git revisions' own code, interleaved, on the same machine, then compare.
+
+Each revision is checked out in a temporary ``git worktree`` and run with that worktree first on
+``PYTHONPATH`` (``python -m rlbench`` then imports the revision's rlbench, using the current
+environment's dependencies). Rounds interleave the sides, alternating which goes first
+(A B, B A, A B, ...), and round ``k`` runs both sides with seed ``seed + k``: comparisons are paired
+by seed, so slow drifts of a shared machine cancel out instead of passing for regressions.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlbench.errors import RlbenchError, UsageError
+from rlbench.records import Record
+
+_MANAGED = ("--store", "--report", "--repeats", "--json", "--quiet", "--profile")
+
+
+def _git(args: list[str], cwd: Path) -> str:
+    try:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+    except OSError as exc:
+        raise UsageError(f"git is needed for rlbench ab ({exc})") from None
+    if out.returncode != 0:
+        raise UsageError(f"git {' '.join(args)} failed: {(out.stderr or out.stdout).strip().splitlines()[-1:]}")
+    return out.stdout.strip()
+
+
+def split_run_args(run_argv: list[str]) -> tuple[list[str], int]:
+    """Validate ``run BENCH [options]`` and take its ``--seed`` out (rounds use seed + k).
+
+    Raises:
+        UsageError: If it is not a ``run`` command, or sets an option ab manages itself.
+    """
+    if not run_argv or run_argv[0] != "run" or len(run_argv) < 2:
+        raise UsageError("rlbench ab needs the command to compare after `--`, e.g. `rlbench ab main -- run ppo-cartpole`")
+    args, seed, i = [], 0, 0
+    rest = run_argv[1:]
+    while i < len(rest):
+        a = rest[i]
+        if a in _MANAGED or a.split("=")[0] in _MANAGED:
+            raise UsageError(f"`{a}` is set by rlbench ab itself; leave it out of the run command")
+        if a == "--seed" or a.startswith("--seed="):
+            value = a.split("=", 1)[1] if "=" in a else (rest[i + 1] if i + 1 < len(rest) else "")
+            try:
+                seed = int(value)
+            except ValueError:
+                raise UsageError(f"--seed expects an integer, got {value!r}") from None
+            i += 1 if "=" in a else 2
+            continue
+        args.append(a)
+        i += 1
+    return args, seed
+
+
+@dataclass
+class ABResult:
+    """Records of both sides and where they came from."""
+
+    base_rev: str
+    head_rev: str
+    base: list[Record]
+    head: list[Record]
+    rounds: int
+
+
+def run_ab(
+    base_rev: str,
+    head_rev: str,
+    run_argv: list[str],
+    rounds: int,
+    repo: Path,
+    keep: Path | None = None,
+    on_run: Callable[[int, str], None] | None = None,
+) -> ABResult:
+    """Run ``run_argv`` for both revisions, ``rounds`` times each, interleaved; return both sides' records.
+
+    Args:
+        base_rev: Baseline revision (anything ``git rev-parse`` accepts).
+        head_rev: Candidate revision.
+        run_argv: ``["run", BENCH, options...]`` (without store/report/repeats/seed options).
+        rounds: Runs per side.
+        repo: A directory inside the git repository.
+        keep: Keep the stores there instead of deleting them.
+        on_run: Called with (round, side) before each run (progress display).
+
+    Raises:
+        UsageError: Bad revisions or command. RlbenchError: a run failed (its last stderr line is shown).
+    """
+    from rlbench.store import read_records
+
+    if rounds < 1:
+        raise UsageError(f"--rounds must be at least 1, got {rounds}")
+    args, seed = split_run_args(run_argv)
+    top = Path(_git(["rev-parse", "--show-toplevel"], repo))
+    shas = {
+        side: _git(["rev-parse", "--verify", f"{rev}^{{commit}}"], top)
+        for side, rev in (("base", base_rev), ("head", head_rev))
+    }
+    work = Path(tempfile.mkdtemp(prefix="rlbench-ab-"))
+    trees = {side: work / side for side in shas}
+    try:
+        for side, sha in shas.items():
+            _git(["worktree", "add", "--detach", str(trees[side]), sha], top)
+        for k in range(rounds):
+            for side in ("base", "head") if k % 2 == 0 else ("head", "base"):
+                if on_run:
+                    on_run(k, side)
+                _run_side(trees[side], args, seed + k, work / f"store-{side}", work)
+        base, head = read_records(work / "store-base"), read_records(work / "store-head")
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            for side in shas:
+                shutil.copytree(work / f"store-{side}", keep / f"store-{side}", dirs_exist_ok=True)
+        return ABResult(shas["base"], shas["head"], base, head, rounds)
+    finally:
+        for tree in trees.values():
+            if tree.exists():
+                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=top, capture_output=True, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_side(tree: Path, args: list[str], seed: int, store: Path, cwd: Path) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(tree) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    cmd = [sys.executable, "-m", "rlbench", "run", *args, "--seed", str(seed), "--repeats", "1", "--store", str(store),
+           "--quiet", "--report", str(store / "last-report.md")]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RlbenchError(f"run of {tree.name} ({shlex.join(cmd[3:])}) exited {proc.returncode}: {last}")

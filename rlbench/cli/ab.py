@@ -1,0 +1,101 @@
+"""``rlbench ab BASE_REV [HEAD_REV] [options] -- run BENCHMARK [run options]``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from rlbench.cli.parser import Parser
+from rlbench.errors import UsageError
+
+
+def build_ab_parser() -> Parser:
+    """Options of ``rlbench ab`` (the run command follows ``--``)."""
+    p = Parser(prog="rlbench ab", description="Run two git revisions' own code interleaved on this machine, then compare "
+               "or gate. Everything after `--` is the rlbench command to run, e.g. `-- run ppo-cartpole --total-steps 20000`.")  # fmt: skip
+    p.add_argument("base_rev", help="baseline revision (branch, tag, sha)")
+    p.add_argument("head_rev", nargs="?", default="HEAD", help="candidate revision (default: HEAD)")
+    p.add_argument("--rounds", type=int, default=5, help="runs per revision, interleaved A B / B A (default: 5)")
+    p.add_argument(
+        "--fail",
+        action="append",
+        metavar="METRIC:PCT%",
+        help="gate: exit 1 if METRIC is significantly worse by more than PCT%% (repeatable); without it, just compare",
+    )
+    p.add_argument("--learning-drop", default="10%", metavar="PCT%", help="gate also on eval_return dropping (default: 10%%)")
+    p.add_argument("--no-learning-check", action="store_true", help="do not gate on eval_return")
+    p.add_argument(
+        "--min-effect", type=float, default=0.05, help="comparison: smallest change that earns a verdict (default 0.05)"
+    )
+    p.add_argument("--metric", action="append", help="comparison: only this metric (repeatable)")
+    p.add_argument("--allow-mismatch", action="store_true", help="compare even if benchmark definitions differ")
+    p.add_argument("--summary", metavar="PATH", help="write the gate's markdown table here (e.g. $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--report", metavar="PATH", help="write the markdown comparison report here")
+    p.add_argument("--keep", metavar="DIR", help="keep both sides' records in DIR/store-base and DIR/store-head")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    return p  # fmt: skip
+
+
+def ab_command(argv: list[str]) -> int:
+    """Parse, run both revisions, then gate (with --fail) or compare."""
+    if "--" not in argv:
+        if any(a in ("-h", "--help") for a in argv):
+            build_ab_parser().print_help()
+            return 0
+        raise UsageError("missing `-- run BENCHMARK ...`: rlbench ab BASE [HEAD] [options] -- run ppo-cartpole")
+    cut = argv.index("--")
+    args = build_ab_parser().parse_args(argv[:cut])
+    run_argv = argv[cut + 1 :]
+    from rlbench.ab import run_ab, split_run_args
+    from rlbench.compare import compare, mismatches
+    from rlbench.gate import Threshold, evaluate, markdown
+
+    split_run_args(run_argv)  # validate before any checkout
+    thresholds = [Threshold.parse(t) for t in args.fail or []]
+    drop = None if args.no_learning_check else Threshold.parse(f"eval_return:{args.learning_drop}").fraction
+
+    from rich.console import Console
+
+    err = Console(stderr=True)
+
+    def progress(k: int, side: str) -> None:
+        if not args.json:
+            err.print(f"[dim]round {k + 1}/{args.rounds}: {side} ({args.base_rev if side == 'base' else args.head_rev})[/]")
+
+    result = run_ab(args.base_rev, args.head_rev, run_argv, args.rounds, Path.cwd(), Path(args.keep) if args.keep else None,
+                    on_run=progress)  # fmt: skip
+    diffs = [d for d in mismatches(result.base, result.head) if not d.startswith("machine")]
+    if diffs and not args.allow_mismatch:
+        from rlbench.errors import DataError
+
+        raise DataError("the revisions' records differ in " + "; ".join(diffs) + " (pass --allow-mismatch to compare anyway)")
+    notes = [f"{args.base_rev} = {result.base_rev[:12]} vs {args.head_rev} = {result.head_rev[:12]}, {result.rounds} "
+             "interleaved rounds, paired by seed"] + [f"MISMATCH (compared anyway): {d}" for d in diffs]  # fmt: skip
+    if args.report:
+        from rlbench.cli.compare import comparison_markdown
+
+        results = compare(result.base, result.head, min_effect=args.min_effect, metrics=args.metric)
+        Path(args.report).write_text(
+            comparison_markdown(results, result.base, result.head, notes, args.min_effect), encoding="utf-8"
+        )
+    if thresholds:
+        outcome = evaluate(result.base, result.head, thresholds, learning_drop=drop)
+        text = markdown(outcome, notes)
+        if args.summary:
+            Path(args.summary).write_text(text, encoding="utf-8")
+        if args.json:
+            print(json.dumps({"exit_code": outcome.exit_code, "base": result.base_rev, "head": result.head_rev,
+                              "checks": [{"metric": c.threshold.metric, "failed": c.failed, "reason": c.reason, **c.result.to_dict()}
+                                         for c in outcome.checks]}))  # fmt: skip
+        else:
+            sys.stdout.write(text)
+        return outcome.exit_code
+    results = compare(result.base, result.head, min_effect=args.min_effect, metrics=args.metric)
+    if args.json:
+        print(json.dumps({"base": result.base_rev, "head": result.head_rev, "cases": [r.to_dict() for r in results]}))
+    else:
+        from rlbench.cli.compare import comparison_markdown
+
+        sys.stdout.write(comparison_markdown(results, result.base, result.head, notes, args.min_effect))
+    return 0
