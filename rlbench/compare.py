@@ -24,6 +24,7 @@ import numpy as np
 from rlbench.records import Record
 
 RATE_OR_TIME_UNITS = ("s", "steps/s", "us", "ms", "ops/s", "req/s")
+MIN_SAMPLES = 5  # below this, a bootstrap interval is not trusted: no verdict (and the gate refuses)
 
 
 @dataclass
@@ -70,6 +71,7 @@ class CaseResult:
         n_base: Baseline sample count.
         n_cand: Candidate sample count.
         significant: The interval excludes 1.
+        insufficient: Too few samples (pairs) for an interval; the values are exact when zero-variance counters.
         verdict: ``faster``/``slower`` (time and rate metrics), ``better``/``worse`` (others), ``no change``,
             or ``changed`` for metrics without a direction.
     """
@@ -85,6 +87,7 @@ class CaseResult:
     n_cand: int
     significant: bool
     verdict: str
+    insufficient: bool = False
 
     @property
     def improvement(self) -> float:
@@ -101,6 +104,7 @@ class CaseResult:
             "direction": c.direction, "base_median": _num(self.base_median), "cand_median": _num(self.cand_median),
             "ratio": _num(self.ratio), "ci_low": _num(self.ci_low), "ci_high": _num(self.ci_high), "paired": self.paired,
             "n_base": self.n_base, "n_cand": self.n_cand, "significant": self.significant, "verdict": self.verdict,
+            "insufficient": self.insufficient,
         }  # fmt: skip
 
 
@@ -178,8 +182,13 @@ def compare_case(case: Case, min_effect: float = 0.05, confidence: float = 0.95,
     """Compare one case (paired by seed when both sides hold the same two or more seeds)."""
     b, c = case.pooled("base"), case.pooled("cand")
     seeds = set(case.base) & set(case.cand)
-    paired = None not in seeds and len(seeds) >= 2 and set(case.base) == set(case.cand)
-    if paired:
+    paired = None not in seeds and len(seeds) >= MIN_SAMPLES and set(case.base) == set(case.cand)
+    exact = b.size > 0 and c.size > 0 and np.ptp(b) == 0 and np.ptp(c) == 0  # e.g. op counters
+    insufficient = not paired and min(b.size, c.size) < MIN_SAMPLES and not exact
+    if insufficient:
+        ratio = float(np.median(c) / np.median(b)) if b.size and c.size and np.median(b) != 0 else math.nan
+        low = high = math.nan
+    elif paired:
         per_seed = []
         for s in sorted(seeds):
             mb = np.median(np.asarray(case.base[s], dtype=float))
@@ -188,12 +197,11 @@ def compare_case(case: Case, min_effect: float = 0.05, confidence: float = 0.95,
         ratio, low, high = bootstrap_paired(np.asarray(per_seed, dtype=float), confidence, n_boot)
     else:
         ratio, low, high = bootstrap_ratio(b, c, confidence, n_boot)
-    exact = b.size > 0 and c.size > 0 and np.ptp(b) == 0 and np.ptp(c) == 0  # e.g. op counters
     significant = bool(math.isfinite(low) and (low > 1.0 or high < 1.0)) or bool(exact and ratio != 1.0)
     base_med = float(np.median(b)) if b.size else math.nan
     cand_med = float(np.median(c)) if c.size else math.nan
     return CaseResult(case, base_med, cand_med, ratio, low, high, paired, int(b.size), int(c.size), significant,
-                      _verdict(case, ratio, significant, min_effect))  # fmt: skip
+                      _verdict(case, ratio, significant, min_effect), insufficient)  # fmt: skip
 
 
 def _verdict(case: Case, ratio: float, significant: bool, min_effect: float) -> str:

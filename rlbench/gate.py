@@ -117,6 +117,11 @@ def evaluate(
         for r in found:
             if r.n_base == 0 or r.n_cand == 0 or not math.isfinite(r.ratio):
                 raise DataError(f"gate: metric {t.metric!r} has no usable samples (baseline {r.n_base}, candidate {r.n_cand})")
+            if r.insufficient:
+                raise DataError(
+                    f"gate: metric {t.metric!r} has too few samples for a confidence interval (baseline {r.n_base}, "
+                    f"candidate {r.n_cand}; at least 5 each, or 5 shared seeds): run more --repeats or ab --rounds"
+                )
             if r.case.direction not in ("higher", "lower"):
                 raise DataError(f"gate: metric {t.metric!r} has no better direction; it cannot be gated")
             worse = _worse_by(r)
@@ -129,6 +134,8 @@ def evaluate(
                 reason = (
                     f"worse by {100 * worse:.1f}% but not significant (95% CI [{r.ci_low:.3f}, {r.ci_high:.3f}] contains 1)"
                 )
+            elif worse == 0:
+                reason = f"unchanged (limit {100 * t.fraction:g}%)"
             else:
                 reason = f"{'better' if worse < 0 else 'worse'} by {100 * abs(worse):.1f}% (limit {100 * t.fraction:g}%)"
             checks.append(Check(t, r, failed, reason))

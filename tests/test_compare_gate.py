@@ -153,3 +153,12 @@ def test_gate_rejects_directionless_and_empty() -> None:
         evaluate(base, [rec("b", "env_steps", [1.0, 1.0], direction="none")], [Threshold.parse("env_steps:5%")])
     with pytest.raises(DataError, match="no usable samples"):
         evaluate([rec("a", "x", [float("nan")])], [rec("b", "x", [1.0])], [Threshold.parse("x:5%")])
+
+
+def test_too_few_samples_is_an_error_not_a_pass() -> None:
+    base = [rec("a", "sps", [100.0], seed=0, direction="higher", unit="steps/s")]
+    cand = [rec("b", "sps", [50.0], seed=0, direction="higher", unit="steps/s")]
+    (r,) = compare(base, cand)
+    assert r.insufficient and r.verdict == "no change" and r.ratio == 0.5
+    with pytest.raises(DataError, match="too few samples"):
+        evaluate(base, cand, [Threshold.parse("sps:5%")], learning_drop=None)

@@ -12,8 +12,11 @@ from rlbench.errors import UsageError
 
 def build_ab_parser() -> Parser:
     """Options of ``rlbench ab`` (the run command follows ``--``)."""
-    p = Parser(prog="rlbench ab", description="Run two git revisions' own code interleaved on this machine, then compare "
-               "or gate. Everything after `--` is the rlbench command to run, e.g. `-- run ppo-cartpole --total-steps 20000`.")  # fmt: skip
+    p = Parser(
+        prog="rlbench ab",
+        description="Run two git revisions' own code interleaved on this machine, then compare or gate. Everything after "
+        "`--` is the rlbench command to run, e.g. `-- run ppo-cartpole --total-steps 20000`.",
+    )
     p.add_argument("base_rev", help="baseline revision (branch, tag, sha)")
     p.add_argument("head_rev", nargs="?", default="HEAD", help="candidate revision (default: HEAD)")
     p.add_argument("--rounds", type=int, default=5, help="runs per revision, interleaved A B / B A (default: 5)")
@@ -85,9 +88,15 @@ def ab_command(argv: list[str]) -> int:
         if args.summary:
             Path(args.summary).write_text(text, encoding="utf-8")
         if args.json:
-            print(json.dumps({"exit_code": outcome.exit_code, "base": result.base_rev, "head": result.head_rev,
-                              "checks": [{"metric": c.threshold.metric, "failed": c.failed, "reason": c.reason, **c.result.to_dict()}
-                                         for c in outcome.checks]}))  # fmt: skip
+            checks = [
+                {"metric": c.threshold.metric, "failed": c.failed, "reason": c.reason, **c.result.to_dict()}
+                for c in outcome.checks
+            ]
+            print(
+                json.dumps(
+                    {"exit_code": outcome.exit_code, "base": result.base_rev, "head": result.head_rev, "checks": checks}
+                )
+            )
         else:
             sys.stdout.write(text)
         return outcome.exit_code

@@ -1,0 +1,54 @@
+"""rlbench ab: two revisions of this repository, interleaved, gated on exact counters."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _has_git_history() -> bool:
+    if shutil.which("git") is None:
+        return False
+    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False)
+    return out.returncode == 0
+
+
+@pytest.mark.skipif(not _has_git_history(), reason="needs the rlbench git checkout")
+def test_ab_same_revision_passes_on_counters(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "rlbench", "ab", "HEAD", "HEAD", "--rounds", "2", "--fail", "ops/iteration:0%", "--json",
+           "--keep", str(tmp_path / "kept"), "--", "run", "ppo-cartpole", "--total-steps", "2048", "--eval-episodes", "3"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["base"] == out["head"] and out["exit_code"] == 0
+    metrics = {c["metric"]: c for c in out["checks"]}
+    assert metrics["ops/iteration"]["ratio"] == 1.0 and not metrics["eval_return"]["failed"]
+    for side in ("base", "head"):
+        runs = list((tmp_path / "kept" / f"store-{side}").glob("*.jsonl"))
+        assert len(runs) == 2  # one run per round
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert "rlbench-ab-" not in worktrees  # cleaned up
+
+
+@pytest.mark.skipif(not _has_git_history(), reason="needs the rlbench git checkout")
+def test_ab_bad_input(tmp_path: Path) -> None:
+    def ab(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "rlbench", "ab", *args], cwd=REPO, capture_output=True, text=True,
+                              timeout=120, check=False)  # fmt: skip
+
+    for args, needle in [
+        (("no-such-rev", "--", "run", "ppo-cartpole"), "git rev-parse"),
+        (("HEAD",), "missing `-- run BENCHMARK"),
+        (("HEAD", "--", "run", "ppo-cartpole", "--store", "x"), "set by rlbench ab itself"),
+        (("HEAD", "--", "list"), "needs the command to compare"),
+    ]:
+        proc = ab(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert needle in proc.stderr and proc.stderr.strip().count("\n") == 0, (args, proc.stderr)
