@@ -22,8 +22,8 @@ def _has_git_history() -> bool:
 
 @pytest.mark.skipif(not _has_git_history(), reason="needs the rlbench git checkout")
 def test_ab_same_revision_passes_on_counters(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "rlbench", "ab", "HEAD", "HEAD", "--rounds", "2", "--fail", "ops/iteration:0%", "--json",
-           "--keep", str(tmp_path / "kept"), "--", "run", "ppo-cartpole", "--total-steps", "2048", "--eval-episodes", "3"]  # fmt: skip
+    ab = [sys.executable, "-m", "rlbench", "ab", "HEAD", "HEAD", "--rounds", "2", "--fail", "ops/iteration:0%", "--json"]
+    cmd = [*ab, "--keep", str(tmp_path / "kept"), "--", "run", "ppo-cartpole", "--total-steps", "2048", "--eval-episodes", "3"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
