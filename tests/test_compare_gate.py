@@ -162,3 +162,36 @@ def test_too_few_samples_is_an_error_not_a_pass() -> None:
     assert r.insufficient and r.verdict == "no change" and r.ratio == 0.5
     with pytest.raises(DataError, match="too few samples"):
         evaluate(base, cand, [Threshold.parse("sps:5%")], learning_drop=None)
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("", "empty"),
+        ('{"schema": 1, "run_id"', "truncated"),
+        ("garbage\n", "not JSON"),
+        ('{"a": 1}\n', "not an rlbench record"),
+    ],
+)
+def test_gate_on_unreadable_records_is_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, needle: str
+) -> None:
+    good = RunWriter(tmp_path / "st", "good")
+    good.write(side("good", 1.0))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(content)
+    assert main(["gate", str(bad), str(good.path), "--fail", "sps:5%"]) == 2
+    assert main(["compare", str(good.path), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 2  # one line per command
+
+
+def test_gate_on_future_schema_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = RunWriter(tmp_path, "good")
+    good.write(side("good", 1.0))
+    future = tmp_path / "future.jsonl"
+    data = json.loads(side("f", 1.0)[0].to_json())
+    data["schema"] = 99
+    future.write_text(json.dumps(data) + "\n")
+    assert main(["gate", str(good.path), str(future), "--fail", "sps:5%"]) == 2
+    assert "newer rlbench" in capsys.readouterr().err
