@@ -47,7 +47,7 @@ class Callback:
         return None
 
     def on_train_end(self, summary: dict[str, Any]) -> None:
-        """Called once after training (also when it stopped early or raised)."""
+        """Called once after training and evaluation (also when a callback stopped training early)."""
 
 
 class CallbackList(Callback):
