@@ -26,6 +26,7 @@ class Metric:
         samples: Raw measurements.
         x: Optional abscissa per sample.
         meta: Free-form context (labels, paths).
+        params: Case parameters added to the benchmark's own (e.g. ``impl`` and ``size`` of a micro-benchmark).
     """
 
     name: str
@@ -34,6 +35,7 @@ class Metric:
     samples: list[float]
     x: list[float] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,7 +92,7 @@ def register(spec: BenchmarkSpec) -> BenchmarkSpec:
 
 def _load_builtins() -> None:
     if not _REGISTRY:
-        from rlbench.suites import e2e  # noqa: F401  (registers the built-in end-to-end benchmarks)
+        from rlbench.suites import e2e, micro_runner  # noqa: F401  (register the built-in benchmarks)
 
 
 def all_specs() -> list[BenchmarkSpec]:

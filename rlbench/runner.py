@@ -72,7 +72,7 @@ def to_records(
             run_id=run_id,
             timestamp=ts,
             benchmark=spec.name,
-            params=params,
+            params={**params, **m.params},
             definition_hash=dhash,
             metric=m.name,
             unit=m.unit,

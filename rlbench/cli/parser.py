@@ -74,6 +74,9 @@ def add_config_options(parser: argparse.ArgumentParser, config: Any) -> None:
             group.add_argument(
                 flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=f"{text} (default: {default})"
             )
+        elif isinstance(default, tuple) and typing.get_args(hint)[:1] == (str,):
+            group.add_argument(flag, dest=f.name, action="append", default=None, metavar="VALUE",
+                               help=f"{text} (repeatable)")  # fmt: skip
         elif isinstance(default, tuple):
             group.add_argument(
                 flag,
@@ -101,4 +104,5 @@ def add_config_options(parser: argparse.ArgumentParser, config: Any) -> None:
 
 def config_overrides(args: argparse.Namespace, config: Any) -> dict[str, Any]:
     """The config fields given on the command line."""
-    return {f.name: getattr(args, f.name) for f in fields(config) if getattr(args, f.name, None) is not None}
+    out = {f.name: getattr(args, f.name) for f in fields(config) if getattr(args, f.name, None) is not None}
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in out.items()}

@@ -25,27 +25,36 @@ def write_report(
     Returns:
         The markdown text.
     """
+    from rlbench.report import micro, training
     from rlbench.report.data import select_run
-    from rlbench.report.training import render
     from rlbench.store import read_records
 
     records = select_run(read_records(records_path), run_id)
-    chart_name = f"{output.stem}-phases.png" if output is not None and chart else None
-    text, charts = render(records, chart_name)
+    draw_charts = output is not None and chart
+    if is_micro(records):
+        text, charts = micro.render(records, output.stem if draw_charts else None)
+    else:
+        text, charts = training.render(records, f"{output.stem}-phases.png" if draw_charts else None)
     if output is not None:
         try:
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(text, encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"cannot write the report to {str(output)!r} ({exc.strerror or exc})") from None
-        if chart_name:
+        if draw_charts and charts:
             jobs = [(c, output.with_name(output.stem + c.suffix)) for c in charts]
             if worker is None or not worker.draw(jobs):
-                from rlbench.report.plots import draw_bar_chart
+                from rlbench.report.plots import draw
 
                 for c, path in jobs:
-                    draw_bar_chart(c, path)
+                    draw(c, path)
     return text
+
+
+def is_micro(records: list) -> bool:
+    """Whether a run's records are micro-benchmark timings (rendered as tables per group) rather than a training run."""
+    metrics = {r.metric for r in records}
+    return "time/call" in metrics and "sps" not in metrics
 
 
 def report_command(args: argparse.Namespace) -> int:

@@ -183,7 +183,7 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
     from rlbench.cli.report import write_report
 
     write_report(outcome.records_path, report_path, run_id=writer.run_id, worker=charts)
-    summary = summarize_outcome(outcome.metrics)
+    summary = summarize_micro(outcome.metrics) if spec.report == "micro" else summarize_outcome(outcome.metrics)
     summary.update(
         {
             "benchmark": spec.name,
@@ -198,9 +198,9 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
     if args.json:
         print(json.dumps(summary, allow_nan=False, default=_json_default))
     elif not args.quiet:
-        from rlbench.cli.summary import print_summary
+        from rlbench.cli.summary import print_micro_summary, print_summary
 
-        print_summary(summary)
+        (print_micro_summary if spec.report == "micro" else print_summary)(summary)
     return 0
 
 
@@ -225,3 +225,19 @@ def summarize_outcome(per_repeat: list[list[Metric]]) -> dict[str, Any]:
         med = median(vs)
         out[k] = med if math.isfinite(med) else None
     return out
+
+
+def summarize_micro(per_repeat: list[list[Metric]]) -> dict[str, Any]:
+    """Median seconds per call of every (group, op, size, impl) case, pooled over repeats."""
+    from rlbench.stats import median
+
+    pooled: dict[tuple[str, ...], list[float]] = {}
+    for metrics in per_repeat:
+        for m in metrics:
+            if m.name != "time/call":
+                continue
+            p = m.params
+            key = (str(p.get("group")), str(p.get("op", "call")), str(p.get("size")), str(p.get("impl")))
+            pooled.setdefault(key, []).extend(v for v in m.samples if math.isfinite(v))
+    cases = [{"group": g, "op": o, "size": s, "impl": i, "median_s": median(v)} for (g, o, s, i), v in pooled.items()]
+    return {"cases": cases}

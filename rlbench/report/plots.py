@@ -15,6 +15,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from rlbench.report.micro import Line, ScalingChart
 from rlbench.report.training import Bar, Chart
 
 
@@ -41,6 +42,44 @@ def draw_bar_chart(chart: Chart, path: str | Path) -> Path:
     return path
 
 
+def draw_scaling_chart(chart: ScalingChart, path: str | Path) -> Path:
+    """Draw median time against size on log-log axes, one marked line per implementation; returns the path."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.0, 4.6), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    for line in chart.lines:
+        ax.plot(line.x, line.y, marker="o", label=line.label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(chart.xlabel)
+    ax.set_ylabel(chart.ylabel)
+    ax.set_title(chart.title, fontsize=11)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, format="png", metadata={"Software": None})
+    return path
+
+
+def draw(chart: Chart | ScalingChart, path: str | Path) -> Path:
+    """Draw either kind of chart."""
+    return draw_scaling_chart(chart, path) if isinstance(chart, ScalingChart) else draw_bar_chart(chart, path)
+
+
+def _to_json(chart: Chart | ScalingChart) -> dict:
+    return {"kind": "scaling" if isinstance(chart, ScalingChart) else "bars", **asdict(chart)}
+
+
+def _from_json(c: dict) -> Chart | ScalingChart:
+    if c.pop("kind") == "scaling":
+        return ScalingChart(c["suffix"], c["title"], [Line(**ln) for ln in c["lines"]], c["xlabel"], c["ylabel"])
+    return Chart(c["suffix"], c["title"], [Bar(**b) for b in c["bars"]], c["xlabel"])
+
+
 class ChartWorker:
     """A subprocess that imports matplotlib now and draws charts later (see the module docstring)."""
 
@@ -58,12 +97,12 @@ class ChartWorker:
         except OSError:
             self.proc = None
 
-    def draw(self, jobs: list[tuple[Chart, Path]], timeout: float = 60.0) -> bool:
+    def draw(self, jobs: list[tuple[Chart | ScalingChart, Path]], timeout: float = 60.0) -> bool:
         """Send the charts to draw and wait; ``False`` if the worker is absent or failed (draw in-process then)."""
         proc, self.proc = self.proc, None
         if proc is None:
             return False
-        payload = json.dumps([{"chart": asdict(c), "path": str(p)} for c, p in jobs]).encode()
+        payload = json.dumps([{"chart": _to_json(c), "path": str(p)} for c, p in jobs]).encode()
         try:
             proc.communicate(payload, timeout=timeout)
         except (OSError, subprocess.SubprocessError):
@@ -86,7 +125,6 @@ def serve() -> None:
 
     jobs = json.loads(sys.stdin.buffer.read() or b"[]")
     for job in jobs:
-        c = job["chart"]
-        draw_bar_chart(Chart(c["suffix"], c["title"], [Bar(**b) for b in c["bars"]], c["xlabel"]), job["path"])
+        draw(_from_json(job["chart"]), job["path"])
     sys.stdout.flush()
     os._exit(0)

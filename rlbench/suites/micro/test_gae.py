@@ -8,21 +8,26 @@ warm-up call before timing, so its import and compile cost are not part of these
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import numpy as np
 import pytest
 
 from rlbench.components.advantages import GAE_IMPLEMENTATIONS
+from rlbench.suites.user_impls import user_cases
 
 SIZES = [(128, 8), (2048, 64), (1024, 1024)]
 SLOW_REFERENCE = pytest.mark.skip(reason="pure-Python reference is too slow at this size (seconds per call)")
 GAMMA, LAM = 0.99, 0.95
 
+# users' implementations (rlbench run gae --impl pkg.mod:fn), already checked against the reference by the runner
+IMPLEMENTATIONS = {**GAE_IMPLEMENTATIONS, **user_cases(os.environ.get("RLBENCH_USER_IMPLS"))}
+
 CASES = [
     pytest.param(name, T, N, id=f"{name}-T{T}xN{N}", marks=SLOW_REFERENCE if name == "reference" and T * N > 4096 else ())
     for T, N in SIZES
-    for name in GAE_IMPLEMENTATIONS
+    for name in IMPLEMENTATIONS
 ]
 
 
@@ -40,10 +45,10 @@ def rollout(T: int, N: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
 @pytest.mark.parametrize("name, T, N", CASES)
 def test_gae(benchmark: Any, name: str, T: int, N: int) -> None:
     """Times one NumPy-in/NumPy-out GAE call on a precomputed (T, N) rollout."""
-    fn = GAE_IMPLEMENTATIONS[name]
+    fn = IMPLEMENTATIONS[name]
     inputs = rollout(T, N)
     fn(*inputs, GAMMA, LAM)  # warm-up: numba JIT / cache load, torch lazy init, NumPy constant caches
     benchmark.group = f"gae T={T} N={N}"
-    benchmark.extra_info.update(impl=name, T=T, N=N)
+    benchmark.extra_info.update(group="gae", impl=name, size=f"{T}x{N}", elements=T * N, T=T, N=N)
     result = benchmark(fn, *inputs, GAMMA, LAM)
     assert result.shape == (T, N) and result.dtype == np.float32

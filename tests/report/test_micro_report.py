@@ -1,0 +1,28 @@
+"""The micro report: speed-ups against the reference and the fastest marked, per size."""
+
+from __future__ import annotations
+
+from rlbench.records import Record
+from rlbench.report.micro import render
+
+
+def _rec(impl: str, size: str, elements: int, samples: list[float]) -> Record:
+    return Record(run_id="r", timestamp="t", benchmark="gae", params={"group": "gae", "impl": impl, "size": size},
+                  definition_hash="h", metric="time/call", unit="s", direction="lower", samples=samples,
+                  meta={"elements": elements})  # fmt: skip
+
+
+def test_table_speedups_and_stars() -> None:
+    recs = [
+        _rec("reference", "8", 8, [100e-6] * 5),
+        _rec("fast", "8", 8, [10e-6] * 5),
+        _rec("reference", "64", 64, [800e-6] * 5),
+        _rec("fast", "64", 64, [900e-6] * 5),
+    ]
+    text, charts = render(recs, "out")
+    row_ref = next(line for line in text.splitlines() if line.startswith("| `reference`"))
+    row_fast = next(line for line in text.splitlines() if line.startswith("| `fast`"))
+    assert "10 µs (IQR 0, 10.0×) ★" in row_fast and "900 µs (IQR 0, 0.9×) |" in row_fast
+    assert "800 µs (IQR 0) ★" in row_ref
+    assert charts[0].lines[0].label == "fast" and charts[0].lines[0].x == [8.0, 64.0]
+    assert "![gae scaling](out-gae-call.png)" in text
