@@ -3,7 +3,8 @@
 Pure functions over :class:`~rlbench.records.Record` lists; nothing here reads files or prints.
 
 * A **case** is (benchmark, parameters, metric); its samples on each side are the raw samples of every
-  record of that case.
+  record of that case -- except for outcome metrics (returns: units other than time or rate), where the
+  unit of analysis is the repeat: one mean per seed, compared unpaired.
 * The **ratio** is ``median(candidate) / median(baseline)``; its 95% interval comes from a percentile
   bootstrap (each side resampled with replacement). When both sides ran the same seeds (``rlbench ab``
   interleaves them round by round), the comparison is **paired**: per seed, the ratio of that seed's
@@ -48,6 +49,16 @@ class Case:
     direction: str
     base: dict[int | None, list[float]] = field(default_factory=dict)
     cand: dict[int | None, list[float]] = field(default_factory=dict)
+
+    def per_repeat_means(self, side: str) -> np.ndarray:
+        """The mean of each seed's finite samples on one side."""
+        means = []
+        for vs in getattr(self, side).values():
+            arr = np.asarray(vs, dtype=float)
+            arr = arr[np.isfinite(arr)]
+            if arr.size:
+                means.append(float(arr.mean()))
+        return np.asarray(means, dtype=float)
 
     def pooled(self, side: str) -> np.ndarray:
         """Every finite sample of one side."""
@@ -182,7 +193,12 @@ def compare_case(case: Case, min_effect: float = 0.05, confidence: float = 0.95,
     """Compare one case (paired by seed when both sides hold the same two or more seeds)."""
     b, c = case.pooled("base"), case.pooled("cand")
     seeds = set(case.base) & set(case.cand)
-    paired = None not in seeds and len(seeds) >= MIN_SAMPLES and set(case.base) == set(case.cand)
+    timing = case.unit in RATE_OR_TIME_UNITS
+    if not timing and None not in case.base and None not in case.cand:
+        # outcomes such as returns: the unit is the repeat (its mean), unpaired -- one seed's luck says
+        # nothing about another variant's at that seed, and episodes within a repeat are not independent
+        b, c = case.per_repeat_means("base"), case.per_repeat_means("cand")
+    paired = timing and None not in seeds and len(seeds) >= MIN_SAMPLES and set(case.base) == set(case.cand)
     # noise-free: counters by definition, or anything seen twice or more per side with zero spread
     constant = b.size > 0 and c.size > 0 and np.ptp(b) == 0 and np.ptp(c) == 0
     exact = constant and (case.unit == "count" or min(b.size, c.size) >= 2)
