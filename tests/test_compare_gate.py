@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,7 @@ def rec(run: str, metric: str, samples: list[float], seed: int = 0, direction: s
 
 
 def side(run: str, scale: float, seeds: int = 8, n: int = 30, sps_scale: float = 1.0, ret: float = 450.0, noise: float = 0.02):
-    rng = np.random.default_rng(hash((run, scale)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(f"{run}:{scale}".encode()))  # str hash() is salted per process
     out = []
     for s in range(seeds):
         out.append(rec(run, "time/update", list(scale * (1.0 + noise * rng.standard_normal(n))), seed=s))

@@ -111,7 +111,7 @@ def test_make_vec_env_backends() -> None:
     assert isinstance(other, GymnasiumVecEnv) and other.action_spec.n == 3
     other.close()
     with pytest.raises(ValueError, match="'numpy' env backend implements only"):
-        make_vec_env("Pendulum-v1", 2, backend="numpy")
+        make_vec_env("Acrobot-v1", 2, backend="numpy")
     with pytest.raises(ValueError, match="unknown env backend 'jax'"):
         make_vec_env("CartPole-v1", 2, backend="jax")
 
