@@ -10,14 +10,24 @@ from typing import TYPE_CHECKING, Any
 
 from rlbench.components.envs.base import ActionSpec, StepResult, VecEnv
 from rlbench.components.envs.cartpole import NumpyCartPoleVecEnv
+from rlbench.components.envs.pendulum import NumpyPendulumVecEnv
 
 if TYPE_CHECKING:
     from rlbench.components.envs.gym_vector import GymnasiumVecEnv
 
-__all__ = ["BACKENDS", "ActionSpec", "GymnasiumVecEnv", "NumpyCartPoleVecEnv", "StepResult", "VecEnv", "make_vec_env"]
+__all__ = [
+    "BACKENDS",
+    "ActionSpec",
+    "GymnasiumVecEnv",
+    "NumpyCartPoleVecEnv",
+    "NumpyPendulumVecEnv",
+    "StepResult",
+    "VecEnv",
+    "make_vec_env",
+]
 
 BACKENDS = ("auto", "numpy", "sync", "async")
-_NUMPY_ENVS = {"CartPole-v1": NumpyCartPoleVecEnv}
+_NUMPY_ENVS = {"CartPole-v1": NumpyCartPoleVecEnv, "Pendulum-v1": NumpyPendulumVecEnv}
 
 
 def __getattr__(name: str) -> Any:
@@ -36,7 +46,7 @@ def make_vec_env(env_id: str, num_envs: int, *, backend: str = "auto") -> VecEnv
         env_id: A gymnasium id such as ``"CartPole-v1"``.
         num_envs: Number of sub-environments.
         backend: ``"auto"`` (the NumPy implementation when there is one, else ``"sync"``),
-            ``"numpy"`` (rlbench's NumPy implementation, ``CartPole-v1`` only), or ``"sync"`` /
+            ``"numpy"`` (rlbench's NumPy implementation: ``CartPole-v1`` and ``Pendulum-v1``), or ``"sync"`` /
             ``"async"`` (gymnasium's ``SyncVectorEnv`` / ``AsyncVectorEnv``).
 
     Returns:
