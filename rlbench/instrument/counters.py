@@ -33,6 +33,11 @@ class OpCounter(TorchDispatchMode):
         copies: Copies between different devices per phase.
     """
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """Keep ``__torch_dispatch__`` unwrapped: torch's wrapping imports ``torch._dynamo`` (~2 s) on first use."""
+        return False
+
     def __init__(self) -> None:
         super().__init__()
         self.phase = "other"

@@ -30,3 +30,17 @@ def test_iteration_counts_identical_across_runs_and_sensitive_to_code() -> None:
     assert autograd["ops"]["update"] != runs[0]["ops"]["update"]
     torch_inference = count_iteration_ops(PPOConfig(inference="torch"), cpu)
     assert torch_inference["ops"]["collect"] > 128  # at least one op per env step
+
+
+def test_counting_does_not_import_dynamo() -> None:
+    """torch._dynamo costs ~2 s to import: counting must not pull it in (it would break the 4 s budget of a run)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from rlbench.algos.ppo import PPOConfig, count_iteration_ops\n"
+        "count_iteration_ops(PPOConfig(total_steps=1024), torch.device('cpu'))\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
