@@ -73,15 +73,3 @@ class CallbackList(Callback):
         """Forward to every callback."""
         for cb in self.callbacks:
             cb.on_train_end(summary)
-
-
-class PhaseHistory(Callback):
-    """Keeps every iteration's phase seconds, for medians and spread across iterations."""
-
-    def __init__(self) -> None:
-        self.iterations: list[IterationInfo] = []
-
-    def on_iteration_end(self, it: IterationInfo) -> bool | None:
-        """Store the iteration."""
-        self.iterations.append(it)
-        return None
