@@ -17,7 +17,8 @@ class _RepeatProgress(Callback):
     def on_train_start(self, info: dict[str, Any]) -> None:
         total = info["iterations"] * info["steps_per_iteration"]
         if self.owner.progress is not None:
-            self.task = self.owner.progress.add_task(self.owner.label(self.repeat), total=total, sps="", ret="")
+            label = self.owner.label(self.repeat) + (f" [{info['label']}]" if info.get("label") else "")
+            self.task = self.owner.progress.add_task(label, total=total, sps="", ret="")
 
     def on_iteration_end(self, it: IterationInfo) -> bool | None:
         if self.owner.progress is not None and self.task is not None:

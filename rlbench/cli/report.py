@@ -33,6 +33,10 @@ def write_report(
     draw_charts = output is not None and chart
     if is_micro(records):
         text, charts = micro.render(records, output.stem if draw_charts else None)
+    elif any(r.metric == "updates" for r in records):  # off-policy training: update breakdown and what-ifs
+        from rlbench.report import offpolicy
+
+        text, charts = offpolicy.render(records, output.stem if draw_charts else None)
     else:
         text, charts = training.render(records, f"{output.stem}-phases.png" if draw_charts else None)
     if output is not None:

@@ -215,6 +215,8 @@ def summarize_outcome(per_repeat: list[list[Metric]]) -> dict[str, Any]:
     values: dict[str, list[float]] = {}
     for metrics in per_repeat:
         for m in metrics:
+            if m.params.get("variant", "baseline") != "baseline":
+                continue  # what-if variants are compared in the report; the summary is the baseline's
             if m.x is not None or m.name.startswith(("iter_time/", "diag/")):
                 continue
             xs = [v for v in m.samples if math.isfinite(v)]

@@ -72,15 +72,15 @@ class Breakdown:
         return seconds / self.steady_s if self.steady_s > 0 else math.nan
 
 
-def breakdown(d: RunData) -> Breakdown:
+def breakdown(d: RunData, leaves: tuple[str, ...] = LEAVES) -> Breakdown:
     """Steady-state time (training minus warm-up) split into leaf phases and the rest."""
     steady = median([t - w for t, w in zip(d.per_repeat("train_s"), d.per_repeat("warmup_s"))])
-    leaf = {p: d.med(f"time/{p}") for p in LEAVES if d.has(f"time/{p}")}
+    leaf = {p: d.med(f"time/{p}") for p in leaves if d.has(f"time/{p}")}
     iters = int(d.med("iterations")) - 1 if d.has("iterations") else 0
     return Breakdown(steady, leaf, max(steady - sum(leaf.values()), 0.0), max(iters, 1))
 
 
-def _header(d: RunData, chart_file: str | None) -> list[str]:
+def header(d: RunData, chart_file: str | None) -> list[str]:
     r = d.first
     fp = r.fingerprint or {}
     mach, soft, git = fp.get("machine", {}), fp.get("software", {}), fp.get("git", {})
@@ -138,14 +138,23 @@ _SETTING_KEYS = (
     "recompute_advantages",
     "inference",
     "threads",
+    "learning_starts",
+    "updates_per_step",
+    "batch_size",
+    "critics",
+    "polyak",
+    "compile",
+    "prioritized",
+    "td_lambda",
+    "noise",
 )
 
 
-def _timing(d: RunData) -> list[str]:
+def timing(d: RunData, warmup: str = "Warm-up (first iteration)") -> list[str]:
     rows = [
         ["Start-up: imports and setup before the run", fmt_s(d.med("startup_s")), spread(d.summary("startup_s"), fmt_s)],
         ["Init (envs, networks, optimizer)", fmt_s(d.med("init_s")), spread(d.summary("init_s"), fmt_s)],
-        ["Warm-up (first iteration)", fmt_s(d.med("warmup_s")), spread(d.summary("warmup_s"), fmt_s)],
+        [warmup, fmt_s(d.med("warmup_s")), spread(d.summary("warmup_s"), fmt_s)],
         ["Training (warm-up included)", fmt_s(d.med("train_s")), spread(d.summary("train_s"), fmt_s)],
         ["Evaluation", fmt_s(d.med("eval_s")), spread(d.summary("eval_s"), fmt_s)],
         ["Total wall of the run (init + training + evaluation)", fmt_s(d.med("wall_s")), spread(d.summary("wall_s"), fmt_s)],
@@ -172,7 +181,7 @@ def _timing(d: RunData) -> list[str]:
     ]
 
 
-def _phases(d: RunData, b: Breakdown) -> list[str]:
+def phase_table(d: RunData, b: Breakdown) -> list[str]:
     rows = []
     for phase in d.phases():
         if phase == "warmup":
@@ -208,11 +217,11 @@ def _phases(d: RunData, b: Breakdown) -> list[str]:
     ]
 
 
-def _layers(d: RunData, b: Breakdown) -> list[str]:
+def layer_table(d: RunData, b: Breakdown, layers: dict[str, tuple[str, ...]] = LAYERS) -> list[str]:
     rows = []
     total_steps = d.med("env_steps")
     per_iter_steps = total_steps / (b.iterations + 1) if total_steps and math.isfinite(total_steps) else math.nan
-    for layer, phases in LAYERS.items():
+    for layer, phases in layers.items():
         s = sum(b.leaf_s.get(p, 0.0) for p in phases)
         rows.append(
             [
@@ -235,7 +244,7 @@ def _layers(d: RunData, b: Breakdown) -> list[str]:
     return ["## 3. Time by layer", "", md_table(["Layer", "Time (s)", "Share", "ms / iteration", "µs / agent step"], rows)]
 
 
-def _learning(d: RunData) -> list[str]:
+def learning(d: RunData) -> list[str]:
     lines = ["## 4. Learning outcome", ""]
     evals = d.per_repeat("eval_return")
     n_eps = len(d.by_metric["eval_return"][0].samples) if d.has("eval_return") else 0
@@ -424,7 +433,7 @@ def _bottlenecks(d: RunData, b: Breakdown) -> list[str]:
     return [*lines, md_table(["#", "Bottleneck", "Share", "Bound", "Measured", "What to try"], rows)]
 
 
-def _overhead(d: RunData, b: Breakdown) -> list[str]:
+def overhead_table(d: RunData, b: Breakdown) -> list[str]:
     ov = d.med("timer/overhead_s")
     events = d.med("timer/events")
     ctx = d.meta("timer/events", "context_events", 0) or 0
@@ -461,7 +470,7 @@ def _counters(d: RunData) -> list[str]:
             md_table(["Phase", "Torch ops", "Syncs", "Cross-device copies", "Same in every repeat"], rows)]  # fmt: skip
 
 
-def _profile(d: RunData) -> list[str]:
+def profile_table(d: RunData) -> list[str]:
     if not d.has("profile/self_s"):
         return []
     r = d.by_metric["profile/self_s"][0]
@@ -496,15 +505,15 @@ def render(records: list[Record], chart_file: str | None = None) -> tuple[str, l
     d = RunData.from_records(records)
     b = breakdown(d)
     sections = [
-        _header(d, chart_file),
-        _timing(d),
-        _phases(d, b),
-        _layers(d, b),
-        _learning(d),
+        header(d, chart_file),
+        timing(d),
+        phase_table(d, b),
+        layer_table(d, b),
+        learning(d),
         _bottlenecks(d, b),
-        _overhead(d, b),
+        overhead_table(d, b),
         _counters(d),
-        _profile(d),
+        profile_table(d),
     ]
     text = "\n\n".join("\n".join(s) for s in sections if s) + "\n"
     return text, [phase_chart(d, b)]

@@ -15,25 +15,23 @@ def _ppo_config() -> Any:
     return PPOConfig()
 
 
-def ppo_metrics(result: Any, overhead: dict[str, float], counts: dict[str, dict[str, int]] | None = None) -> list[Metric]:
-    """Turn a :class:`~rlbench.algos.ppo.PPOResult` into metrics (one record each).
+def training_metrics(
+    result: Any, overhead: dict[str, float], phases: tuple[str, ...], steady_steps: float, steady_s: float
+) -> list[Metric]:
+    """Metrics every training benchmark records (one record each): SPS, wall-time parts, returns, phases, timer cost.
 
     Args:
-        result: What the training run measured.
+        result: What the training run measured (``PPOResult`` or ``OffPolicyResult``: same timing attributes).
         overhead: Per-event timer costs from :func:`rlbench.instrument.timers.measure_overhead`.
-        counts: Op, sync and copy counts of one iteration from :func:`rlbench.algos.ppo.count_iteration_ops`.
+        phases: Steady-state phase names, parents before children.
+        steady_steps: Agent steps taken after warm-up.
+        steady_s: Seconds those steps took.
     """
-    from rlbench.algos.ppo import STEADY_PHASES
     from rlbench.instrument.timers import estimate_overhead_s
 
-    steady = result.iterations[1:]
-    steady_s = sum(
-        it.phase_s.get("collect", 0.0) + it.phase_s.get("advantage", 0.0) + it.phase_s.get("update", 0.0) for it in steady
-    )
-    steady_steps = sum(result.config.num_envs * result.config.rollout_steps for _ in steady)
     events = sum(result.phase_events.values())
-    overhead_s = estimate_overhead_s(events, result.context_events, overhead)
     wall = result.init_s + result.train_s + result.eval_s
+    iters = result.iterations
     m = [
         Metric(
             "sps", "steps/s", "higher", [result.sps], meta={"steps": result.env_steps, "synchronized": result.synchronized}
@@ -45,54 +43,48 @@ def ppo_metrics(result: Any, overhead: dict[str, float], counts: dict[str, dict[
         Metric("train_s", "s", "lower", [result.train_s]),
         Metric("eval_s", "s", "lower", [result.eval_s]),
         Metric("env_steps", "steps", "none", [float(result.env_steps)]),
-        Metric("iterations", "count", "none", [float(len(result.iterations))]),
+        Metric("iterations", "count", "none", [float(len(iters))]),
         Metric("eval_return", "return", "higher", [float(v) for v in result.eval_returns]),
         Metric("timer/boundary_us", "us", "lower", [overhead["boundary_us"]]),
         Metric("timer/context_us", "us", "lower", [overhead["context_us"]]),
         Metric("timer/events", "count", "none", [float(events)], meta={"context_events": result.context_events}),
-        Metric("timer/overhead_s", "s", "lower", [overhead_s]),
-        Metric(
-            "train/episode_return",
-            "return",
-            "none",
-            [float(v) for v in result.episode_returns],
-            x=[float(s) for s in result.episode_end_steps],
-        ),
-        Metric(
-            "train/recent_return",
-            "return",
-            "none",
-            [it.recent_return for it in result.iterations],
-            x=[float(it.env_steps) for it in result.iterations],
-        ),
-        Metric(
-            "train/elapsed_s",
-            "s",
-            "none",
-            [it.elapsed_s for it in result.iterations],
-            x=[float(it.env_steps) for it in result.iterations],
-        ),
-    ]
-    for phase in ("warmup", *STEADY_PHASES):
+        Metric("timer/overhead_s", "s", "lower", [estimate_overhead_s(events, result.context_events, overhead)]),
+        Metric("train/episode_return", "return", "none", [float(v) for v in result.episode_returns],
+               x=[float(s) for s in result.episode_end_steps]),
+        Metric("train/recent_return", "return", "none", [it.recent_return for it in iters],
+               x=[float(it.env_steps) for it in iters]),
+        Metric("train/elapsed_s", "s", "none", [it.elapsed_s for it in iters], x=[float(it.env_steps) for it in iters]),
+    ]  # fmt: skip
+    for phase in ("warmup", *phases):
         if phase in result.phase_s:
-            m.append(
-                Metric(
-                    f"time/{phase}", "s", "lower", [result.phase_s[phase]], meta={"events": result.phase_events.get(phase, 0)}
-                )
-            )
-    for phase in STEADY_PHASES:
-        m.append(Metric(f"iter_time/{phase}", "s", "lower", [it.phase_s.get(phase, 0.0) for it in steady]))
-    keys = sorted({k for it in result.iterations for k in it.diagnostics})
-    for key in keys:
-        m.append(
-            Metric(
-                f"diag/{key}",
-                "",
-                "none",
-                [it.diagnostics.get(key, math.nan) for it in result.iterations],
-                x=[float(it.env_steps) for it in result.iterations],
-            )
-        )
+            events = result.phase_events.get(phase, 0)
+            m.append(Metric(f"time/{phase}", "s", "lower", [result.phase_s[phase]], meta={"events": events}))
+    steady = iters[1:]
+    for phase in phases:
+        if phase in result.phase_s:
+            m.append(Metric(f"iter_time/{phase}", "s", "lower", [it.phase_s.get(phase, 0.0) for it in steady]))
+    for key in sorted({k for it in iters for k in it.diagnostics}):
+        m.append(Metric(f"diag/{key}", "", "none", [it.diagnostics.get(key, math.nan) for it in iters],
+                        x=[float(it.env_steps) for it in iters]))  # fmt: skip
+    return m
+
+
+def ppo_metrics(result: Any, overhead: dict[str, float], counts: dict[str, dict[str, int]] | None = None) -> list[Metric]:
+    """Turn a :class:`~rlbench.algos.ppo.PPOResult` into metrics (one record each).
+
+    Args:
+        result: What the training run measured.
+        overhead: Per-event timer costs from :func:`rlbench.instrument.timers.measure_overhead`.
+        counts: Op, sync and copy counts of one iteration from :func:`rlbench.algos.ppo.count_iteration_ops`.
+    """
+    from rlbench.algos.ppo import STEADY_PHASES
+
+    steady = result.iterations[1:]
+    steady_s = sum(
+        it.phase_s.get("collect", 0.0) + it.phase_s.get("advantage", 0.0) + it.phase_s.get("update", 0.0) for it in steady
+    )
+    steady_steps = sum(result.config.num_envs * result.config.rollout_steps for _ in steady)
+    m = training_metrics(result, overhead, STEADY_PHASES, steady_steps, steady_s)
     for kind, per_phase in (counts or {}).items():
         for phase, n in per_phase.items():
             m.append(Metric(f"{kind}/{phase}", "count", "lower", [float(n)]))

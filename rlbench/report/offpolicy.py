@@ -1,0 +1,232 @@
+"""The bottleneck report of an off-policy run (SAC, DDPG), rendered from its records alone.
+
+Sections: header, end-to-end timing, steady-state phases, the gradient update broken down per update (the
+table the rlox report estimated, here measured), time by layer, learning, measured what-ifs (each variant's
+paired effect on SPS with a bootstrap confidence interval), bottlenecks ranked by their Amdahl bound, timer
+overhead, op counts, profile. Main sections describe the baseline setting (``variant == "baseline"``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlbench.compare import bootstrap_paired
+from rlbench.records import Record
+from rlbench.report import training
+from rlbench.report.data import RunData
+from rlbench.report.format import fmt, fmt_s, md_table, pct
+from rlbench.report.training import Bar, Breakdown, Chart, Finding
+from rlbench.stats import median
+from rlbench.variants import BASELINE
+
+UPDATE_PHASES = (
+    "update/sample",
+    "update/target",
+    "update/critic",
+    "update/actor",
+    "update/alpha",
+    "update/polyak",
+    "update/priorities",
+)
+LEAVES = ("collect/policy", "collect/env", "collect/store", *UPDATE_PHASES)
+LAYERS = {
+    "environment": ("collect/env",),
+    "policy inference (collection)": ("collect/policy",),
+    "replay (store, sample, priorities)": ("collect/store", "update/sample", "update/priorities"),
+    "training update (target, critic, actor, alpha, Polyak)": (
+        "update/target", "update/critic", "update/actor", "update/alpha", "update/polyak",
+    ),
+}  # fmt: skip
+_TRY = {
+    "update/actor": "the actor step runs the critic forward and backward too: `--critics ensemble` halves its ops; "
+    "`--threads 2` when a core is free; `--compile` (see the what-ifs)",
+    "update/critic": "`--critics ensemble` (one batched matmul for both Q networks); `--threads 2` when a core is free",
+    "update/target": "no-grad forward of actor and target critics: `--critics ensemble`; `--threads 2`",
+    "update/polyak": "`--polyak foreach` (one fused lerp over every target tensor)",
+    "update/sample": "already a reused-buffer gather; a larger batch amortizes it",
+    "collect/policy": "one actor forward per vector step: `--num-envs N` batches N envs per forward",
+    "collect/env": "`--num-envs N` steps N envs per call",
+    "collect/store": "`--num-envs N` writes N rows per call",
+}
+
+
+def _variant(r: Record) -> str:
+    return str(r.params.get("variant", BASELINE))
+
+
+@dataclass
+class VariantEffect:
+    """A what-if variant against the baseline, paired by seed.
+
+    Attributes:
+        label: ``FIELD=VALUE``.
+        sps: ``(ratio, low, high)``: median of per-seed SPS ratios (variant / baseline) and its 95% interval.
+        steady: The same for steady-state SPS (warm-up, e.g. compilation, excluded).
+        first_update_s: Median seconds of the variant's first update (compilation shows here).
+        eval_return: Median evaluation return of the variant.
+        pairs: Seeds both ran.
+    """
+
+    label: str
+    sps: tuple[float, float, float]
+    steady: tuple[float, float, float]
+    first_update_s: float
+    eval_return: float
+    pairs: int
+
+
+def _by_seed(records: list[Record], metric: str, variant: str) -> dict[object, float]:
+    out = {}
+    for r in records:
+        if r.metric == metric and _variant(r) == variant:
+            xs = [v for v in r.samples if math.isfinite(v)]
+            if xs:
+                out[r.seed] = sum(xs) / len(xs)
+    return out
+
+
+def variant_effects(records: list[Record]) -> list[VariantEffect]:
+    """Every variant's paired effect, best SPS ratio first."""
+    labels = sorted({_variant(r) for r in records} - {BASELINE})
+    out = []
+    for label in labels:
+        ratios = {}
+        for metric in ("sps", "sps/steady"):
+            base, cand = _by_seed(records, metric, BASELINE), _by_seed(records, metric, label)
+            seeds = sorted(set(base) & set(cand), key=str)
+            pairs = np.array([cand[s] / base[s] for s in seeds if base[s] > 0])
+            ratios[metric] = bootstrap_paired(pairs) if pairs.size else (math.nan,) * 3
+        first = median(list(_by_seed(records, "first_update_s", label).values()))
+        evals = median(list(_by_seed(records, "eval_return", label).values()))
+        n = len(set(_by_seed(records, "sps", BASELINE)) & set(_by_seed(records, "sps", label)))
+        out.append(VariantEffect(label, ratios["sps"], ratios["sps/steady"], first, evals, n))
+    return sorted(out, key=lambda e: -e.sps[0] if math.isfinite(e.sps[0]) else math.inf)
+
+
+def _ci(r: tuple[float, float, float]) -> str:
+    ratio, lo, hi = r
+    if not math.isfinite(ratio):
+        return "–"
+    verdict = "faster" if lo > 1 else "slower" if hi < 1 else "no clear effect"
+    return f"{fmt(ratio, 3)}× [{fmt(lo, 3)}, {fmt(hi, 3)}] ({verdict})"
+
+
+def _what_ifs(records: list[Record], d: RunData) -> list[str]:
+    effects = variant_effects(records)
+    if not effects:
+        return []
+    rows = [
+        [str(i), f"`{e.label}`", _ci(e.sps), _ci(e.steady), fmt_s(e.first_update_s), fmt(e.eval_return, 1), str(e.pairs)]
+        for i, e in enumerate(effects, 1)
+    ]
+    base_first = d.med("first_update_s")
+    return [
+        "## What-ifs, measured",
+        "",
+        "Each repeat trained the baseline and every variant with the same seed, back to back in one process (order "
+        "reversed on odd seeds). Effect = median over seeds of the per-seed SPS ratio variant / baseline, with a 95% "
+        "bootstrap interval over seeds; an interval that excludes 1 is a measured effect, not an estimate. Steady-state "
+        "SPS leaves out the warm-up (random frames and the first update, where `torch.compile` compiles). "
+        f"Baseline first update: {fmt_s(base_first)}; baseline eval return {fmt(d.med('eval_return'), 1)}.",
+        "",
+        md_table(
+            ["Rank", "Variant", "SPS effect [95% CI]", "Steady SPS effect [95% CI]", "First update", "Eval return", "Seeds"],
+            rows,
+        ),
+    ]
+
+
+def _update_table(d: RunData, b: Breakdown) -> list[str]:
+    updates = d.med("updates") - 1  # the first update belongs to warm-up
+    total = d.med("time/update")
+    if not (updates > 0 and math.isfinite(total)):
+        return []
+    rows = []
+    for phase in UPDATE_PHASES:
+        if d.has(f"time/{phase}"):
+            s = d.med(f"time/{phase}")
+            rows.append([f"`{phase}`", fmt(s / updates * 1e6, 0), pct(s / total)])
+    inner = sum(d.med(f"time/{p}") for p in UPDATE_PHASES if d.has(f"time/{p}"))
+    rows.append(["Python/other inside `update`", fmt((total - inner) / updates * 1e6, 0), pct((total - inner) / total)])
+    rows.append(["**One gradient update**", f"**{fmt(total / updates * 1e6, 0)}**", "100%"])
+    collect = d.med("time/collect")
+    steps = d.med("sps/steady") * b.steady_s if math.isfinite(d.med("sps/steady")) else math.nan
+    return [
+        "## Gradient update, broken down",
+        "",
+        f"Median over repeats of {int(updates):,} steady-state updates per run; µs per update. "
+        f"Collection costs {fmt(collect / steps * 1e6, 0) if steps else '–'} µs per agent step on top.",
+        "",
+        md_table(["Phase", "µs / update", "Share of update"], rows),
+    ]
+
+
+def _findings(d: RunData, b: Breakdown) -> list[str]:
+    found = [
+        Finding(f"`{phase}`", b.share(s), f"{fmt_s(s)} in steady state", _TRY.get(phase, "–"))
+        for phase, s in b.leaf_s.items()
+        if b.share(s) >= 0.05
+    ]
+    found.sort(key=lambda f: -f.bound)
+    lines = [
+        "## Bottlenecks and recommendations",
+        "",
+        "Leaf phases over 5% of steady-state time, ranked by the Amdahl bound `1 / (1 - share)` (the speed-up if the "
+        "phase took no time); the what-if table above measures the suggested switches.",
+        "",
+    ]
+    rows = [[str(i), f.title, pct(f.share), f"≤ {fmt(f.bound, 2)}×", f.evidence, f.action] for i, f in enumerate(found, 1)]
+    return [*lines, md_table(["#", "Phase", "Share", "Bound", "Measured", "What to try"], rows)]
+
+
+def _counters(d: RunData) -> list[str]:
+    rows = []
+    for phase in ("collect", "update"):
+        vals = d.per_repeat(f"ops/{phase}")
+        if vals:
+            same = "yes" if len(set(vals)) == 1 else "**no**"
+            label = "one collection step" if phase == "collect" else "one gradient update"
+            rows.append([label, f"{int(vals[0]):,}", same])
+    if not rows:
+        return []
+    return ["## Operation counts (noise-free)", "",
+            "Torch operators dispatched by one collection step and one gradient update, counted on an extra untimed run "
+            "with a dispatch mode (identical run to run: `rlbench gate --fail ops/update:0%` catches one extra op).", "",
+            md_table(["What", "Torch ops", "Same in every repeat"], rows)]  # fmt: skip
+
+
+def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, list[Chart]]:
+    """Markdown of the report for one run's records, and the charts it links to.
+
+    Args:
+        records: Records of a single run (baseline and any what-if variants).
+        chart_stem: Stem of the report file; the phase chart is ``<stem>-phases.png`` (``None``: no chart).
+    """
+    base = [r for r in records if _variant(r) == BASELINE]
+    d = RunData.from_records(base)
+    b = training.breakdown(d, LEAVES)
+    chart_file = f"{chart_stem}-phases.png" if chart_stem else None
+    sections = [
+        training.header(d, chart_file),
+        training.timing(d, "Warm-up (random frames + first update)"),
+        training.phase_table(d, b),
+        _update_table(d, b),
+        training.layer_table(d, b, LAYERS),
+        training.learning(d),
+        _what_ifs(records, d),
+        _findings(d, b),
+        training.overhead_table(d, b),
+        _counters(d),
+        training.profile_table(d),
+    ]
+    text = "\n\n".join("\n".join(s) for s in sections if s) + "\n"
+    counter = iter(range(1, 100))
+    text = re.sub(r"^## (?:\d+\. )?", lambda _: f"## {next(counter)}. ", text, flags=re.M)
+    bars = [Bar(p, 100 * b.share(s)) for p, s in b.leaf_s.items()]
+    bars.append(Bar("Python/other", 100 * b.share(b.other_s)))
+    chart = Chart("-phases.png", f"{d.first.benchmark}: share of steady-state time", bars, "% of steady-state time")
+    return text, [chart]

@@ -1,0 +1,59 @@
+"""`rlbench run sac-pendulum | ddpg-pendulum` end to end: records, report with the update breakdown and what-ifs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli_helpers import one_line_error
+
+from rlbench.cli.report import write_report
+from rlbench.store import load
+
+TINY = ["--total-steps", "400", "--learning-starts", "200", "--batch-size", "32", "--hidden", "32,32",
+        "--eval-episodes", "1", "--log-every", "100"]  # fmt: skip
+
+
+def test_sac_what_if_run_writes_baseline_and_variants(cli, tmp_path: Path) -> None:
+    proc = cli("run", "sac-pendulum", *TINY, "--repeats", "2", "--what-if", "polyak=loop", "--what-if", "critics=separate",
+               "--json", "--report", "sac.md", timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["env_steps"] == 400 and out["sps"] > 0 and out["time/update/critic"] > 0 and out["time/update/alpha"] > 0
+    df = load(tmp_path / out["records"])
+    variants = set(df.loc[df["metric"] == "sps", "param.variant"])
+    assert variants == {"baseline", "polyak=loop", "critics=separate"}
+    assert set(df.loc[df["metric"] == "sps", "seed"]) == {0, 1}
+    text = (tmp_path / "sac.md").read_text()
+    for needle in ("Gradient update, broken down", "`update/target`", "`update/polyak`", "What-ifs, measured",
+                   "`polyak=loop`", "`critics=separate`", "one gradient update"):  # fmt: skip
+        assert needle in text, needle
+    assert (tmp_path / "sac-phases.png").is_file()
+    chart_link = "![Share of steady-state time per phase](sac-phases.png)\n\n"
+    assert write_report(tmp_path / out["records"], None) == text.replace(chart_link, "")
+
+
+def test_ddpg_runs_with_td_lambda_and_prioritized_replay(cli, tmp_path: Path) -> None:
+    for extra in (["--td-lambda", "0.9", "--slice-len", "4"], ["--prioritized", "--noise", "ou"]):
+        proc = cli("run", "ddpg-pendulum", *TINY, *extra, "--json", timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out["env_steps"] == 400 and out["time/update/actor"] > 0
+        if "--prioritized" in extra:
+            assert out["time/update/priorities"] > 0
+
+
+def test_bad_what_ifs_and_settings_are_refused_before_running(cli, tmp_path: Path) -> None:
+    for args, needle in [
+        (["--what-if", "polyak"], "expects FIELD=VALUE"),
+        (["--what-if", "speed=2"], "unknown field 'speed'"),
+        (["--what-if", "threads=two"], "not a valid value for threads"),
+        (["--what-if", "polyak=foreach"], "is the baseline setting already"),
+        (["--what-if", "critics=stacked"], "--critics must be ensemble or separate"),
+        (["--td-lambda", "0.5", "--prioritized"], "choose one"),
+        (["--env", "CartPole-v1"], "continuous"),
+    ]:
+        proc = cli("run", "sac-pendulum", *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert needle in one_line_error(proc), (args, proc.stderr)
+    assert not list((tmp_path / ".rlbench").glob("*.jsonl")) if (tmp_path / ".rlbench").exists() else True

@@ -1,0 +1,282 @@
+"""SAC and DDPG updates: every variant equals a plain reference step on a fixed batch; critics, Polyak, TD(lambda)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from rlbench.components.ddpg import DDPGUpdate
+from rlbench.components.estimators import td_lambda_reference
+from rlbench.components.offpolicy_nets import (
+    DeterministicActor,
+    EnsembleCritic,
+    SeparateCritics,
+    SquashedGaussianActor,
+    make_critic,
+)
+from rlbench.components.offpolicy_update import OffPolicyHyperparams, lambda_returns, polyak_foreach, polyak_loop
+from rlbench.components.sac import SACHyperparams, SACUpdate
+
+OBS, ACT, HIDDEN, B = 3, 2, (16, 16), 32
+LOW, HIGH = np.array([-2.0, -1.0], np.float32), np.array([2.0, 3.0], np.float32)
+
+
+def _batch(seed: int = 0, weights: bool = False) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    batch = {
+        "obs": torch.randn(B, OBS, generator=g),
+        "action": torch.rand(B, ACT, generator=g) * 2 - 1,
+        "reward": torch.randn(B, generator=g),
+        "next_obs": torch.randn(B, OBS, generator=g),
+        "done": torch.rand(B, generator=g) < 0.2,
+    }
+    if weights:
+        batch["weights"] = torch.rand(B, generator=g) + 0.5
+    return batch
+
+
+def _separate_state(critic: nn.Module) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Per member, per layer ``(weight (out, in), bias (out,))``, from either critic layout."""
+    if isinstance(critic, SeparateCritics):
+        return [[(m.weight.detach(), m.bias.detach()) for m in net if isinstance(m, nn.Linear)] for net in critic.nets]
+    out = []
+    for e in range(critic.members):
+        layers = []
+        for k in range(critic.depth):
+            layers.append((getattr(critic, f"w{k}")[e].detach().t(), getattr(critic, f"b{k}")[e, 0].detach()))
+        out.append(layers)
+    return out
+
+
+def _assert_same_critic(a: nn.Module, b: nn.Module, atol: float = 1e-5) -> None:
+    for ma, mb in zip(_separate_state(a), _separate_state(b), strict=True):
+        for (wa, ba), (wb, bb) in zip(ma, mb, strict=True):
+            torch.testing.assert_close(wa, wb, atol=atol, rtol=1e-4)
+            torch.testing.assert_close(ba, bb, atol=atol, rtol=1e-4)
+
+
+@pytest.mark.parametrize("members", [1, 2, 3])
+def test_ensemble_critic_equals_separate_critics(members: int) -> None:
+    torch.manual_seed(0)
+    sep = SeparateCritics(OBS, ACT, HIDDEN, members)
+    ens = EnsembleCritic(OBS, ACT, HIDDEN, members).from_separate(sep)
+    b = _batch()
+    q_sep, q_ens = sep(b["obs"], b["action"]), ens(b["obs"], b["action"])
+    assert q_ens.shape == (members, B)
+    torch.testing.assert_close(q_ens, q_sep, atol=1e-5, rtol=1e-5)
+    g_sep = torch.autograd.grad(q_sep.square().sum(), list(sep.parameters()))
+    g_ens = torch.autograd.grad(q_ens.square().sum(), list(ens.parameters()))
+    assert sum(g.abs().sum() for g in g_sep).item() == pytest.approx(sum(g.abs().sum() for g in g_ens).item(), rel=1e-4)
+
+
+def test_make_critic_layouts_start_from_the_same_weights() -> None:
+    torch.manual_seed(3)
+    sep = make_critic("separate", OBS, ACT, HIDDEN, 2)
+    torch.manual_seed(3)
+    ens = make_critic("ensemble", OBS, ACT, HIDDEN, 2)
+    _assert_same_critic(sep, ens, atol=0.0)
+    with pytest.raises(ValueError, match="unknown critic layout"):
+        make_critic("stacked", OBS, ACT, HIDDEN, 2)
+
+
+def test_polyak_variants_agree() -> None:
+    torch.manual_seed(0)
+    src = [torch.randn(5, 4), torch.randn(7)]
+    a = [torch.randn(5, 4), torch.randn(7)]
+    b = [t.clone() for t in a]
+    expected = [(1 - 0.05) * t + 0.05 * s for t, s in zip(a, src)]
+    polyak_loop(a, src, 0.05)
+    polyak_foreach(b, src, 0.05)
+    for x, y, e in zip(a, b, expected):
+        torch.testing.assert_close(x, e)
+        torch.testing.assert_close(y, e)
+
+
+def test_lambda_returns_match_the_td_lambda_reference() -> None:
+    rng = np.random.default_rng(0)
+    s, length = 6, 9
+    r = rng.standard_normal((s, length)).astype(np.float32)
+    d = rng.random((s, length)) < 0.15
+    nv = rng.standard_normal((s, length)).astype(np.float32)
+    for lam in (0.0, 0.7, 1.0):
+        got = lambda_returns(torch.from_numpy(r), torch.from_numpy(d), torch.from_numpy(nv), 0.97, lam).numpy()
+        # the reference takes V(s_t) per step and V(s_T) after the last: V(s_{t+1}) shifted by one, time-major
+        values = np.concatenate([np.zeros((s, 1), np.float32), nv[:, :-1]], axis=1)
+        want = td_lambda_reference(r.T, values.T, d.T, nv[:, -1], 0.97, lam).T
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    one_step = lambda_returns(torch.from_numpy(r), torch.from_numpy(d), torch.from_numpy(nv), 0.97, 0.0).numpy()
+    np.testing.assert_allclose(one_step, r + 0.97 * (~d) * nv, rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------- SAC against a plain reference step
+
+
+def _reference_sac_step(actor, q_nets, hp, batch, gen, log_alpha0):
+    """Plain SAC step (SB3/CleanRL style): separate Q MLPs, torch.optim.Adam, backward(), loop Polyak, torch.distributions."""
+    actor = copy.deepcopy(actor)
+    q_nets = copy.deepcopy(q_nets)
+    targets = copy.deepcopy(q_nets)
+    log_alpha = torch.tensor(log_alpha0, requires_grad=True)
+    opt_q = torch.optim.Adam([p for q in q_nets for p in q.parameters()], lr=hp.critic_lr)
+    opt_pi = torch.optim.Adam(actor.parameters(), lr=hp.actor_lr)
+    opt_alpha = torch.optim.Adam([log_alpha], lr=hp.alpha_lr)
+
+    def sample(obs, noise):
+        mean, log_std = actor._heads(obs)
+        dist = torch.distributions.Normal(mean, log_std.exp())
+        u = mean + log_std.exp() * noise
+        logp = dist.log_prob(u).sum(-1) - torch.log(actor.scale * (1 - torch.tanh(u) ** 2)).sum(-1)
+        return torch.tanh(u) * actor.scale + actor.bias, logp
+
+    alpha = log_alpha.detach().exp()
+    with torch.no_grad():
+        a2, logp2 = sample(batch["next_obs"], torch.randn(B, ACT, generator=gen))
+        x2 = torch.cat([batch["next_obs"], a2], -1)
+        q_next = torch.min(*[t(x2).squeeze(-1) for t in targets]) - alpha * logp2
+        y = batch["reward"] + hp.gamma * (1 - batch["done"].float()) * q_next
+    x = torch.cat([batch["obs"], batch["action"]], -1)
+    q_loss = 0.5 * sum(((q(x).squeeze(-1) - y) ** 2).mean() for q in q_nets)
+    opt_q.zero_grad()
+    q_loss.backward()
+    opt_q.step()
+    a, logp = sample(batch["obs"], torch.randn(B, ACT, generator=gen))
+    xa = torch.cat([batch["obs"], a], -1)
+    pi_loss = (alpha * logp - torch.min(*[q(xa).squeeze(-1) for q in q_nets])).mean()
+    opt_pi.zero_grad()
+    pi_loss.backward()
+    opt_pi.step()
+    alpha_loss = -(log_alpha * (logp.detach() + (-ACT))).mean()
+    opt_alpha.zero_grad()
+    alpha_loss.backward()
+    opt_alpha.step()
+    with torch.no_grad():
+        for q, t in zip(q_nets, targets):
+            for p, tp in zip(q.parameters(), t.parameters()):
+                tp.copy_((1 - hp.tau) * tp + hp.tau * p)
+    return actor, q_nets, targets, float(log_alpha.detach()), float(q_loss), float(pi_loss)
+
+
+def _as_separate(nets: list[nn.Sequential]) -> SeparateCritics:
+    sep = SeparateCritics(OBS, ACT, HIDDEN, len(nets))
+    sep.nets = nn.ModuleList(nets)
+    return sep
+
+
+@pytest.mark.parametrize("critics", ["ensemble", "separate"])
+@pytest.mark.parametrize("polyak", ["foreach", "loop"])
+def test_sac_update_variants_equal_the_reference_step(critics: str, polyak: str) -> None:
+    torch.manual_seed(1)
+    actor = SquashedGaussianActor(OBS, ACT, HIDDEN, LOW, HIGH)
+    torch.manual_seed(2)
+    critic = make_critic(critics, OBS, ACT, HIDDEN, 2)
+    torch.manual_seed(2)
+    ref_q = list(SeparateCritics(OBS, ACT, HIDDEN, 2).nets)
+    hp = SACHyperparams(tau=0.1, actor_lr=1e-2, critic_lr=1e-2, alpha_lr=1e-2, polyak=polyak, init_alpha=0.5)
+    batch = _batch(5)
+    ref = _reference_sac_step(actor, ref_q, hp, batch, torch.Generator().manual_seed(9), math.log(0.5))
+    ref_actor, ref_nets, ref_targets, ref_log_alpha, ref_q_loss, ref_pi_loss = ref
+
+    upd = SACUpdate(copy.deepcopy(actor), critic, hp, generator=torch.Generator().manual_seed(9))
+    diag = upd.update(batch)
+    assert float(diag["critic_loss"]) == pytest.approx(ref_q_loss, rel=1e-5)
+    assert float(diag["actor_loss"]) == pytest.approx(ref_pi_loss, rel=1e-5, abs=1e-6)
+    assert float(upd.log_alpha) == pytest.approx(ref_log_alpha, abs=1e-6)
+    for p, q in zip(upd.actor.parameters(), ref_actor.parameters(), strict=True):
+        torch.testing.assert_close(p.detach(), q.detach(), atol=1e-5, rtol=1e-4)
+    _assert_same_critic(upd.critic, _as_separate(list(ref_nets)))
+    _assert_same_critic(upd.target_critic, _as_separate(list(ref_targets)))
+    assert not torch.equal(next(upd.actor.parameters()), next(actor.parameters()))  # the step moved something
+
+
+def test_sac_importance_weights_scale_the_critic_loss_per_row() -> None:
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(OBS, ACT, HIDDEN, LOW, HIGH)
+    critic = make_critic("ensemble", OBS, ACT, HIDDEN, 2)
+    batch = _batch(1, weights=True)
+    upd = SACUpdate(actor, critic, SACHyperparams(), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        y = upd._targets(batch)
+        q = critic(batch["obs"], batch["action"])
+    expected = 0.5 * ((q - y).square() * batch["weights"]).mean(-1).sum()
+    upd.generator.manual_seed(0)
+    diag = upd.update(batch)
+    assert float(diag["critic_loss"]) == pytest.approx(float(expected), rel=1e-5)
+    torch.testing.assert_close(diag["td_abs"], (q - y).abs().mean(0))
+
+
+def test_sac_accepts_crops_for_td_lambda_targets() -> None:
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(OBS, ACT, HIDDEN, LOW, HIGH)
+    critic = make_critic("ensemble", OBS, ACT, HIDDEN, 2)
+    upd = SACUpdate(actor, critic, SACHyperparams(td_lambda=0.8), generator=torch.Generator().manual_seed(0))
+    flat = _batch(2)
+    crops = {k: v.reshape(4, 8, *v.shape[1:]) for k, v in flat.items()}
+    diag = upd.update(crops)
+    assert diag["td_abs"].shape == (32,) and torch.isfinite(diag["critic_loss"])
+
+
+# ---------------------------------------------------------------- DDPG against a plain reference step
+
+
+@pytest.mark.parametrize("polyak", ["foreach", "loop"])
+def test_ddpg_update_equals_the_reference_step(polyak: str) -> None:
+    torch.manual_seed(4)
+    actor = DeterministicActor(OBS, ACT, HIDDEN, LOW, HIGH)
+    torch.manual_seed(5)
+    critic = make_critic("ensemble", OBS, ACT, HIDDEN, 1)
+    torch.manual_seed(5)
+    q_net = SeparateCritics(OBS, ACT, HIDDEN, 1).nets[0]
+    hp = OffPolicyHyperparams(tau=0.2, actor_lr=1e-2, critic_lr=1e-2, polyak=polyak)
+    batch = _batch(6)
+
+    ref_actor, ref_q = copy.deepcopy(actor), copy.deepcopy(q_net)
+    tgt_actor, tgt_q = copy.deepcopy(actor), copy.deepcopy(q_net)
+    opt_q, opt_pi = torch.optim.Adam(ref_q.parameters(), lr=1e-2), torch.optim.Adam(ref_actor.parameters(), lr=1e-2)
+    with torch.no_grad():
+        y = batch["reward"] + 0.99 * (1 - batch["done"].float()) * tgt_q(
+            torch.cat([batch["next_obs"], tgt_actor(batch["next_obs"])], -1)
+        ).squeeze(-1)
+    q_loss = 0.5 * ((ref_q(torch.cat([batch["obs"], batch["action"]], -1)).squeeze(-1) - y) ** 2).mean()
+    opt_q.zero_grad()
+    q_loss.backward()
+    opt_q.step()
+    pi_loss = -ref_q(torch.cat([batch["obs"], ref_actor(batch["obs"])], -1)).mean()
+    opt_pi.zero_grad()
+    pi_loss.backward()
+    opt_pi.step()
+    with torch.no_grad():
+        for net, tgt in ((ref_q, tgt_q), (ref_actor, tgt_actor)):
+            for p, tp in zip(net.parameters(), tgt.parameters()):
+                tp.copy_(0.8 * tp + 0.2 * p)
+
+    upd = DDPGUpdate(copy.deepcopy(actor), critic, hp)
+    diag = upd.update(batch)
+    assert float(diag["critic_loss"]) == pytest.approx(float(q_loss), rel=1e-5)
+    assert float(diag["actor_loss"]) == pytest.approx(float(pi_loss), rel=1e-5)
+    for mine, theirs in ((upd.actor, ref_actor), (upd.target_actor, tgt_actor)):
+        for p, q in zip(mine.parameters(), theirs.parameters(), strict=True):
+            torch.testing.assert_close(p.detach(), q.detach(), atol=1e-5, rtol=1e-4)
+    _assert_same_critic(upd.critic, _as_separate([ref_q]))
+    _assert_same_critic(upd.target_critic, _as_separate([tgt_q]))
+
+
+def test_squashed_actor_actions_stay_in_the_box_and_log_probs_are_exact() -> None:
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(OBS, ACT, HIDDEN, LOW, HIGH)
+    obs, noise = torch.randn(500, OBS) * 5, torch.randn(500, ACT) * 3
+    a, logp = actor(obs, noise)
+    assert (a >= torch.from_numpy(LOW)).all() and (a <= torch.from_numpy(HIGH)).all()
+    mean, log_std = (t.double() for t in actor._heads(obs))
+    u = mean + log_std.exp() * noise.double()  # float64: 1 - tanh(u)^2 keeps its digits far further out
+    naive = torch.distributions.Normal(mean, log_std.exp()).log_prob(u).sum(-1) - torch.log(
+        actor.scale.double() * (1 - torch.tanh(u) ** 2)
+    ).sum(-1)
+    ok = torch.isfinite(naive)
+    assert ok.float().mean() > 0.9
+    torch.testing.assert_close(logp[ok].double(), naive[ok], atol=2e-3, rtol=1e-4)
+    assert torch.isfinite(logp).all()
