@@ -23,7 +23,7 @@ from rlbench.components.ddpg import DDPGUpdate
 from rlbench.components.envs import make_vec_env
 from rlbench.components.exploration import NOISES
 from rlbench.components.offpolicy_collector import OffPolicyCollector
-from rlbench.components.offpolicy_nets import DeterministicActor, SquashedGaussianActor, make_critic
+from rlbench.components.offpolicy_nets import DeterministicActor, NumpyActor, SquashedGaussianActor, make_critic
 from rlbench.components.offpolicy_update import POLYAK, PRECISIONS, OffPolicyHyperparams
 from rlbench.components.sac import SACHyperparams, SACUpdate
 from rlbench.errors import UsageError
@@ -183,6 +183,8 @@ class DDPGConfig(OffPolicyConfig):
 class ActorPolicy:
     """Acting with an actor network from NumPy observations (one row per env), under ``torch.inference_mode``.
 
+    Used off the CPU; on the CPU, :class:`~rlbench.components.offpolicy_nets.NumpyActor` acts on weight views.
+
     Args:
         actor: A :class:`SquashedGaussianActor` (sampled actions) or :class:`DeterministicActor`.
         device: Device the actor lives on.
@@ -220,7 +222,7 @@ class OffPolicyParts:
     actor: torch.nn.Module
     critic: torch.nn.Module
     updater: Any
-    policy: ActorPolicy
+    policy: Any
     collector: OffPolicyCollector
 
 
@@ -255,7 +257,7 @@ def build_offpolicy(config: OffPolicyConfig, device: torch.device, timer: PhaseT
         buffer = PrioritizedReplayBuffer(*shapes, seed=config.seed)
     else:
         buffer = UniformReplayBuffer(*shapes, seed=config.seed)
-    policy = ActorPolicy(actor, device, config.seed)
+    policy: Any = NumpyActor(actor, config.seed + 7_919) if device.type == "cpu" else ActorPolicy(actor, device, config.seed)
     noise = None
     if isinstance(config, DDPGConfig):
         noise = NOISES[config.noise](

@@ -87,9 +87,18 @@ class OffPolicyCollector:
                 self._episode_ids[ended] = np.arange(self._next_id, self._next_id + k)
                 self._next_id += k
         self.buffer.add(batch)
-        self.episodes.add_rollout(res.reward[None], ended[None], self.env_steps)
-        self.obs = res.obs.copy()
         self.env_steps += self.env.num_envs
+        ep = self.episodes
+        ep.running_return += res.reward
+        ep.running_length += 1
+        if ended.any():  # rare: book finished episodes (stamped with the step count after this step)
+            for i in np.flatnonzero(ended).tolist():
+                ep.returns.append(float(ep.running_return[i]))
+                ep.lengths.append(int(ep.running_length[i]))
+                ep.end_steps.append(self.env_steps)
+            ep.running_return[ended] = 0.0
+            ep.running_length[ended] = 0
+        self.obs = res.obs.copy()
         t3 = now()
         timer.add("collect/policy", t1 - t0)
         timer.add("collect/env", t2 - t1)

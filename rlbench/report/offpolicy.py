@@ -41,17 +41,41 @@ LAYERS = {
         "update/target", "update/critic", "update/actor", "update/alpha", "update/polyak",
     ),
 }  # fmt: skip
-_TRY = {
-    "update/actor": "the actor step runs the critic forward and backward too: `--critics ensemble` halves its ops; "
-    "`--threads 2` when a core is free; `--compile` (see the what-ifs)",
-    "update/critic": "`--critics ensemble` (one batched matmul for both Q networks); `--threads 2` when a core is free",
-    "update/target": "no-grad forward of actor and target critics: `--critics ensemble`; `--threads 2`",
-    "update/polyak": "`--polyak foreach` (one fused lerp over every target tensor)",
-    "update/sample": "already a reused-buffer gather; a larger batch amortizes it",
-    "collect/policy": "one actor forward per vector step: `--num-envs N` batches N envs per forward",
-    "collect/env": "`--num-envs N` steps N envs per call",
-    "collect/store": "`--num-envs N` writes N rows per call",
-}
+
+
+_FLAG_OF = {"critics": "`--critics", "precision": "`--precision", "threads": "`--threads", "compile": "`--compile",
+            "polyak": "`--polyak", "num_envs": "`--num-envs"}  # fmt: skip
+
+
+def _with_measured(tip: str, effects: list[VariantEffect]) -> str:
+    """``tip`` plus the measured SPS effect of the what-if that tried that switch, if this run has one."""
+    for e in effects:
+        flag = _FLAG_OF.get(e.label.partition("=")[0])
+        if flag and tip.startswith(flag) and math.isfinite(e.sps[0]):
+            return f"{tip}, measured here: **{fmt(e.sps[0], 2)}× SPS** (`{e.label}`)"
+    return tip
+
+
+def _what_to_try(phase: str, p: dict, effects: list[VariantEffect] | None = None) -> str:
+    """Switches worth measuring for a phase, leaving out those this run already used, with measured effects."""
+    model = phase in ("update/target", "update/critic", "update/actor")
+    tips = []
+    if model and p.get("critics") == "separate":
+        tips.append("`--critics ensemble` (one batched matmul per layer for every Q network)")
+    if model and p.get("precision", "fp32") == "fp32":
+        tips.append("`--precision bf16` (bf16 matmuls on AMX / tensor cores; check learning)")
+    if model and p.get("threads", 1) == 1:
+        tips.append("`--threads 2` when a core is free (it loses badly when none is)")
+    if model and not p.get("compile"):
+        tips.append("`--compile` (pays its compile time back only on long runs)")
+    if phase == "update/polyak" and p.get("polyak") == "loop":
+        tips.append("`--polyak foreach` (one fused lerp over every target tensor)")
+    if phase.startswith("collect/") and p.get("num_envs", 1) == 1:
+        tips.append("`--num-envs N` steps, acts for and stores N envs per call")
+    if phase == "update/sample":
+        tips.append("a larger batch amortizes the gather")
+    tips = [_with_measured(t, effects or []) for t in tips]
+    return "; ".join(tips) + "; measure each with `--what-if`." if tips else "nothing obvious left; profile (`--profile`)."
 
 
 def _variant(r: Record) -> str:
@@ -107,10 +131,15 @@ def variant_effects(records: list[Record]) -> list[VariantEffect]:
     return sorted(out, key=lambda e: -e.sps[0] if math.isfinite(e.sps[0]) else math.inf)
 
 
-def _ci(r: tuple[float, float, float]) -> str:
+MIN_SEEDS = 3  # fewer pairs make a bootstrap interval meaningless
+
+
+def _ci(r: tuple[float, float, float], pairs: int) -> str:
     ratio, lo, hi = r
     if not math.isfinite(ratio):
         return "–"
+    if pairs < MIN_SEEDS:
+        return f"{fmt(ratio, 3)}× (no interval: {pairs} seed{'s' if pairs != 1 else ''}, need {MIN_SEEDS})"
     verdict = "faster" if lo > 1 else "slower" if hi < 1 else "no clear effect"
     return f"{fmt(ratio, 3)}× [{fmt(lo, 3)}, {fmt(hi, 3)}] ({verdict})"
 
@@ -119,17 +148,18 @@ def _what_ifs(records: list[Record], d: RunData) -> list[str]:
     effects = variant_effects(records)
     if not effects:
         return []
-    rows = [
-        [str(i), f"`{e.label}`", _ci(e.sps), _ci(e.steady), fmt_s(e.first_update_s), fmt(e.eval_return, 1), str(e.pairs)]
-        for i, e in enumerate(effects, 1)
-    ]
+    rows = []
+    for i, e in enumerate(effects, 1):
+        cells = [_ci(e.sps, e.pairs), _ci(e.steady, e.pairs), fmt_s(e.first_update_s), fmt(e.eval_return, 1)]
+        rows.append([str(i), f"`{e.label}`", *cells, str(e.pairs)])
     base_first = d.med("first_update_s")
     return [
         "## What-ifs, measured",
         "",
         "Each repeat trained the baseline and every variant with the same seed, back to back in one process (order "
         "reversed on odd seeds). Effect = median over seeds of the per-seed SPS ratio variant / baseline, with a 95% "
-        "bootstrap interval over seeds; an interval that excludes 1 is a measured effect, not an estimate. Steady-state "
+        f"bootstrap interval over seeds (with {MIN_SEEDS} seeds or more); an interval that excludes 1 is a measured effect, "
+        "not an estimate. Steady-state "
         "SPS leaves out the warm-up (random frames and the first update, where `torch.compile` compiles). "
         f"Baseline first update: {fmt_s(base_first)}; baseline eval return {fmt(d.med('eval_return'), 1)}.",
         "",
@@ -165,9 +195,9 @@ def _update_table(d: RunData, b: Breakdown) -> list[str]:
     ]
 
 
-def _findings(d: RunData, b: Breakdown) -> list[str]:
+def _findings(d: RunData, b: Breakdown, effects: list[VariantEffect]) -> list[str]:
     found = [
-        Finding(f"`{phase}`", b.share(s), f"{fmt_s(s)} in steady state", _TRY.get(phase, "–"))
+        Finding(f"`{phase}`", b.share(s), f"{fmt_s(s)} in steady state", _what_to_try(phase, d.first.params, effects))
         for phase, s in b.leaf_s.items()
         if b.share(s) >= 0.05
     ]
@@ -218,7 +248,7 @@ def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, l
         training.layer_table(d, b, LAYERS),
         training.learning(d),
         _what_ifs(records, d),
-        _findings(d, b),
+        _findings(d, b, variant_effects(records)),
         training.overhead_table(d, b),
         _counters(d),
         training.profile_table(d),

@@ -15,6 +15,7 @@ from rlbench.components.estimators import td_lambda_reference
 from rlbench.components.offpolicy_nets import (
     DeterministicActor,
     EnsembleCritic,
+    NumpyActor,
     SeparateCritics,
     SquashedGaussianActor,
     make_critic,
@@ -280,3 +281,27 @@ def test_squashed_actor_actions_stay_in_the_box_and_log_probs_are_exact() -> Non
     assert ok.float().mean() > 0.9
     torch.testing.assert_close(logp[ok].double(), naive[ok], atol=2e-3, rtol=1e-4)
     assert torch.isfinite(logp).all()
+
+
+@pytest.mark.parametrize("kind", ["sac", "ddpg"])
+def test_numpy_actor_follows_the_live_torch_weights(kind: str) -> None:
+    torch.manual_seed(0)
+    cls = SquashedGaussianActor if kind == "sac" else DeterministicActor
+    actor = cls(OBS, ACT, HIDDEN, LOW, HIGH)
+    fast = NumpyActor(actor, seed=0)
+    obs = np.random.default_rng(0).standard_normal((64, OBS)).astype(np.float32)
+    with torch.no_grad():
+        want = actor.deterministic(torch.from_numpy(obs)).numpy()
+        np.testing.assert_allclose(fast.act_deterministic(obs), want, rtol=1e-5, atol=1e-5)
+        for p in actor.parameters():  # an in-place optimizer step is seen without reloading
+            p.add_(0.1)
+        np.testing.assert_allclose(fast.act_deterministic(obs), actor.deterministic(torch.from_numpy(obs)).numpy(), atol=1e-5)
+    if kind == "sac":  # same sampling distribution: same noise in, same action out
+        fast.rng = np.random.default_rng(5)
+        sampled = fast(obs)
+        noise = np.random.default_rng(5).standard_normal((64, ACT), dtype=np.float32)
+        with torch.no_grad():
+            ref = actor(torch.from_numpy(obs), torch.from_numpy(noise))[0].numpy()
+        np.testing.assert_allclose(sampled, ref, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_allclose(fast(obs), fast.act_deterministic(obs))
