@@ -81,6 +81,16 @@ class PPOConfig:
     optimizer: str = _help(
         "Adam implementation: lean (rlbench's, same math, no torch.optim overhead) or torch", default="lean"
     )
+    collector: str = _help(
+        "rollout collector: sync (one vectorized env, one policy call per step) or async (--num-envs env workers, "
+        "actions from a batched inference server)",
+        default="sync",
+    )
+    transport: str = _help(
+        "async collector's transport: slot (lock-free slots), lock (queue + futures), direct (no server) or "
+        "multiprocess (env workers in processes)",
+        default="slot",
+    )
     threads: int = _help("torch intra-op threads (1 is fastest for tiny MLPs on shared cores)", default=1)
     eval_episodes: int = _help("deterministic evaluation episodes after training", default=10)
     return_threshold: float = _help("return counted as solved (NaN: the env's reward_threshold)", default=math.nan)
@@ -125,6 +135,10 @@ class PPOConfig:
             raise UsageError(f"--optimizer must be lean or torch, got {self.optimizer!r}")
         if self.inference not in ("auto", "numpy", "torch"):
             raise UsageError(f"--inference must be auto, numpy or torch, got {self.inference!r}")
+        if self.collector not in ("sync", "async"):
+            raise UsageError(f"--collector must be sync or async, got {self.collector!r}")
+        if self.transport not in ("slot", "lock", "direct", "multiprocess"):
+            raise UsageError(f"--transport must be slot, lock, direct or multiprocess, got {self.transport!r}")
 
 
 @dataclass
@@ -135,7 +149,7 @@ class PPOParts:
     model: ActorCritic | FusedActorCritic
     optimizer: Any
     policy: Any
-    collector: OnPolicyCollector
+    collector: Any  # OnPolicyCollector, or AsyncOnPolicyCollector with --collector async
     updater: PPOUpdate
 
 
@@ -143,7 +157,7 @@ def build_ppo(config: PPOConfig, device: torch.device, timer: PhaseTimer) -> PPO
     """Seed, then build env, network, optimizer, inference, collector and update as ``config`` says (envs reset)."""
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
-    env = make_vec_env(config.env, config.num_envs)
+    env = make_vec_env(config.env, config.num_envs if config.collector == "sync" else 1)  # async: workers own envs
     spec = env.action_spec
     model: ActorCritic | FusedActorCritic = ActorCritic(
         int(np.prod(env.obs_shape)), spec, tuple(config.hidden), config.activation, config.init
@@ -157,7 +171,13 @@ def build_ppo(config: PPOConfig, device: torch.device, timer: PhaseTimer) -> PPO
     optimizer = make_adam(model, config, device)
     backend = config.inference if config.inference != "auto" else ("numpy" if device.type == "cpu" else "torch")
     policy = POLICY_BACKENDS[backend](model, seed=config.seed)
-    collector = OnPolicyCollector(env, policy, config.rollout_steps, config.gamma, timer, spec.low, spec.high)
+    if config.collector == "async":
+        from rlbench.components.inference.onpolicy import AsyncOnPolicyCollector
+
+        collector: Any = AsyncOnPolicyCollector(config.env, config.num_envs, policy, config.rollout_steps, config.gamma,
+                                                config.transport, timer, spec.low, spec.high)  # fmt: skip
+    else:
+        collector = OnPolicyCollector(env, policy, config.rollout_steps, config.gamma, timer, spec.low, spec.high)
     hp = PPOHyperparams(
         gamma=config.gamma,
         gae_lambda=config.gae_lambda,
@@ -206,6 +226,8 @@ def count_iteration_ops(
             parts.updater.update(storage)
     finally:
         parts.env.close()
+        if hasattr(parts.collector, "close"):
+            parts.collector.close()
     out: dict[str, dict[str, int]] = {}
     for kind in ("ops", "syncs", "copies"):
         counts = getattr(counter, kind)
@@ -347,6 +369,8 @@ def train_ppo(config: PPOConfig, device: torch.device | None = None, callback: C
         eval_s = now() - t_eval
     finally:
         env.close()
+        if hasattr(collector, "close"):
+            collector.close()
     result = PPOResult(
         config=config,
         device=str(device),

@@ -33,6 +33,10 @@ def write_report(
     draw_charts = output is not None and chart
     if is_micro(records):
         text, charts = micro.render(records, output.stem if draw_charts else None)
+    elif _is_transports(records):
+        from rlbench.report import transports
+
+        text, charts = transports.render(records, output.stem if draw_charts else None)
     elif any(r.metric == "updates" for r in records):  # off-policy training: update breakdown and what-ifs
         from rlbench.report import offpolicy
 
@@ -53,6 +57,12 @@ def write_report(
                 for c, path in jobs:
                     draw(c, path)
     return text
+
+
+def _is_transports(records: list) -> bool:
+    from rlbench.report.transports import is_transports
+
+    return is_transports(records)
 
 
 def is_micro(records: list) -> bool:
