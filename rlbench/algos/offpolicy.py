@@ -22,7 +22,7 @@ from rlbench.components.buffers import PrioritizedReplayBuffer, TrajectoryReplay
 from rlbench.components.ddpg import DDPGUpdate
 from rlbench.components.envs import make_vec_env
 from rlbench.components.exploration import NOISES
-from rlbench.components.offpolicy_collector import OffPolicyCollector
+from rlbench.components.offpolicy_collector import AsyncOffPolicyCollector, OffPolicyCollector
 from rlbench.components.offpolicy_nets import DeterministicActor, NumpyActor, SquashedGaussianActor, make_critic
 from rlbench.components.offpolicy_update import POLYAK, PRECISIONS, OffPolicyHyperparams
 from rlbench.components.sac import SACHyperparams, SACUpdate
@@ -78,6 +78,9 @@ class OffPolicyConfig:
     td_lambda: float = _help("lambda of TD(lambda) targets over sampled sub-trajectories (0: one-step targets)", default=0.0)
     slice_len: int = _help("steps per sampled sub-trajectory with --td-lambda (batch = batch_size // slice_len crops)",
                            default=8)  # fmt: skip
+    collector: str = _help("collection: sync (one vectorized env) or async (--num-envs env workers fed by a batched "
+                           "inference server)", default="sync")  # fmt: skip
+    transport: str = _help("async collector's transport: slot, lock, direct or multiprocess", default="slot")
     threads: int = _help("torch intra-op threads", default=1)
     seed: int = _help("random seed (envs, networks, sampling)", default=0)
     device: str = _help("torch device for the update: auto, cpu, cuda[:N] or mps", default="auto")
@@ -120,6 +123,12 @@ class OffPolicyConfig:
             raise UsageError(f"--polyak must be one of {', '.join(sorted(POLYAK))}, got {self.polyak!r}")
         if self.td_lambda > 0 and self.prioritized:
             raise UsageError("--td-lambda samples sub-trajectories and --prioritized single rows: choose one")
+        if self.collector not in ("sync", "async"):
+            raise UsageError(f"--collector must be sync or async, got {self.collector!r}")
+        if self.transport not in ("slot", "lock", "direct", "multiprocess"):
+            raise UsageError(f"--transport must be slot, lock, direct or multiprocess, got {self.transport!r}")
+        if self.collector == "async" and self.td_lambda > 0:
+            raise UsageError("--td-lambda needs --collector sync (episode crops are stored one env at a time)")
         if self.td_lambda > 0 and self.num_envs != 1:
             raise UsageError("--td-lambda needs --num-envs 1 (sub-trajectories are stored one env at a time)")
         if self.td_lambda > 0 and self.batch_size < self.slice_len:
@@ -176,6 +185,8 @@ class DDPGConfig(OffPolicyConfig):
         super().validate()
         if self.noise not in NOISES:
             raise UsageError(f"--noise must be one of {', '.join(NOISES)}, got {self.noise!r}")
+        if self.collector == "async" and self.noise == "ou":
+            raise UsageError("--noise ou keeps one process per env; with --collector async use --noise gaussian")
         if self.sigma_init < 0 or self.sigma_end < 0 or self.anneal_steps < 0:
             raise UsageError("--sigma-init, --sigma-end and --anneal-steps must be 0 or more")
 
@@ -223,13 +234,13 @@ class OffPolicyParts:
     critic: torch.nn.Module
     updater: Any
     policy: Any
-    collector: OffPolicyCollector
+    collector: Any  # OffPolicyCollector, or AsyncOffPolicyCollector with --collector async
 
 
 def build_offpolicy(config: OffPolicyConfig, device: torch.device, timer: PhaseTimer) -> OffPolicyParts:
     """Seed, then build env, buffer, networks, update and collector as ``config`` says (envs reset)."""
     torch.manual_seed(config.seed)
-    env = make_vec_env(config.env, config.num_envs)
+    env = make_vec_env(config.env, config.num_envs if config.collector == "sync" else 1)  # async: workers own envs
     spec = env.action_spec
     if spec.kind != "box":
         env.close()
@@ -263,7 +274,12 @@ def build_offpolicy(config: OffPolicyConfig, device: torch.device, timer: PhaseT
         noise = NOISES[config.noise](
             config.num_envs, spec.low, spec.high, config.sigma_init, config.sigma_end, config.anneal_steps, config.seed + 1
         )
-    collector = OffPolicyCollector(env, buffer, policy, timer, noise, seed=config.seed)
+    if config.collector == "async":
+        env.close()  # the workers own their envs
+        collector: Any = AsyncOffPolicyCollector(config.env, config.num_envs, buffer, policy, config.transport, spec.low,
+                                                 spec.high, timer, noise, seed=config.seed)  # fmt: skip
+    else:
+        collector = OffPolicyCollector(env, buffer, policy, timer, noise, seed=config.seed)
     collector.reset(config.seed)
     return OffPolicyParts(env, buffer, actor, critic, updater, policy, collector)
 
@@ -392,6 +408,8 @@ def train_offpolicy(config: OffPolicyConfig, device: torch.device | None = None,
         eval_s = now() - t_eval
     finally:
         parts.env.close()
+        if hasattr(collector, "close"):
+            collector.close()
     result = OffPolicyResult(
         config=config, device=str(device), env_steps=collector.env_steps, updates=updater.updates, init_s=init_s,
         warmup_s=warmup_s, first_update_s=first_update_s, train_s=train_s, eval_s=eval_s, phase_s=dict(timer.seconds),

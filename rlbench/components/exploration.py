@@ -41,12 +41,12 @@ class GaussianNoise:
         frac = min(step / self.anneal_steps, 1.0)
         return self.sigma_init + frac * (self.sigma_end - self.sigma_init)
 
-    def _draw(self, sigma: float) -> np.ndarray:
-        return self.rng.standard_normal(self.shape, dtype=np.float32) * np.float32(sigma)
+    def _draw(self, sigma: float, shape: tuple[int, ...]) -> np.ndarray:
+        return self.rng.standard_normal(shape, dtype=np.float32) * np.float32(sigma)
 
     def __call__(self, actions: np.ndarray, step: int) -> np.ndarray:
         """``actions`` plus noise, clipped to the box (a new array)."""
-        noisy = actions + self._draw(self.sigma(step)) * self.half
+        noisy = actions + self._draw(self.sigma(step), actions.shape) * self.half
         return np.clip(noisy, self.low, self.high, out=noisy)
 
     def reset(self, done: np.ndarray) -> None:
@@ -74,8 +74,10 @@ class OrnsteinUhlenbeckNoise(GaussianNoise):
         self.theta, self.dt = theta, dt
         self.state = np.zeros(self.shape, np.float32)
 
-    def _draw(self, sigma: float) -> np.ndarray:
-        self.state += -self.theta * self.state * self.dt + super()._draw(sigma * np.sqrt(self.dt))
+    def _draw(self, sigma: float, shape: tuple[int, ...]) -> np.ndarray:
+        if shape != self.state.shape:
+            raise ValueError(f"Ornstein-Uhlenbeck noise keeps one process per env: expected {self.state.shape}, got {shape}")
+        self.state += -self.theta * self.state * self.dt + super()._draw(sigma * np.sqrt(self.dt), shape)
         return self.state
 
     def reset(self, done: np.ndarray) -> None:

@@ -103,3 +103,85 @@ class OffPolicyCollector:
         timer.add("collect/policy", t1 - t0)
         timer.add("collect/env", t2 - t1)
         timer.add("collect/store", t3 - t2)
+
+
+class AsyncOffPolicyCollector:
+    """:class:`OffPolicyCollector`'s interface over an :class:`~rlbench.components.inference.AsyncBatchedCollector`.
+
+    ``num_envs`` env workers (threads, or processes with the ``multiprocess`` transport) each step their own env and
+    get actions from one batched inference server; :meth:`step` collects ``num_envs`` transitions (in completion
+    order, not one per env) and stores them. Workers are parked between calls, so the update may change the actor.
+    Timing: ``collect/policy`` is the server's model time, ``collect/env`` the rest of the collection (env steps,
+    transport), ``collect/store`` the buffer write.
+
+    Args:
+        env_id: Gymnasium id (each worker builds its own single env).
+        num_envs: Env workers.
+        buffer: Replay buffer with ``add(batch)``.
+        policy: ``policy(obs) -> actions`` on a batch of observations (runs in the server thread).
+        transport: ``slot``, ``lock``, ``direct`` or ``multiprocess``.
+        low: Lower action bounds.
+        high: Upper action bounds.
+        timer: Phase timer.
+        noise: Exploration noise ``noise(actions, step)`` working on any batch size (Gaussian), optional.
+        seed: Seed of the warm-up action generator.
+    """
+
+    def __init__(self, env_id: str, num_envs: int, buffer: Any, policy: Callable[[np.ndarray], np.ndarray], transport: str,
+                 low: np.ndarray, high: np.ndarray, timer: PhaseTimer | None = None, noise: Any = None,
+                 seed: int | None = None) -> None:  # fmt: skip
+        from rlbench.components.inference import AsyncBatchedCollector
+
+        self.buffer, self.policy, self.noise, self.num_envs = buffer, policy, noise, num_envs
+        self.timer = timer if timer is not None else NullTimer()
+        self.low, self.high = np.asarray(low, np.float32), np.asarray(high, np.float32)
+        self.rng = np.random.default_rng(seed)
+        self.random = False
+        self.episodes = EpisodeTracker(num_envs)
+        self.env_steps = 0
+        self.inner = AsyncBatchedCollector(env_id, num_envs, self._act, transport=transport, action_low=self.low,
+                                           action_high=self.high)  # fmt: skip
+
+    def _act(self, obs: np.ndarray) -> np.ndarray:
+        if self.random:
+            return self.rng.uniform(self.low, self.high, (obs.shape[0], *self.low.shape)).astype(np.float32)
+        actions = self.policy(obs)
+        return self.noise(actions, self.env_steps) if self.noise is not None else actions
+
+    def reset(self, seed: int | None = None) -> None:
+        """Start the workers (worker ``i``'s env seeded ``seed + i``) and the server."""
+        self.inner.start(seed)
+
+    def step(self, random: bool = False) -> None:
+        """Collect ``num_envs`` transitions from the workers into the buffer.
+
+        Args:
+            random: Uniform random actions in the box (warm-up frames) instead of the policy.
+        """
+        now, timer = self.timer.now, self.timer
+        self.random = random
+        forward0 = self.inner.server.forward_seconds()
+        t0 = now()
+        d = self.inner.collect(self.num_envs)
+        t1 = now()
+        self.buffer.add({"obs": d["obs"], "action": d["action"], "reward": d["reward"], "next_obs": d["next_obs"],
+                         "done": d["terminated"]})  # fmt: skip
+        self.env_steps += self.num_envs
+        ep = self.episodes
+        np.add.at(ep.running_return, d["worker"], d["reward"])
+        np.add.at(ep.running_length, d["worker"], 1)
+        for w in d["worker"][d["terminated"] | d["truncated"]].tolist():
+            ep.returns.append(float(ep.running_return[w]))
+            ep.lengths.append(int(ep.running_length[w]))
+            ep.end_steps.append(self.env_steps)
+            ep.running_return[w] = 0.0
+            ep.running_length[w] = 0
+        t2 = now()
+        policy_s = self.inner.server.forward_seconds() - forward0
+        timer.add("collect/policy", policy_s)
+        timer.add("collect/env", max(0.0, t1 - t0 - policy_s))
+        timer.add("collect/store", t2 - t1)
+
+    def close(self) -> None:
+        """Stop and join the workers and the server."""
+        self.inner.close()

@@ -52,6 +52,8 @@ def count_step_ops(config: Any, device: Any) -> dict[str, int]:
                 parts.buffer.update_priorities(batch["indices"], diag["td_abs"].cpu())
     finally:
         parts.env.close()
+        if hasattr(parts.collector, "close"):
+            parts.collector.close()
     return {"collect": int(counter.ops["collect"]), "update": int(counter.ops["update"])}
 
 
