@@ -183,7 +183,17 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
     from rlbench.cli.report import write_report
 
     write_report(outcome.records_path, report_path, run_id=writer.run_id, worker=charts)
-    summary = summarize_micro(outcome.metrics) if spec.report == "micro" else summarize_outcome(outcome.metrics)
+    if spec.report == "micro":
+        summary = summarize_micro(outcome.metrics)
+    elif spec.report == "transports":
+        from rlbench.report.transports import summary_rows
+        from rlbench.store import read_records
+
+        rows = summary_rows([r for r in read_records(outcome.records_path) if r.run_id == writer.run_id])
+        summary = {"cases": [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+                             for row in rows]}  # fmt: skip
+    else:
+        summary = summarize_outcome(outcome.metrics)
     summary.update(
         {
             "benchmark": spec.name,
@@ -198,9 +208,10 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
     if args.json:
         print(json.dumps(summary, allow_nan=False, default=_json_default))
     elif not args.quiet:
-        from rlbench.cli.summary import print_micro_summary, print_summary
+        from rlbench.cli.summary import print_micro_summary, print_summary, print_transports_summary
 
-        (print_micro_summary if spec.report == "micro" else print_summary)(summary)
+        printers = {"micro": print_micro_summary, "transports": print_transports_summary}
+        printers.get(spec.report, print_summary)(summary)
     return 0
 
 

@@ -305,3 +305,44 @@ def test_numpy_actor_follows_the_live_torch_weights(kind: str) -> None:
         np.testing.assert_allclose(sampled, ref, rtol=1e-5, atol=1e-5)
     else:
         np.testing.assert_allclose(fast(obs), fast.act_deterministic(obs))
+
+
+def test_bf16_autocast_update_tracks_the_fp32_update() -> None:
+    """bf16 matmuls (fp32 weights, losses and Adam) give the same losses and nearly the same step as fp32."""
+    torch.manual_seed(1)
+    actor = SquashedGaussianActor(OBS, ACT, (64, 64), LOW, HIGH)
+    critic = make_critic("ensemble", OBS, ACT, (64, 64), 2)
+    batch = _batch(3)
+    runs = {}
+    for precision in ("fp32", "bf16"):
+        a, c = copy.deepcopy(actor), copy.deepcopy(critic)
+        hp = SACHyperparams(actor_lr=1e-3, critic_lr=1e-3, precision=precision)
+        upd = SACUpdate(a, c, hp, generator=torch.Generator().manual_seed(0))
+        diag = upd.update(batch)
+        assert all(p.dtype == torch.float32 for p in [*a.parameters(), *c.parameters()])
+        delta = torch.cat([(p - q).flatten() for p, q in zip([*a.parameters(), *c.parameters()],
+                                                             [*actor.parameters(), *critic.parameters()])])  # fmt: skip
+        runs[precision] = (diag, delta.detach())
+    (d32, step32), (d16, step16) = runs["fp32"], runs["bf16"]
+    assert float(d16["critic_loss"]) == pytest.approx(float(d32["critic_loss"]), rel=0.05)
+    assert float(d16["actor_loss"]) == pytest.approx(float(d32["actor_loss"]), rel=0.05, abs=0.05)
+    cos = torch.nn.functional.cosine_similarity(step16, step32, dim=0)
+    assert cos > 0.9, f"bf16 step direction differs from fp32: cosine {float(cos):.3f}"
+
+
+def test_compiled_update_equals_the_eager_update() -> None:
+    """``torch.compile`` of the networks changes how, not what: same losses and parameters after a step."""
+    torch.manual_seed(2)
+    actor = DeterministicActor(OBS, ACT, (8,), LOW, HIGH)
+    critic = make_critic("ensemble", OBS, ACT, (8,), 1)
+    batch = _batch(4)
+    results = []
+    for compiled in (False, True):
+        upd = DDPGUpdate(copy.deepcopy(actor), copy.deepcopy(critic), OffPolicyHyperparams(actor_lr=1e-2), compile=compiled)
+        diag = upd.update(batch)
+        results.append((diag, [p.detach().clone() for p in [*upd.actor.parameters(), *upd.critic.parameters()]]))
+    (d_eager, p_eager), (d_comp, p_comp) = results
+    assert float(d_comp["critic_loss"]) == pytest.approx(float(d_eager["critic_loss"]), rel=1e-5)
+    assert float(d_comp["actor_loss"]) == pytest.approx(float(d_eager["actor_loss"]), rel=1e-5)
+    for a, b in zip(p_eager, p_comp, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
