@@ -72,6 +72,8 @@ class OffPolicyConfig:
                          default="ensemble")  # fmt: skip
     polyak: str = _help("target update: foreach (one torch._foreach_lerp_) or loop (per-tensor mul_/add_)", default="foreach")
     compile: bool = _help("torch.compile the networks used by the update (compile time lands in warm-up)", default=False)
+    gradients: str = _help("auto (hand-written where supported: ensemble critics, fp32, no compile), manual or autograd",
+                           default="auto")  # fmt: skip
     precision: str = _help("fp32, or bf16: update forward passes under torch.autocast in bfloat16 (AMX / tensor cores); "
                            "weights, losses and Adam stay fp32", default="fp32")  # fmt: skip
     prioritized: bool = _help("prioritized replay (sum tree, alpha 0.6, beta 0.4; priorities = |TD error|)", default=False)
@@ -117,6 +119,10 @@ class OffPolicyConfig:
                 raise UsageError(f"--{name.replace('_', '-')} must lie in [0, 1], got {getattr(self, name)}")
         if self.critics not in ("ensemble", "separate"):
             raise UsageError(f"--critics must be ensemble or separate, got {self.critics!r}")
+        if self.gradients not in ("auto", "manual", "autograd"):
+            raise UsageError(f"--gradients must be auto, manual or autograd, got {self.gradients!r}")
+        if self.gradients == "manual" and (self.critics != "ensemble" or self.precision != "fp32" or self.compile):
+            raise UsageError("--gradients manual needs --critics ensemble, --precision fp32 and no --compile")
         if self.precision not in PRECISIONS:
             raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.polyak not in POLYAK:
@@ -143,7 +149,7 @@ class OffPolicyConfig:
     def hyperparams(self) -> OffPolicyHyperparams:
         """The update's hyperparameters."""
         return OffPolicyHyperparams(
-            self.gamma, self.tau, self.actor_lr, self.critic_lr, self.polyak, self.td_lambda, self.precision
+            self.gamma, self.tau, self.actor_lr, self.critic_lr, self.polyak, self.td_lambda, self.precision, self.gradients
         )
 
 
@@ -156,7 +162,8 @@ class SACConfig(OffPolicyConfig):
     autotune: bool = _help("tune alpha towards the target entropy -dim(A) (else keep init_alpha)", default=True)
 
     algo = "sac"
-    standard_what_ifs = ("polyak=loop", "critics=separate", "num_envs=4", "threads=2", "precision=bf16", "compile=true")
+    standard_what_ifs = ("gradients=autograd", "polyak=loop", "critics=separate", "num_envs=4", "threads=2", "precision=bf16",
+                         "compile=true")  # fmt: skip
 
     def hyperparams(self) -> SACHyperparams:
         """The update's hyperparameters."""
@@ -174,7 +181,7 @@ class DDPGConfig(OffPolicyConfig):
     anneal_steps: int = _help("agent steps over which the noise scale anneals linearly", default=10_000)
 
     algo = "ddpg"
-    standard_what_ifs = ("polyak=loop", "num_envs=4", "threads=2", "precision=bf16", "compile=true")
+    standard_what_ifs = ("gradients=autograd", "polyak=loop", "num_envs=4", "threads=2", "precision=bf16", "compile=true")
 
     def validate(self) -> None:
         """Check values (as :meth:`OffPolicyConfig.validate`, plus the noise settings).

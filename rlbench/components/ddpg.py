@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from rlbench.components import offpolicy_manual
 from rlbench.components.offpolicy_nets import DeterministicActor
 from rlbench.components.offpolicy_update import OffPolicyHyperparams, OffPolicyUpdate, frozen_copy
 from rlbench.instrument.timers import PhaseTimer
@@ -43,6 +44,8 @@ class DDPGUpdate(OffPolicyUpdate):
 
     def _actor_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         with self.timer.phase("update/actor"):
+            if self.manual:
+                return {"actor_loss": offpolicy_manual.ddpg_actor_step(self.actor, self.critic, self.actor_opt, obs)}
             loss = -self.critic_fn(obs, self.actor_fn(obs)).amin(0).mean()
             grads = torch.autograd.grad(loss, self.actor_params)
             for p, g in zip(self.actor_params, grads):

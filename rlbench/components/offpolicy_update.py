@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlbench.components import offpolicy_manual
 from rlbench.components.optim import LeanAdam
 from rlbench.instrument.timers import NullTimer, PhaseTimer
 
@@ -92,6 +93,8 @@ class OffPolicyHyperparams:
         td_lambda: Lambda of TD(lambda) targets when batches are crops ``(S, L)``; one-step targets for flat batches.
         precision: ``"fp32"``, or ``"bf16"``: forward passes under ``torch.autocast`` in bfloat16 (matmuls in bf16 with
             fp32 accumulation, on AMX/tensor cores where present; parameters, losses and Adam stay float32).
+        gradients: ``"manual"`` (hand-written, :mod:`rlbench.components.offpolicy_manual`), ``"autograd"``, or
+            ``"auto"``: manual where supported (ensemble critic, fp32, not compiled).
     """
 
     gamma: float = 0.99
@@ -101,6 +104,7 @@ class OffPolicyHyperparams:
     polyak: str = "foreach"
     td_lambda: float = 0.0
     precision: str = "fp32"
+    gradients: str = "auto"
 
 
 class OffPolicyUpdate:
@@ -122,6 +126,12 @@ class OffPolicyUpdate:
             raise ValueError(f"unknown Polyak variant {hp.polyak!r}; expected one of {sorted(POLYAK)}")
         if hp.precision not in PRECISIONS:
             raise ValueError(f"unknown precision {hp.precision!r}; expected one of {PRECISIONS}")
+        fits = offpolicy_manual.supports(actor, critic) and hp.precision == "fp32" and not compile
+        if hp.gradients == "manual" and not fits:
+            raise ValueError("hand-written gradients need the ensemble critic, fp32 and no compile; use gradients='auto'")
+        if hp.gradients not in ("auto", "manual", "autograd"):
+            raise ValueError(f"unknown gradients {hp.gradients!r}; expected auto, manual or autograd")
+        self.manual = hp.gradients == "manual" or (hp.gradients == "auto" and fits)
         self.actor, self.critic, self.hp = actor, critic, hp
         self.timer = timer if timer is not None else NullTimer()
         self.target_critic = frozen_copy(critic)
@@ -169,6 +179,8 @@ class OffPolicyUpdate:
         Returns:
             Diagnostics, and the mean absolute TD error per row (new priorities).
         """
+        if self.manual:
+            return offpolicy_manual.critic_step(self.critic, self.critic_opt, batch, y)
         obs, action = batch["obs"], batch["action"]
         if obs.dim() > 2:  # crops: flatten (S, L, ...) to rows
             obs, action, y = obs.flatten(0, 1), action.flatten(0, 1), y.reshape(-1)

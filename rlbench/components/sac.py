@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from rlbench.components import offpolicy_manual
 from rlbench.components.offpolicy_nets import SquashedGaussianActor
 from rlbench.components.offpolicy_update import OffPolicyHyperparams, OffPolicyUpdate
 from rlbench.components.optim import LeanAdam
@@ -82,13 +83,17 @@ class SACUpdate(OffPolicyUpdate):
     def _actor_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         phase = self.timer.phase
         with phase("update/actor"):
-            a, logp = self.actor_fn(obs, self._noise(obs.shape[0], obs))
-            q = self.critic_fn(obs, a).amin(0)
-            loss = (self._alpha * logp - q).mean()
-            grads = torch.autograd.grad(loss, self.actor_params)
-            for p, g in zip(self.actor_params, grads):
-                p.grad = g
-            self.actor_opt.step()
+            noise = self._noise(obs.shape[0], obs)
+            if self.manual:
+                loss, logp = offpolicy_manual.sac_actor_step(self.actor, self.critic, self.actor_opt, obs, noise, self._alpha)
+            else:
+                a, logp = self.actor_fn(obs, noise)
+                q = self.critic_fn(obs, a).amin(0)
+                loss = (self._alpha * logp - q).mean()
+                grads = torch.autograd.grad(loss, self.actor_params)
+                for p, g in zip(self.actor_params, grads):
+                    p.grad = g
+                self.actor_opt.step()
         with phase("update/alpha"):
             logp_mean = logp.detach().mean()
             if self.sac_hp.autotune:

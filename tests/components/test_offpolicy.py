@@ -168,21 +168,26 @@ def _as_separate(nets: list[nn.Sequential]) -> SeparateCritics:
     return sep
 
 
-@pytest.mark.parametrize("critics", ["ensemble", "separate"])
+LAYOUTS = [("ensemble", "manual"), ("ensemble", "autograd"), ("separate", "autograd")]
+
+
+@pytest.mark.parametrize(("critics", "gradients"), LAYOUTS)
 @pytest.mark.parametrize("polyak", ["foreach", "loop"])
-def test_sac_update_variants_equal_the_reference_step(critics: str, polyak: str) -> None:
+def test_sac_update_variants_equal_the_reference_step(critics: str, gradients: str, polyak: str) -> None:
     torch.manual_seed(1)
     actor = SquashedGaussianActor(OBS, ACT, HIDDEN, LOW, HIGH)
     torch.manual_seed(2)
     critic = make_critic(critics, OBS, ACT, HIDDEN, 2)
     torch.manual_seed(2)
     ref_q = list(SeparateCritics(OBS, ACT, HIDDEN, 2).nets)
-    hp = SACHyperparams(tau=0.1, actor_lr=1e-2, critic_lr=1e-2, alpha_lr=1e-2, polyak=polyak, init_alpha=0.5)
+    lrs = {"actor_lr": 1e-2, "critic_lr": 1e-2, "alpha_lr": 1e-2}
+    hp = SACHyperparams(tau=0.1, polyak=polyak, init_alpha=0.5, gradients=gradients, **lrs)
     batch = _batch(5)
     ref = _reference_sac_step(actor, ref_q, hp, batch, torch.Generator().manual_seed(9), math.log(0.5))
     ref_actor, ref_nets, ref_targets, ref_log_alpha, ref_q_loss, ref_pi_loss = ref
 
     upd = SACUpdate(copy.deepcopy(actor), critic, hp, generator=torch.Generator().manual_seed(9))
+    assert upd.manual == (gradients == "manual")
     diag = upd.update(batch)
     assert float(diag["critic_loss"]) == pytest.approx(ref_q_loss, rel=1e-5)
     assert float(diag["actor_loss"]) == pytest.approx(ref_pi_loss, rel=1e-5, abs=1e-6)
@@ -224,15 +229,16 @@ def test_sac_accepts_crops_for_td_lambda_targets() -> None:
 # ---------------------------------------------------------------- DDPG against a plain reference step
 
 
+@pytest.mark.parametrize("gradients", ["manual", "autograd"])
 @pytest.mark.parametrize("polyak", ["foreach", "loop"])
-def test_ddpg_update_equals_the_reference_step(polyak: str) -> None:
+def test_ddpg_update_equals_the_reference_step(polyak: str, gradients: str) -> None:
     torch.manual_seed(4)
     actor = DeterministicActor(OBS, ACT, HIDDEN, LOW, HIGH)
     torch.manual_seed(5)
     critic = make_critic("ensemble", OBS, ACT, HIDDEN, 1)
     torch.manual_seed(5)
     q_net = SeparateCritics(OBS, ACT, HIDDEN, 1).nets[0]
-    hp = OffPolicyHyperparams(tau=0.2, actor_lr=1e-2, critic_lr=1e-2, polyak=polyak)
+    hp = OffPolicyHyperparams(tau=0.2, actor_lr=1e-2, critic_lr=1e-2, polyak=polyak, gradients=gradients)
     batch = _batch(6)
 
     ref_actor, ref_q = copy.deepcopy(actor), copy.deepcopy(q_net)
@@ -346,3 +352,14 @@ def test_compiled_update_equals_the_eager_update() -> None:
     assert float(d_comp["actor_loss"]) == pytest.approx(float(d_eager["actor_loss"]), rel=1e-5)
     for a, b in zip(p_eager, p_comp, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_manual_gradients_refuse_what_they_do_not_cover() -> None:
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(OBS, ACT, HIDDEN, LOW, HIGH)
+    with pytest.raises(ValueError, match="ensemble critic"):
+        SACUpdate(actor, make_critic("separate", OBS, ACT, HIDDEN, 2), SACHyperparams(gradients="manual"))
+    with pytest.raises(ValueError, match="ensemble critic"):
+        SACUpdate(actor, make_critic("ensemble", OBS, ACT, HIDDEN, 2), SACHyperparams(gradients="manual", precision="bf16"))
+    auto = SACUpdate(actor, make_critic("ensemble", OBS, ACT, HIDDEN, 2), SACHyperparams(precision="bf16"))
+    assert not auto.manual  # auto falls back to autograd under bf16 autocast
