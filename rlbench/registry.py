@@ -92,7 +92,7 @@ def register(spec: BenchmarkSpec) -> BenchmarkSpec:
 
 def _load_builtins() -> None:
     if not _REGISTRY:
-        from rlbench.suites import e2e, micro_runner, offpolicy, transports  # noqa: F401  (register the built-in benchmarks)
+        from rlbench.suites import e2e, external, micro_runner, offpolicy, transports  # noqa: F401  (built-in benchmarks)
 
 
 def all_specs() -> list[BenchmarkSpec]:

@@ -37,6 +37,10 @@ def write_report(
         from rlbench.report import transports
 
         text, charts = transports.render(records, output.stem if draw_charts else None)
+    elif any(r.meta.get("library") for r in records):  # another library's run: timing and learning only
+        from rlbench.report import training
+
+        text, charts = training.render_external(records), []
     elif any(r.metric == "updates" for r in records):  # off-policy training: update breakdown and what-ifs
         from rlbench.report import offpolicy
 

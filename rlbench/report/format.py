@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 
 from rlbench.stats import Summary
@@ -49,3 +50,9 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def renumber_sections(text: str) -> str:
+    """Number the ``## `` headings of a markdown text 1, 2, 3, ... (replacing any existing numbers)."""
+    counter = iter(range(1, 1000))
+    return re.sub(r"^## (?:\d+\. )?", lambda _: f"## {next(counter)}. ", text, flags=re.M)

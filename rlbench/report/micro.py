@@ -83,6 +83,10 @@ def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, l
         if isinstance(n, (int, float)):
             elements[(group, op)][size] = float(n)
     lines = _header(records[0], records[0].run_id)
+    notes = sorted({str(n) for r in records for n in (r.meta.get("notes") or [])})
+    if notes:
+        lines += ["", "Device matrix: torch variants run on every available device (rows `impl@device`; CPU rows unsuffixed). "
+                  "Not measured here: " + "; ".join(notes) + "."]  # fmt: skip
     charts = []
     for (group, op), by_impl in sorted(cells.items()):
         sizes = sorted({s for per in by_impl.values() for s in per}, key=lambda s: (elements[(group, op)].get(s, math.inf), s))

@@ -9,7 +9,6 @@ overhead, op counts, profile. Main sections describe the baseline setting (``var
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +17,7 @@ from rlbench.compare import bootstrap_paired
 from rlbench.records import Record
 from rlbench.report import training
 from rlbench.report.data import RunData
-from rlbench.report.format import fmt, fmt_s, md_table, pct
+from rlbench.report.format import fmt, fmt_s, md_table, pct, renumber_sections
 from rlbench.report.training import Bar, Breakdown, Chart, Finding
 from rlbench.stats import median
 from rlbench.variants import BASELINE
@@ -254,8 +253,7 @@ def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, l
         training.profile_table(d),
     ]
     text = "\n\n".join("\n".join(s) for s in sections if s) + "\n"
-    counter = iter(range(1, 100))
-    text = re.sub(r"^## (?:\d+\. )?", lambda _: f"## {next(counter)}. ", text, flags=re.M)
+    text = renumber_sections(text)
     bars = [Bar(p, 100 * b.share(s)) for p, s in b.leaf_s.items()]
     bars.append(Bar("Python/other", 100 * b.share(b.other_s)))
     chart = Chart("-phases.png", f"{d.first.benchmark}: share of steady-state time", bars, "% of steady-state time")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from rlbench.records import Record
 from rlbench.report.data import RunData
-from rlbench.report.format import fmt, fmt_s, md_table, pct, spread
+from rlbench.report.format import fmt, fmt_s, md_table, pct, renumber_sections, spread
 from rlbench.stats import amdahl_bound, median, summarize
 
 LEAVES = (
@@ -517,3 +517,16 @@ def render(records: list[Record], chart_file: str | None = None) -> tuple[str, l
     ]
     text = "\n\n".join("\n".join(s) for s in sections if s) + "\n"
     return text, [phase_chart(d, b)]
+
+
+def render_external(records: list[Record]) -> str:
+    """Markdown for another library's training run (no phase timers): header, timing and learning."""
+    d = RunData.from_records(records)
+    lib = d.meta("sps", "library", "another library")
+    sections = [
+        header(d, None),
+        [f"Measured by running {lib} itself under rlbench's runner (its own training loop, no phase timers inside)."],
+        timing(d),
+        learning(d),
+    ]
+    return renumber_sections("\n\n".join("\n".join(s) for s in sections if s) + "\n")
