@@ -12,7 +12,7 @@ updates are made per agent step once ``learning_starts`` steps are stored (SB3's
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -30,6 +30,7 @@ from rlbench.errors import UsageError
 from rlbench.instrument.callbacks import Callback, CallbackList, IterationInfo
 from rlbench.instrument.sync import device_sync
 from rlbench.instrument.timers import PhaseTimer
+from rlbench.options import option
 
 STEADY_PHASES = (
     "collect",
@@ -47,48 +48,44 @@ STEADY_PHASES = (
 )
 
 
-def _help(text: str, **kw: Any) -> Any:
-    return field(metadata={"help": text}, **kw)
-
-
 @dataclass
 class OffPolicyConfig:
     """Settings shared by SAC and DDPG (defaults: the rlox report's SAC Pendulum setting)."""
 
-    env: str = _help("gymnasium env id with continuous actions; Pendulum-v1 runs on rlbench's batched NumPy Pendulum",
+    env: str = option("gymnasium env id with continuous actions; Pendulum-v1 runs on rlbench's batched NumPy Pendulum",
                      default="Pendulum-v1")  # fmt: skip
-    total_steps: int = _help("agent steps (env transitions summed over envs) to train for", default=5_000)
-    num_envs: int = _help("environments stepped together by the collector", default=1)
-    learning_starts: int = _help("agent steps of uniform random actions before the first update", default=1_000)
-    updates_per_step: float = _help("gradient updates per agent step (update-to-data ratio)", default=1.0)
-    batch_size: int = _help("transitions per gradient update", default=256)
-    buffer_size: int = _help("replay capacity in transitions", default=1_000_000)
-    hidden: tuple[int, ...] = _help("hidden layer sizes of actor and critics (ReLU)", default=(256, 256))
-    gamma: float = _help("discount factor", default=0.99)
-    tau: float = _help("Polyak coefficient of the target networks", default=0.005)
-    actor_lr: float = _help("Adam learning rate of the actor", default=1e-3)
-    critic_lr: float = _help("Adam learning rate of the critics", default=1e-3)
-    critics: str = _help("critic layout: ensemble (stacked weights, one batched matmul per layer) or separate",
+    total_steps: int = option("agent steps (env transitions summed over envs) to train for", default=5_000)
+    num_envs: int = option("environments stepped together by the collector", default=1)
+    learning_starts: int = option("agent steps of uniform random actions before the first update", default=1_000)
+    updates_per_step: float = option("gradient updates per agent step (update-to-data ratio)", default=1.0)
+    batch_size: int = option("transitions per gradient update", default=256)
+    buffer_size: int = option("replay capacity in transitions", default=1_000_000)
+    hidden: tuple[int, ...] = option("hidden layer sizes of actor and critics (ReLU)", default=(256, 256))
+    gamma: float = option("discount factor", default=0.99)
+    tau: float = option("Polyak coefficient of the target networks", default=0.005)
+    actor_lr: float = option("Adam learning rate of the actor", default=1e-3)
+    critic_lr: float = option("Adam learning rate of the critics", default=1e-3)
+    critics: str = option("critic layout: ensemble (stacked weights, one batched matmul per layer) or separate",
                          default="ensemble")  # fmt: skip
-    polyak: str = _help("target update: foreach (one torch._foreach_lerp_) or loop (per-tensor mul_/add_)", default="foreach")
-    compile: bool = _help("torch.compile the networks used by the update (compile time lands in warm-up)", default=False)
-    gradients: str = _help("auto (hand-written where supported: ensemble critics, fp32, no compile), manual or autograd",
+    polyak: str = option("target update: foreach (one torch._foreach_lerp_) or loop (per-tensor mul_/add_)", default="foreach")
+    compile: bool = option("torch.compile the networks used by the update (compile time lands in warm-up)", default=False)
+    gradients: str = option("auto (hand-written where supported: ensemble critics, fp32, no compile), manual or autograd",
                            default="auto")  # fmt: skip
-    precision: str = _help("fp32, or bf16: update forward passes under torch.autocast in bfloat16 (AMX / tensor cores); "
+    precision: str = option("fp32, or bf16: update forward passes under torch.autocast in bfloat16 (AMX / tensor cores); "
                            "weights, losses and Adam stay fp32", default="fp32")  # fmt: skip
-    prioritized: bool = _help("prioritized replay (sum tree, alpha 0.6, beta 0.4; priorities = |TD error|)", default=False)
-    td_lambda: float = _help("lambda of TD(lambda) targets over sampled sub-trajectories (0: one-step targets)", default=0.0)
-    slice_len: int = _help("steps per sampled sub-trajectory with --td-lambda (batch = batch_size // slice_len crops)",
+    prioritized: bool = option("prioritized replay (sum tree, alpha 0.6, beta 0.4; priorities = |TD error|)", default=False)
+    td_lambda: float = option("lambda of TD(lambda) targets over sampled sub-trajectories (0: one-step targets)", default=0.0)
+    slice_len: int = option("steps per sampled sub-trajectory with --td-lambda (batch = batch_size // slice_len crops)",
                            default=8)  # fmt: skip
-    collector: str = _help("collection: sync (one vectorized env) or async (--num-envs env workers fed by a batched "
+    collector: str = option("collection: sync (one vectorized env) or async (--num-envs env workers fed by a batched "
                            "inference server)", default="sync")  # fmt: skip
-    transport: str = _help("async collector's transport: slot, lock, direct or multiprocess", default="slot")
-    threads: int = _help("torch intra-op threads", default=1)
-    seed: int = _help("random seed (envs, networks, sampling)", default=0)
-    device: str = _help("torch device for the update: auto, cpu, cuda[:N] or mps", default="auto")
-    eval_episodes: int = _help("deterministic evaluation episodes after training", default=10)
-    log_every: int = _help("agent steps between progress updates and per-chunk timings", default=250)
-    what_if: tuple[str, ...] = _help(
+    transport: str = option("async collector's transport: slot, lock, direct or multiprocess", default="slot")
+    threads: int = option("torch intra-op threads", default=1)
+    seed: int = option("random seed (envs, networks, sampling)", default=0)
+    device: str = option("torch device for the update: auto, cpu, cuda[:N] or mps", default="auto")
+    eval_episodes: int = option("deterministic evaluation episodes after training", default=10)
+    log_every: int = option("agent steps between progress updates and per-chunk timings", default=250)
+    what_if: tuple[str, ...] = option(
         "variant to measure against this setting, as FIELD=VALUE (repeatable, e.g. polyak=loop, critics=separate, "
         "compile=true, num_envs=4, threads=2; 'all' for the standard set): every repeat runs the baseline and each "
         "variant, interleaved, and the report ranks them by their effect on SPS",
@@ -157,9 +154,9 @@ class OffPolicyConfig:
 class SACConfig(OffPolicyConfig):
     """SAC (twin Q, automatic entropy tuning) on a continuous-action env."""
 
-    alpha_lr: float = _help("Adam learning rate of the entropy temperature", default=1e-3)
-    init_alpha: float = _help("initial entropy temperature alpha", default=1.0)
-    autotune: bool = _help("tune alpha towards the target entropy -dim(A) (else keep init_alpha)", default=True)
+    alpha_lr: float = option("Adam learning rate of the entropy temperature", default=1e-3)
+    init_alpha: float = option("initial entropy temperature alpha", default=1.0)
+    autotune: bool = option("tune alpha towards the target entropy -dim(A) (else keep init_alpha)", default=True)
 
     algo = "sac"
     standard_what_ifs = ("gradients=autograd", "polyak=loop", "critics=separate", "num_envs=4", "threads=2", "precision=bf16",
@@ -175,10 +172,10 @@ class SACConfig(OffPolicyConfig):
 class DDPGConfig(OffPolicyConfig):
     """DDPG (deterministic actor, one Q network, annealed exploration noise) on a continuous-action env."""
 
-    noise: str = _help("exploration noise: gaussian or ou (Ornstein-Uhlenbeck)", default="gaussian")
-    sigma_init: float = _help("exploration noise scale at the start (fraction of the action half-range)", default=0.2)
-    sigma_end: float = _help("noise scale after --anneal-steps", default=0.05)
-    anneal_steps: int = _help("agent steps over which the noise scale anneals linearly", default=10_000)
+    noise: str = option("exploration noise: gaussian or ou (Ornstein-Uhlenbeck)", default="gaussian")
+    sigma_init: float = option("exploration noise scale at the start (fraction of the action half-range)", default=0.2)
+    sigma_end: float = option("noise scale after --anneal-steps", default=0.05)
+    anneal_steps: int = option("agent steps over which the noise scale anneals linearly", default=10_000)
 
     algo = "ddpg"
     standard_what_ifs = ("gradients=autograd", "polyak=loop", "num_envs=4", "threads=2", "precision=bf16", "compile=true")

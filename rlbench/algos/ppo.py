@@ -10,7 +10,7 @@ training. Steps are agent steps (env transitions summed over the vectorized envs
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ from rlbench.errors import UsageError
 from rlbench.instrument.callbacks import Callback, CallbackList, IterationInfo
 from rlbench.instrument.sync import device_sync
 from rlbench.instrument.timers import PhaseTimer
+from rlbench.options import option
 
 STEADY_PHASES = (
     "collect",
@@ -41,59 +42,55 @@ STEADY_PHASES = (
 )
 
 
-def _help(text: str, **kw: Any) -> Any:
-    return field(metadata={"help": text}, **kw)
-
-
 @dataclass
 class PPOConfig:
     """PPO on a discrete- or continuous-action gymnasium env (defaults: the rlox report's CartPole setting)."""
 
-    env: str = _help("gymnasium env id; CartPole-v1 runs on rlbench's batched NumPy CartPole", default="CartPole-v1")
-    total_steps: int = _help("agent steps (env transitions summed over envs) to train for", default=50_000)
-    num_envs: int = _help("environments stepped together", default=8)
-    rollout_steps: int = _help("steps per env per rollout (T)", default=128)
-    epochs: int = _help("passes over each rollout", default=4)
-    minibatches: int = _help("minibatches per epoch", default=2)
-    hidden: tuple[int, ...] = _help("hidden layer sizes of actor and critic", default=(64, 64))
-    activation: str = _help("hidden activation: tanh or relu", default="tanh")
-    network: str = _help(
+    env: str = option("gymnasium env id; CartPole-v1 runs on rlbench's batched NumPy CartPole", default="CartPole-v1")
+    total_steps: int = option("agent steps (env transitions summed over envs) to train for", default=50_000)
+    num_envs: int = option("environments stepped together", default=8)
+    rollout_steps: int = option("steps per env per rollout (T)", default=128)
+    epochs: int = option("passes over each rollout", default=4)
+    minibatches: int = option("minibatches per epoch", default=2)
+    hidden: tuple[int, ...] = option("hidden layer sizes of actor and critic", default=(64, 64))
+    activation: str = option("hidden activation: tanh or relu", default="tanh")
+    network: str = option(
         "actor-critic layout: fused (stacked weights, one batched matmul per depth) or separate", default="fused"
     )
-    init: str = _help("weight init: orthogonal (SB3/CleanRL) or torch (PyTorch default)", default="orthogonal")
-    lr: float = _help("Adam learning rate", default=2.5e-4)
-    adam_eps: float = _help("Adam epsilon", default=1e-5)
-    gamma: float = _help("discount factor", default=0.99)
-    gae_lambda: float = _help("GAE lambda", default=0.95)
-    clip_coef: float = _help("PPO clipping range epsilon", default=0.2)
-    vf_coef: float = _help("value-loss weight", default=0.5)
-    ent_coef: float = _help("entropy-bonus weight", default=0.0)
-    max_grad_norm: float = _help("gradient-norm clipping threshold", default=0.5)
-    normalize_advantages: bool = _help("standardize advantages per minibatch", default=True)
-    recompute_advantages: bool = _help("recompute values and GAE before every epoch (TorchRL style)", default=False)
-    seed: int = _help("random seed (envs, networks, sampling)", default=0)
-    device: str = _help("torch device for the update: auto, cpu, cuda[:N] or mps", default="auto")
-    inference: str = _help("rollout inference: auto (numpy on cpu, torch elsewhere), numpy or torch", default="auto")
-    gradients: str = _help(
+    init: str = option("weight init: orthogonal (SB3/CleanRL) or torch (PyTorch default)", default="orthogonal")
+    lr: float = option("Adam learning rate", default=2.5e-4)
+    adam_eps: float = option("Adam epsilon", default=1e-5)
+    gamma: float = option("discount factor", default=0.99)
+    gae_lambda: float = option("GAE lambda", default=0.95)
+    clip_coef: float = option("PPO clipping range epsilon", default=0.2)
+    vf_coef: float = option("value-loss weight", default=0.5)
+    ent_coef: float = option("entropy-bonus weight", default=0.0)
+    max_grad_norm: float = option("gradient-norm clipping threshold", default=0.5)
+    normalize_advantages: bool = option("standardize advantages per minibatch", default=True)
+    recompute_advantages: bool = option("recompute values and GAE before every epoch (TorchRL style)", default=False)
+    seed: int = option("random seed (envs, networks, sampling)", default=0)
+    device: str = option("torch device for the update: auto, cpu, cuda[:N] or mps", default="auto")
+    inference: str = option("rollout inference: auto (numpy on cpu, torch elsewhere), numpy or torch", default="auto")
+    gradients: str = option(
         "auto (hand-written PPO gradients where supported: fused network, discrete actions), manual or autograd",
         default="auto",
     )
-    optimizer: str = _help(
+    optimizer: str = option(
         "Adam implementation: lean (rlbench's, same math, no torch.optim overhead) or torch", default="lean"
     )
-    collector: str = _help(
+    collector: str = option(
         "rollout collector: sync (one vectorized env, one policy call per step) or async (--num-envs env workers, "
         "actions from a batched inference server)",
         default="sync",
     )
-    transport: str = _help(
+    transport: str = option(
         "async collector's transport: slot (lock-free slots), lock (queue + futures), direct (no server) or "
         "multiprocess (env workers in processes)",
         default="slot",
     )
-    threads: int = _help("torch intra-op threads (1 is fastest for tiny MLPs on shared cores)", default=1)
-    eval_episodes: int = _help("deterministic evaluation episodes after training", default=10)
-    return_threshold: float = _help("return counted as solved (NaN: the env's reward_threshold)", default=math.nan)
+    threads: int = option("torch intra-op threads (1 is fastest for tiny MLPs on shared cores)", default=1)
+    eval_episodes: int = option("deterministic evaluation episodes after training", default=10)
+    return_threshold: float = option("return counted as solved (NaN: the env's reward_threshold)", default=math.nan)
 
     def validate(self) -> None:
         """Check values and their combinations.

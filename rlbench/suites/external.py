@@ -9,31 +9,28 @@ Stable-Baselines3 is not a dependency of rlbench: ``pip install stable-baselines
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rlbench.errors import UsageError
+from rlbench.options import option
 from rlbench.registry import BenchmarkSpec, Metric, RunContext, register
-
-
-def _help(text: str, **kw: Any) -> Any:
-    return field(metadata={"help": text}, **kw)
 
 
 @dataclass
 class SB3SACConfig:
     """Stable-Baselines3 SAC with sac-pendulum's setting."""
 
-    env: str = _help("gymnasium env id with continuous actions", default="Pendulum-v1")
-    total_steps: int = _help("agent steps to train for", default=5_000)
-    learning_starts: int = _help("random steps before the first update", default=1_000)
-    batch_size: int = _help("transitions per gradient update", default=256)
-    hidden: tuple[int, ...] = _help("hidden layer sizes of actor and critics", default=(256, 256))
-    lr: float = _help("Adam learning rate (actor, critics, entropy)", default=1e-3)
-    threads: int = _help("torch intra-op threads", default=1)
-    seed: int = _help("random seed", default=0)
-    device: str = _help("torch device: auto, cpu, cuda[:N] or mps", default="auto")
-    eval_episodes: int = _help("deterministic evaluation episodes after training", default=10)
+    env: str = option("gymnasium env id with continuous actions", default="Pendulum-v1")
+    total_steps: int = option("agent steps to train for", default=5_000)
+    learning_starts: int = option("random steps before the first update", default=1_000)
+    batch_size: int = option("transitions per gradient update", default=256)
+    hidden: tuple[int, ...] = option("hidden layer sizes of actor and critics", default=(256, 256))
+    lr: float = option("Adam learning rate (actor, critics, entropy)", default=1e-3)
+    threads: int = option("torch intra-op threads", default=1)
+    seed: int = option("random seed", default=0)
+    device: str = option("torch device: auto, cpu, cuda[:N] or mps", default="auto")
+    eval_episodes: int = option("deterministic evaluation episodes after training", default=10)
 
     def validate(self) -> None:
         """Check values.

@@ -11,10 +11,11 @@ records lost / duplicated / mismatched counts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rlbench.errors import UsageError
+from rlbench.options import option
 from rlbench.registry import BenchmarkSpec, Metric, RunContext, register
 
 MODELS = {
@@ -26,31 +27,27 @@ TRANSPORT_NAMES = ("direct", "lock", "slot", "multiprocess")
 OBS_DIM = 4
 
 
-def _help(text: str, **kw: Any) -> Any:
-    return field(metadata={"help": text}, **kw)
-
-
 @dataclass
 class TransportsConfig:
     """Transport benchmark grid and stress run."""
 
-    actors: tuple[int, ...] = _help("numbers of actors (threads, or processes for multiprocess)", default=(4, 16, 64))
-    models: tuple[str, ...] = _help(f"models: {', '.join(MODELS)}", default=("tiny", "mlp256"))
-    transports: tuple[str, ...] = _help(f"transports: {', '.join(TRANSPORT_NAMES)}", default=TRANSPORT_NAMES)
-    env_us: tuple[int, ...] = _help(
+    actors: tuple[int, ...] = option("numbers of actors (threads, or processes for multiprocess)", default=(4, 16, 64))
+    models: tuple[str, ...] = option(f"models: {', '.join(MODELS)}", default=("tiny", "mlp256"))
+    transports: tuple[str, ...] = option(f"transports: {', '.join(TRANSPORT_NAMES)}", default=TRANSPORT_NAMES)
+    env_us: tuple[int, ...] = option(
         "simulated env step times in µs (busy work before each request; 0 is added by --env-zero)", default=(50, 500)
     )
-    env_zero: bool = _help("also run with no env work (0 µs)", default=True)
-    duration: float = _help("seconds measured per case (after the warm-up)", default=0.6)
-    warmup: float = _help("seconds of warm-up per case", default=0.2)
-    max_batch_size: int = _help("server batch limit", default=256)
-    max_wait_us: int = _help("server wait for a batch to fill, µs (0: batch what is ready)", default=0)
-    threads: int = _help("torch intra-op threads", default=1)
-    stress_requests: int = _help("requests of the stress run (0: skip it)", default=1_000_000)
-    stress_threads: int = _help("client threads of the stress run", default=64)
-    stress_transport: str = _help("transport of the stress run: slot, lock or direct", default="slot")
-    quick: bool = _help("a small grid for a smoke test: 4 and 16 actors, tiny model, 0 µs, 0.3 s per case", default=False)
-    seed: int = _help("seed of the models' weights and of the stress run", default=0)
+    env_zero: bool = option("also run with no env work (0 µs)", default=True)
+    duration: float = option("seconds measured per case (after the warm-up)", default=0.6)
+    warmup: float = option("seconds of warm-up per case", default=0.2)
+    max_batch_size: int = option("server batch limit", default=256)
+    max_wait_us: int = option("server wait for a batch to fill, µs (0: batch what is ready)", default=0)
+    threads: int = option("torch intra-op threads", default=1)
+    stress_requests: int = option("requests of the stress run (0: skip it)", default=1_000_000)
+    stress_threads: int = option("client threads of the stress run", default=64)
+    stress_transport: str = option("transport of the stress run: slot, lock or direct", default="slot")
+    quick: bool = option("a small grid for a smoke test: 4 and 16 actors, tiny model, 0 µs, 0.3 s per case", default=False)
+    seed: int = option("seed of the models' weights and of the stress run", default=0)
 
     def validate(self) -> None:
         """Check values.
