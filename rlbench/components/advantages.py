@@ -219,20 +219,39 @@ def _gae_torch_numpy(
     return gae_torch(r, v, d, lv, gamma, lam).numpy()
 
 
-def _gae_kernel(r: np.ndarray, v: np.ndarray, d: np.ndarray, lv: np.ndarray, gamma: float, lam: float) -> np.ndarray:
-    """Reverse scan, row-major (t outer, envs inner), float64 carries; jitted lazily by :func:`_numba_kernel`."""
+def _gae_kernel(
+    r: np.ndarray, v: np.ndarray, d: np.ndarray, lv: np.ndarray, gamma: float, lam: float, out: np.ndarray
+) -> np.ndarray:
+    """Reverse scan into ``out`` in float32, row-major (t outer, envs inner); jitted lazily by :func:`_numba_kernel`.
+
+    ``out[t + 1]`` is the carry, so the inner loop over envs has no loop-carried dependency and compiles to SIMD
+    code. Plain 2-D indexing (no per-row views: a view costs two atomic reference-count updates per row).
+    """
     T, N = r.shape
-    next_value = lv.astype(np.float64)
-    next_adv = np.zeros(N, dtype=np.float64)
-    out = np.empty((T, N), dtype=np.float32)
-    for t in range(T - 1, -1, -1):
+    if v.shape[0] != T or v.shape[1] != N or d.shape[0] != T or d.shape[1] != N or lv.shape[0] != N:
+        raise ValueError("need rewards/values/dones (T, N), last_value (N,)")
+    if out.shape[0] != T or out.shape[1] != N:
+        raise ValueError("out must have shape (T, N)")
+    g = np.float32(gamma)
+    gl = np.float32(gamma * lam)
+    zero, one = np.float32(0.0), np.float32(1.0)
+    if T == 0:
+        return out
+    t = T - 1
+    for i in range(N):
+        nd = zero if d[t, i] else one
+        out[t, i] = r[t, i] - v[t, i] + nd * g * lv[i]
+    for t in range(T - 2, -1, -1):
         for i in range(N):
-            not_done = 0.0 if d[t, i] else 1.0
-            delta = r[t, i] + gamma * not_done * next_value[i] - v[t, i]
-            next_adv[i] = delta + gamma * lam * not_done * next_adv[i]
-            out[t, i] = next_adv[i]
-            next_value[i] = v[t, i]
+            nd = zero if d[t, i] else one
+            out[t, i] = r[t, i] - v[t, i] + nd * (g * v[t + 1, i] + gl * out[t + 1, i])
     return out
+
+
+_KERNEL_SIGNATURES = [  # explicit signatures: compiled once (cached on disk) and a cheaper dispatch (~0.7 vs ~1.5 us)
+    f"float32[:, ::1](float32[:, ::1], float32[:, ::1], {dones}[:, ::1], float32[::1], float64, float64, float32[:, ::1])"
+    for dones in ("boolean", "float32", "float64")
+]
 
 
 @functools.cache
@@ -242,13 +261,22 @@ def _numba_kernel() -> Callable[..., np.ndarray]:
         import numba
     except ImportError as exc:
         raise ImportError("gae_numba needs numba (`pip install numba`); use gae_numpy instead") from exc
-    return numba.njit(cache=True, nogil=True)(_gae_kernel)
+    return numba.njit(_KERNEL_SIGNATURES, cache=True, nogil=True, boundscheck=False)(_gae_kernel)
 
 
 def gae_numba(
-    rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, last_value: np.ndarray, gamma: float, lam: float
+    rewards: np.ndarray,
+    values: np.ndarray,
+    dones: np.ndarray,
+    last_value: np.ndarray,
+    gamma: float,
+    lam: float,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Numba-jitted GAE (float64 accumulation). Numba is imported on the first call, not at module import.
+    """Numba-jitted GAE in float32 arithmetic (SIMD over envs). Numba is imported on the first call, not at import.
+
+    C-contiguous float32 inputs (``dones`` bool, float32 or float64) go straight to the compiled kernel, which checks
+    the shapes; anything else is converted first. Results agree with :func:`gae_reference` (float64) to ~1e-6 relative.
 
     Args:
         rewards: Rewards, shape (T, N).
@@ -257,16 +285,27 @@ def gae_numba(
         last_value: ``V(s_T)`` of the observation after the last step, shape (N,).
         gamma: Discount factor.
         lam: GAE lambda.
+        out: Optional preallocated C-contiguous float32 (T, N) buffer to write into (must not alias any input).
 
     Returns:
-        Advantages, float32 array of shape (T, N).
+        Advantages, float32 array of shape (T, N) (``out`` when given).
 
     Raises:
         ImportError: If numba is not installed.
+        ValueError: On mismatching shapes.
     """
     kernel = _numba_kernel()
+    try:  # fast path: the dispatcher itself checks dtypes and layouts (TypeError when no signature matches)
+        return kernel(
+            rewards, values, dones, last_value, gamma, lam, np.empty(rewards.shape, np.float32) if out is None else out
+        )
+    except (TypeError, AttributeError):
+        pass
     r, v, d, lv = _as_inputs(rewards, values, dones, last_value)
-    return kernel(r, v, d, lv, float(gamma), float(lam))
+    d = np.ascontiguousarray(d if d.dtype in (np.bool_, np.float32, np.float64) else d.astype(bool))
+    if out is None:
+        out = np.empty(r.shape, np.float32)
+    return kernel(np.ascontiguousarray(r), np.ascontiguousarray(v), d, np.ascontiguousarray(lv), float(gamma), float(lam), out)
 
 
 GAE_IMPLEMENTATIONS: dict[str, Callable[..., np.ndarray]] = {

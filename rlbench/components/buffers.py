@@ -65,10 +65,11 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
         """
         if not (alpha >= 0 and beta >= 0 and eps > 0):
             raise ValueError(f"need alpha >= 0, beta >= 0 and eps > 0; got alpha={alpha}, beta={beta}, eps={eps}")
-        super().__init__(capacity, obs_shape, *args, **kwargs)
+        super().__init__(capacity, obs_shape, *args, kernel=kernel, **kwargs)
         self.alpha, self.beta, self.eps = float(alpha), float(beta), float(eps)
         self.tree = SumTree(self.capacity, kernel=kernel)
         self._max_priority = 1.0
+        self._fused = self._kernels is not None and self.tree.kernel == "numba"  # one compiled call per sample
 
     def add(self, batch: Mapping[str, Array]) -> None:
         """Appends N transitions with the largest priority seen so far.
@@ -82,6 +83,17 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
         start, m = self._write(batch)
         self.tree.fill(start, m, self._max_priority**self.alpha)
 
+    def add_rows(self, rows: np.ndarray) -> None:
+        """Appends N transitions packed as a record array (see :meth:`UniformReplayBuffer.add_rows`), max priority.
+
+        Args:
+            rows: Structured array of shape (N,) and dtype :attr:`record_dtype`.
+        """
+        cursor = self._cursor
+        super().add_rows(rows)
+        m = min(rows.shape[0], self.capacity)
+        self.tree.fill((cursor + rows.shape[0] - m) % self.capacity, m, self._max_priority**self.alpha)
+
     def sample(self, batch_size: int) -> dict[str, Array]:
         """Draws one row in each of ``batch_size`` equal-mass segments of the total priority (stratified sampling).
 
@@ -94,6 +106,19 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
         Raises:
             ValueError: If the buffer is empty or ``batch_size`` is not positive.
         """
+        if self._fused:  # draws, descent, weights and gather in one compiled call
+            n = self._check_sample(batch_size)
+            words, idx, weights = (
+                np.empty((n, self._words.shape[1]), self._words.dtype),
+                np.empty(n, np.int64),
+                np.empty(n, np.float32),
+            )
+            self._kernels.prioritized_sample(self.tree.tree, self.tree.depth, self._size, self.beta, self._kstate,
+                                             self._words, idx, weights, words)  # fmt: skip
+            rows = words.view(self._rec_dtype)[:, 0]
+            out = {name: rows[name] for name in self.specs}
+            out["indices"], out["weights"] = idx, weights
+            return out
         idx, p = self.tree.sample_stratified(self._check_sample(batch_size), self._rng, limit=self._size)
         out = self._gather(idx)
         out["indices"] = idx
@@ -181,6 +206,14 @@ class TrajectoryReplayBuffer(UniformReplayBuffer):
         ids, back, next_episode = episode_steps(labels, explicit, self._next_episode, *prev)
         self._write(batch, ((self.episodes, ids), (self._back, back)))
         self._next_episode, self._version = next_episode, self._version + 1
+
+    def add_rows(self, rows: np.ndarray) -> None:
+        """Appends N transitions packed as a record array; episode ids come from their ``done`` flags.
+
+        Args:
+            rows: Structured array of shape (N,) and dtype :attr:`record_dtype`.
+        """
+        self.add({name: rows[name] for name in FIELDS})
 
     def sample_slices(self, num_slices: int, length: int) -> dict[str, Array]:
         """Draws crops of ``length`` consecutive steps of one episode, uniformly over all eligible starts.

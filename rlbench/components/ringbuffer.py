@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlbench.components import replay_kernels
+
 FIELDS = ("obs", "action", "reward", "next_obs", "done")
 Array = Any  # np.ndarray or torch.Tensor
 
@@ -89,6 +91,7 @@ class UniformReplayBuffer:
         backend: str = "numpy",
         device: str | torch.device = "cpu",
         seed: int | None = None,
+        kernel: str = "auto",
     ) -> None:
         """Allocates zeroed storage.
 
@@ -101,11 +104,17 @@ class UniformReplayBuffer:
             backend: ``"numpy"`` (arrays in and out) or ``"torch"`` (tensors on ``device``).
             device: Torch device; only ``"cpu"`` with the NumPy backend.
             seed: Seed of the sampling RNG (a NumPy Generator, plus a torch Generator on the torch backend).
+            kernel: NumPy backend: ``"numba"`` samples and pushes records with compiled kernels (own SplitMix64 stream,
+                seeded from ``seed``), ``"numpy"`` with NumPy calls, ``"auto"`` numba when it imports.
 
         Raises:
-            ValueError: On a non-positive capacity, a bad shape, an unknown backend or a device without torch backend.
+            ValueError: On a non-positive capacity, a bad shape, an unknown backend or kernel, or a device without torch
+                backend.
+            ImportError: If ``kernel="numba"`` and numba does not import.
         """
         self.capacity = check_positive("capacity", capacity)
+        if kernel not in ("auto", "numpy", "numba"):
+            raise ValueError(f"unknown replay-buffer kernel {kernel!r}; choose from ('auto', 'numpy', 'numba')")
         if backend not in ("numpy", "torch"):
             raise ValueError(f"backend must be 'numpy' or 'torch', got {backend!r}")
         if backend == "numpy" and torch.device(device).type != "cpu":
@@ -129,10 +138,23 @@ class UniformReplayBuffer:
         if self._is_torch:
             self._gen = torch.Generator(self.device).manual_seed(int(self._rng.integers(2**63)))
         self._out: dict[int, tuple[np.ndarray, np.ndarray, tuple[tuple[np.ndarray, np.ndarray], ...], dict]] = {}
+        self._rec_dtype = self.record_dtype
+        self._kernels = None if self._records is None or kernel == "numpy" else replay_kernels.kernels()
+        if kernel == "numba" and self._kernels is None and self._records is not None:
+            raise ImportError("kernel='numba' needs numba (`pip install numba`); use kernel='numpy'")
+        self.kernel = "numba" if self._kernels is not None else "numpy"
+        self._last_rows: np.ndarray | None = None  # add_rows: the last staging batch seen and its word view
+        self._last_words: np.ndarray | None = None
+        if self._kernels is not None:
+            self._words = replay_kernels.word_view(self._records)
+            self._kstate = replay_kernels.new_state(self._rng)
+            self._put = replay_kernels.put_rows_kernel()
 
     @property
     def record_dtype(self) -> np.dtype:
         """Aligned structured dtype of one row: the fields interleaved, padded so every field view stays aligned."""
+        if hasattr(self, "_rec_dtype"):
+            return self._rec_dtype
         return np.dtype([(name, dtype, shape) for name, (shape, dtype) in self.specs.items()], align=True)
 
     def _allocate(self) -> tuple[np.ndarray | None, dict[str, Array]]:
@@ -188,6 +210,61 @@ class UniformReplayBuffer:
                 self._write(batch)
         except KeyError as exc:
             raise ValueError(f"batch is missing field {exc}; need {FIELDS}") from None
+
+    def new_rows(self, n: int) -> np.ndarray:
+        """A zeroed record array of ``n`` rows of :attr:`record_dtype` to fill (``rows["obs"] = ...``) for :meth:`add_rows`.
+
+        Args:
+            n: Number of rows.
+
+        Returns:
+            Structured array of shape (n,); its memory is a word array (``rows.base``) that :meth:`add_rows` copies
+            without any dtype conversion.
+        """
+        if self._kernels is None:
+            return np.zeros(n, self._rec_dtype)
+        return np.zeros((n, self._words.shape[1]), self._words.dtype).view(self._rec_dtype)[:, 0]
+
+    def add_rows(self, rows: np.ndarray) -> None:
+        """Appends N transitions packed as one record array of :attr:`record_dtype` (see :meth:`new_rows`).
+
+        The fast push: with the numba kernel it is one compiled copy of whole records (no per-field work); otherwise,
+        and on the torch backend or memmap storage, the fields are written as by :meth:`add`.
+
+        Args:
+            rows: Structured array of shape (N,) and dtype :attr:`record_dtype`.
+
+        Raises:
+            ValueError: If ``rows`` is not such an array.
+        """
+        if rows is self._last_rows:  # the usual case: one staging batch refilled and pushed again, checked once
+            words = self._last_words
+        else:
+            words = self._row_words(rows)
+            if words is None:
+                self.add({name: rows[name] for name in FIELDS})
+                return
+        self._cursor = self._put(self._words, words, self._cursor)
+        size = self._size + words.shape[0]
+        self._size = size if size < self.capacity else self.capacity
+
+    def _row_words(self, rows: np.ndarray) -> np.ndarray | None:
+        """Checks a record array for :meth:`add_rows`; returns its rows as words (None without the numba kernel)."""
+        if type(rows) is not np.ndarray or rows.ndim != 1 or rows.dtype != self._rec_dtype:
+            raise ValueError(f"add_rows needs a 1-D NumPy record array of the buffer's record_dtype, got {rows!r:.80}")
+        if self._kernels is None:
+            return None
+        words = rows.base  # rows from new_rows(): a view of a C-contiguous word array, one row per record
+        if not (isinstance(words, np.ndarray) and words.dtype == self._words.dtype and words.ndim == 2
+                and words.shape[0] == rows.shape[0] and words.flags.c_contiguous and rows.strides == (words.strides[0],)
+                and words.ctypes.data == rows.ctypes.data and words.shape[1] == self._words.shape[1]):  # fmt: skip
+            words = np.ascontiguousarray(rows).view(np.uint8).reshape(rows.shape[0], self._rec_dtype.itemsize)
+            words = words.view(self._words.dtype)
+            if words.ctypes.data % words.itemsize:  # rare: unaligned copy
+                words = words.copy()
+        else:
+            self._last_rows, self._last_words = rows, words
+        return words
 
     def _tensors(self, batch: Mapping[str, Array]) -> dict[str, Array]:
         """The fields of ``batch`` as tensors (NumPy arrays are wrapped, not copied)."""
@@ -255,6 +332,11 @@ class UniformReplayBuffer:
         if self._is_torch:
             idx = torch.randint(self._size, (batch_size,), generator=self._gen, device=self.device)
             return {name: store.index_select(0, idx) for name, store in self._items}
+        if self._kernels is not None:  # one compiled call: draws and gathers whole records
+            words = np.empty((batch_size, self._words.shape[1]), self._words.dtype)
+            self._kernels.uniform_gather(self._words, self._size, self._kstate, np.empty(batch_size, np.int64), words)
+            rows = words.view(self._rec_dtype)[:, 0]
+            return {name: rows[name] for name in self.specs}
         u = self._rng.random(batch_size)
         u *= self._size
         return self._gather(u.astype(np.intp))  # floor(u * size) < size for every float64 u < 1; faster than integers()
@@ -280,12 +362,16 @@ class UniformReplayBuffer:
             if self._records is None:  # one output array per field
                 pairs = [(s, np.empty((self._check_sample(batch_size), *s.shape[1:]), s.dtype)) for _, s in self._items]
                 fields = [out for _, out in pairs]
-            else:  # one record array, gathered as byte rows
+            else:  # one record array, gathered as byte rows (NumPy) or machine words (numba)
                 rows = np.empty(self._check_sample(batch_size), self.record_dtype)
-                pairs, fields = [(self._records, rows.view(np.uint8).reshape(batch_size, -1))], [rows[n] for n in self.specs]
+                raw = rows.view(np.uint8).reshape(batch_size, -1) if self._kernels is None else replay_kernels.word_view(rows)
+                pairs, fields = [(self._records, raw)], [rows[n] for n in self.specs]
             tensors = {name: torch.from_numpy(f) for name, f in zip(self.specs, fields)}
             bufs = self._out[batch_size] = (np.empty(batch_size), np.empty(batch_size, np.intp), tuple(pairs), tensors)
         u, idx, pairs, tensors = bufs
+        if self._kernels is not None:  # one compiled call: draws and gathers whole records
+            self._kernels.uniform_gather(self._words, self._size, self._kstate, idx, pairs[0][1])
+            return dict(tensors)
         self._rng.random(out=u)
         u *= self._size
         np.copyto(idx, u, casting="unsafe")  # floor(u * size) < size for every float64 u < 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -65,8 +66,19 @@ def available_groups() -> list[str]:
     return [g for g, (f, _) in GROUPS.items() if (MICRO_DIR / f).is_file()]
 
 
+def skip_notes(output: str) -> list[str]:
+    """The device-matrix skip reasons (e.g. ``"cuda: not available on this machine (12 cases)"``) in pytest's ``-rs``."""
+    from rlbench.suites.micro_devices import SKIP_SUFFIX
+
+    counts: dict[str, int] = {}
+    for m in re.finditer(r"^SKIPPED \[(\d+)\] [^\n]*?: ([^\n]*)$", output, re.MULTILINE):
+        if m.group(2).endswith(SKIP_SUFFIX):
+            counts[m.group(2)] = counts.get(m.group(2), 0) + int(m.group(1))
+    return [f"{reason} ({n} case{'s' if n > 1 else ''} skipped)" for reason, n in sorted(counts.items())]
+
+
 def run_group_files(files: list[Path], config: MicroConfig, user_impls: dict[str, str]) -> dict[str, Any]:
-    """Run pytest-benchmark on ``files`` in a subprocess; return its JSON.
+    """Run pytest-benchmark on ``files`` in a subprocess; return its JSON (device skip notes under ``"rlbench_notes"``).
 
     Raises:
         RuntimeError: If pytest fails or collects nothing (its last output lines are in the message).
@@ -75,7 +87,7 @@ def run_group_files(files: list[Path], config: MicroConfig, user_impls: dict[str
         out = Path(tmp) / "bench.json"
         cmd = [sys.executable, "-m", "pytest", *map(str, files), "--benchmark-only", f"--benchmark-json={out}",
                "--benchmark-save-data", f"--benchmark-max-time={config.max_time}", "--benchmark-min-rounds=5",
-               "-q", "-p", "no:cacheprovider", "--rootdir", str(MICRO_DIR)]  # fmt: skip
+               "-q", "-rs", "-p", "no:cacheprovider", "--rootdir", str(MICRO_DIR)]  # fmt: skip
         if config.select:
             cmd += ["-k", config.select]
         env = dict(os.environ)
@@ -85,7 +97,9 @@ def run_group_files(files: list[Path], config: MicroConfig, user_impls: dict[str
         if proc.returncode not in (0,) or not out.is_file():
             tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
             raise RuntimeError(f"pytest-benchmark exited {proc.returncode}: {tail}")
-        return json.loads(out.read_text())
+        data = json.loads(out.read_text())
+        data["rlbench_notes"] = skip_notes(proc.stdout)
+        return data
 
 
 def metrics_from_json(data: dict[str, Any]) -> list[Metric]:
@@ -101,6 +115,8 @@ def metrics_from_json(data: dict[str, Any]) -> list[Metric]:
                 params[key] = info[key]
         meta = {"elements": info.get("elements"), "test": b.get("name"), "rounds": stats.get("rounds")}
         meta.update({k: v for k, v in info.items() if k not in ("group", "impl", "size", "elements", "op", "device")})
+        if data.get("rlbench_notes"):
+            meta["notes"] = data["rlbench_notes"]
         metrics.append(Metric("time/call", "s", "lower", [float(v) for v in samples], meta=meta, params=params))
     return metrics
 

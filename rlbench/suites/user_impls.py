@@ -6,9 +6,25 @@ Contract per group (``rlbench run GROUP --impl package.module:function``):
   ``rewards``, ``values`` and ``dones`` shaped ``(T, N)``, ``last_value`` shaped ``(N,)``, ``dones[t, i]``
   true when env ``i``'s episode ended at step ``t`` (no bootstrap past it). It must match
   :func:`rlbench.components.advantages.gae_reference` within 1e-4 on a random rollout with episode ends.
+* ``buffers``: a class ``C(capacity, obs_shape, action_shape)`` (a FIFO replay buffer) with ``add(batch)``
+  and ``sample(batch_size)``. ``batch`` is a dict of NumPy arrays with N rows: ``obs`` and ``next_obs``
+  float32 ``(N, *obs_shape)``, ``action`` float32 ``(N, *action_shape)``, ``reward`` float32 ``(N,)``,
+  ``done`` bool ``(N,)``. ``sample`` returns a mapping with (at least) those five fields, ``batch_size``
+  rows each, as arrays or tensors, drawn uniformly with replacement from the newest ``capacity`` rows
+  added. Checked (see :mod:`rlbench.suites.user_buffers_envs`): every sampled row is a stored transition
+  (its fields belong together), after overflow only the newest ``capacity`` are sampled, and the counts
+  of 25,600 draws from 200 rows pass a chi-square uniformity test (p > 1e-4).
+* ``envs``: a factory ``f(env_id, num_envs)`` (a gymnasium ``VectorEnv`` class works) returning a
+  gymnasium vector env for ``CartPole-v1`` and ``Pendulum-v1`` (raise ``ValueError`` or
+  ``NotImplementedError`` for an id it does not provide: that env id is then skipped). Checked against
+  gymnasium's own vector env: ``reset(seed=0)`` returns ``(obs, info)`` equal to the reference's within
+  1e-5 (sub-env ``i`` seeded with ``seed + i``, as gymnasium does); ``step(actions)`` returns
+  ``(obs, reward, terminated, truncated, info)`` with the reference's shapes, and the same values within
+  1e-4 for every step until the first episode ends (after that, autoreset conventions may differ); then
+  50 more steps must keep the shapes.
 
-An implementation that cannot be imported, or that disagrees with the reference, is rejected before
-anything is timed, with a one-line error naming the largest difference.
+An implementation that cannot be imported, or that fails its check, is rejected before anything is
+timed, with a one-line error naming what failed (for GAE the largest difference).
 """
 
 from __future__ import annotations
@@ -21,7 +37,7 @@ import numpy as np
 
 from rlbench.errors import UsageError
 
-SUPPORTED = ("gae",)
+SUPPORTED = ("gae", "buffers", "envs")
 
 
 def load_callable(spec: str) -> Callable[..., Any]:
@@ -80,10 +96,15 @@ def check_user_impls(specs: tuple[str, ...], groups: list[str]) -> dict[str, str
     unsupported = [g for g in groups if g not in SUPPORTED]
     if unsupported:
         raise UsageError(f"--impl is supported for {', '.join(SUPPORTED)}; not for {', '.join(unsupported)} (run one group)")
+    if len(groups) > 1:
+        raise UsageError(f"--impl needs a single group (its contract depends on the group), got {', '.join(groups)}")
+    from rlbench.suites.user_buffers_envs import check_buffer, check_env
+
+    check = {"gae": check_gae, "buffers": check_buffer, "envs": check_env}[groups[0]]
     out = {}
     for spec in specs:
         fn = load_callable(spec)
-        check_gae(spec, fn)
+        check(spec, fn)
         out[f"user:{spec.rpartition(':')[2]}"] = spec
     return out
 

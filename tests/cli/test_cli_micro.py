@@ -40,3 +40,65 @@ def test_gae_with_user_implementations(tmp_path: Path) -> None:
     # re-rendered from the stored records alone
     again = run_cli(["report", str(tmp_path / json.loads(proc.stdout)["records"]), "-o", "-"], tmp_path)
     assert again.returncode == 0 and "`user:good`" in again.stdout
+
+
+BUFFER_MODULE = """
+import numpy as np
+from rlbench.components.buffers import UniformReplayBuffer
+
+class Good(UniformReplayBuffer):
+    pass
+
+class Mixed(UniformReplayBuffer):  # rewards of other rows: fields do not belong together
+    def sample(self, batch_size):
+        out = dict(super().sample(batch_size))
+        out["reward"] = np.roll(np.asarray(out["reward"]), 1)
+        return out
+
+class Skewed(UniformReplayBuffer):  # the newer of two uniform draws: stored rows, but not uniform
+    def sample(self, batch_size):
+        a, b = super().sample(batch_size), super().sample(batch_size)
+        newer = np.asarray(b["obs"])[:, 0] > np.asarray(a["obs"])[:, 0]
+        return {k: np.where(newer.reshape(-1, *[1] * (np.ndim(a[k]) - 1)), b[k], a[k]) for k in a}
+"""
+
+ENV_MODULE = """
+import gymnasium as gym
+
+def good(env_id, num_envs):
+    if env_id != "CartPole-v1":
+        raise NotImplementedError(env_id)
+    return gym.make_vec(env_id, num_envs, vectorization_mode="sync")
+
+class Shifted(gym.vector.VectorWrapper):
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        return obs, reward + 0.5, terminated, truncated, info
+
+def bad(env_id, num_envs):
+    return Shifted(gym.make_vec(env_id, num_envs, vectorization_mode="sync"))
+"""
+
+
+def test_buffers_with_user_implementations(tmp_path: Path) -> None:
+    (tmp_path / "mybuf.py").write_text(BUFFER_MODULE)
+    err = one_line_error(run_cli(["run", "buffers", "--impl", "mybuf:Mixed"], tmp_path))
+    assert "is not a stored transition" in err and "'reward'" in err and "not timed" in err
+    err = one_line_error(run_cli(["run", "buffers", "--impl", "mybuf:Skewed"], tmp_path))
+    assert "sampling is not uniform" in err and "chi-square" in err and "not timed" in err
+    proc = run_cli(["run", "buffers", "--impl", "mybuf:Good", "--select", "user and b256", "--max-time", "0.01", "--json"],
+                   tmp_path, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    cases = json.loads(proc.stdout)["cases"]
+    assert {c["impl"] for c in cases} == {"user:Good"} and {c["size"] for c in cases} == {"cap1e5-b256", "cap1e6-b256"}
+
+
+def test_envs_with_user_implementations(tmp_path: Path) -> None:
+    (tmp_path / "myenv.py").write_text(ENV_MODULE)
+    err = one_line_error(run_cli(["run", "envs", "--impl", "myenv:bad"], tmp_path))
+    assert "on CartPole-v1: step 0 reward differs from gymnasium's" in err and "not timed" in err
+    proc = run_cli(["run", "envs", "--impl", "myenv:good", "--select", "user", "--max-time", "0.01", "--json"], tmp_path,
+                   timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    cases = json.loads(proc.stdout)["cases"]
+    assert {(c["impl"], c["size"]) for c in cases} == {("user:good", f"N={n}") for n in (8, 64, 512)}

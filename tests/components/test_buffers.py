@@ -67,22 +67,37 @@ def chi_square_p(counts: np.ndarray, expected: np.ndarray) -> float:
 
 def new_buffer(variant: str, capacity: int, tmp_path: Path, **kwargs: Any) -> UniformReplayBuffer:
     """Builds one buffer variant with 2-float observations."""
-    if variant == "memmap":
+    if variant.startswith("memmap"):
         return MemmapReplayBuffer(tmp_path / "mm", capacity, (2,), **kwargs)
     if variant == "uniform-torch":
         return UniformReplayBuffer(capacity, (2,), backend="torch", **kwargs)
+    if "numpy" in variant:
+        kwargs["kernel"] = "numpy"
     return BUFFERS[variant.split("-")[0]](capacity, (2,), **kwargs)
 
 
 VARIANTS = ["uniform", "uniform-torch", "prioritized", "trajectory", "memmap"]
+ROWS_VARIANTS = ["uniform-rows", "uniform-numpy-rows", "prioritized-rows", "trajectory-rows", "memmap-rows"]
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_add_and_wraparound_match_reference(variant: str, tmp_path: Path) -> None:
-    buf, ref, step = new_buffer(variant, 7, tmp_path, seed=0), ReferenceRing(7), 0
-    for n in [3, 0, 5, 6, 1, 7, 20, 2, 13]:  # partial fill, exact fit, wrap, whole-capacity and oversized batches
-        batch = make_batch(step, n)
+def push(buf: UniformReplayBuffer, batch: dict[str, np.ndarray], rows: bool, staging: dict[int, np.ndarray]) -> None:
+    """``add(batch)``, or ``add_rows`` of the batch packed into a reused staging record array (one per size)."""
+    if not rows:
         buf.add(batch)
+        return
+    n = len(batch["obs"])
+    packed = staging.setdefault(n, buf.new_rows(n)) if n % 2 else np.zeros(n, buf.record_dtype)  # also foreign arrays
+    for name in FIELDS:
+        packed[name] = batch[name]
+    buf.add_rows(packed)
+
+
+@pytest.mark.parametrize("variant", VARIANTS + ROWS_VARIANTS)
+def test_add_and_wraparound_match_reference(variant: str, tmp_path: Path) -> None:
+    buf, ref, step, staging = new_buffer(variant, 7, tmp_path, seed=0), ReferenceRing(7), 0, {}
+    for n in [3, 0, 5, 6, 1, 7, 20, 2, 13, 3, 3]:  # partial fill, exact fit, wrap, whole-capacity and oversized batches
+        batch = make_batch(step, n)
+        push(buf, batch, variant.endswith("-rows"), staging)
         ref.add(batch)
         step += n
         assert len(buf) == len(ref.rows) and buf.cursor == ref.added % 7
@@ -101,10 +116,13 @@ def test_torch_backend_accepts_tensors_and_returns_tensors() -> None:
         buf.sample_torch(4)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("method", ["sample", "sample_torch", "torch-backend"])
 @pytest.mark.parametrize("wrapped", [False, True], ids=["partial", "wrapped"])
-def test_uniform_sampling_is_uniform(method: str, wrapped: bool) -> None:
-    buf = UniformReplayBuffer(40, (2,), backend="torch" if method == "torch-backend" else "numpy", seed=123)
+def test_uniform_sampling_is_uniform(method: str, wrapped: bool, kernel: str) -> None:
+    if method == "torch-backend" and kernel == "numba":
+        pytest.skip("the torch backend has no kernels")
+    buf = UniformReplayBuffer(40, (2,), backend="torch" if method == "torch-backend" else "numpy", seed=123, kernel=kernel)
     buf.add(make_batch(0, 95 if wrapped else 29))
     counts = np.zeros(buf.capacity)
     for _ in range(100):
@@ -115,6 +133,31 @@ def test_uniform_sampling_is_uniform(method: str, wrapped: bool) -> None:
     filled = counts[np.unique(chronological(buf, "reward").astype(int) % buf.capacity)]
     assert filled.sum() == counts.sum() == 12800  # never an unfilled row
     assert chi_square_p(filled, np.full(len(buf), 12800 / len(buf))) > P_MIN
+
+
+def test_numba_kernel_draws_the_documented_splitmix_stream() -> None:
+    from rlbench.components import replay_kernels
+
+    buf = UniformReplayBuffer(1000, (2,), seed=5, kernel="numba")
+    buf.add(make_batch(0, 700))
+    state = buf._kstate.copy()
+    out = buf.sample(300)
+    want = np.minimum((replay_kernels.splitmix_uniforms(state, 300) * 700).astype(np.int64), 699)
+    np.testing.assert_array_equal(out["reward"], want)  # row i holds step i
+    assert state[0] == buf._kstate[0]
+
+
+def test_add_rows_rejects_other_arrays_and_seeds_reproduce() -> None:
+    buf = UniformReplayBuffer(10, (2,), seed=1)
+    for bad in (np.zeros(3, np.float32), np.zeros((3, 1), buf.record_dtype), make_batch(0, 3)):
+        with pytest.raises(ValueError, match="record_dtype"):
+            buf.add_rows(bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown replay-buffer kernel"):
+        UniformReplayBuffer(10, (2,), kernel="fast")
+    a, b = (UniformReplayBuffer(64, (2,), seed=9) for _ in range(2))
+    for x in (a, b):
+        x.add(make_batch(0, 64))
+    np.testing.assert_array_equal(a.sample(32)["reward"], b.sample(32)["reward"])
 
 
 def test_sample_torch_reuses_buffers_and_matches_rows() -> None:
@@ -363,7 +406,7 @@ def test_memmap_rejects_foreign_or_mismatching_directories(tmp_path: Path) -> No
         (lambda: UniformReplayBuffer(4, (2,), device="cuda"), "needs backend='torch'"),
         (lambda: PrioritizedReplayBuffer(4, (2,), alpha=-1.0), "need alpha >= 0"),
         (lambda: PrioritizedReplayBuffer(4, (2,), eps=0.0), "eps > 0"),
-        (lambda: PrioritizedReplayBuffer(4, (2,), kernel="cuda"), "unknown sum-tree kernel"),
+        (lambda: PrioritizedReplayBuffer(4, (2,), kernel="cuda"), "unknown .*kernel"),
         (lambda: UniformReplayBuffer(4, (2,)).sample(3), "cannot sample from an empty UniformReplayBuffer"),
         (lambda: UniformReplayBuffer(4, (2,)).sample_torch(3), "cannot sample from an empty"),
     ],

@@ -26,3 +26,20 @@ def test_table_speedups_and_stars() -> None:
     assert "800 µs (IQR 0) ★" in row_ref
     assert charts[0].lines[0].label == "fast" and charts[0].lines[0].x == [8.0, 64.0]
     assert "![gae scaling](out-gae-call.png)" in text
+
+
+def test_device_skip_notes_are_listed() -> None:
+    rec = _rec("torch", "8", 8, [1e-6] * 3)
+    rec.meta["notes"] = ["cuda: not available on this machine (3 cases skipped)"]
+    text, _ = render([rec, _rec("torch@cuda:0", "8", 8, [2e-6] * 3)])
+    assert "Not measured here: cuda: not available on this machine (3 cases skipped)." in text
+    assert "| `torch@cuda:0` |" in text
+
+
+def test_skip_notes_are_parsed_from_pytest_output() -> None:
+    from rlbench.suites.micro_runner import skip_notes
+
+    out = "x\nSKIPPED [2] a.py:3: cuda: not available on this machine\n"
+    out += "SKIPPED [1] b.py:9: cuda: not available on this machine\n"
+    out += "SKIPPED [4] a.py:5: pure-Python reference is too slow\n"
+    assert skip_notes(out) == ["cuda: not available on this machine (3 cases skipped)"]

@@ -7,7 +7,10 @@ Run with ``pytest rlbench/suites/micro/test_envs.py --benchmark-only``. Implemen
   bit for bit (so the report's speed-ups are over it);
 * ``gym-async`` — gymnasium's ``AsyncVectorEnv`` (worker processes; only at N=8, the machine has few cores);
 * ``gym-vector`` — gymnasium's native vectorized env, ``make_vec(..., vectorization_mode="vector_entry_point")``
-  (CartPole only: Pendulum has no vector entry point; gymnasium's default next-step autoreset).
+  (CartPole only: Pendulum has no vector entry point; gymnasium's default next-step autoreset);
+* ``user:NAME`` — ``rlbench run envs --impl pkg.mod:make_env``: ``make_env(env_id, num_envs)`` returning a gymnasium
+  vector env, checked against gymnasium's first (see :mod:`rlbench.suites.user_impls`); env ids it declines are
+  skipped.
 
 Each call steps all N envs once with the next of 64 precomputed batches of random valid actions (episodes end and
 autoreset inside the timing, as in training). ``extra_info``: ``group="envs"``, ``op`` (the env id), ``impl``,
@@ -17,6 +20,7 @@ autoreset inside the timing, as in training). ``extra_info``: ``group="envs"``, 
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,9 +29,12 @@ import pytest
 
 from rlbench.components.envs.cartpole import NumpyCartPoleVecEnv
 from rlbench.components.envs.pendulum import NumpyPendulumVecEnv
+from rlbench.suites.user_buffers_envs import env_actions, make_user_env
+from rlbench.suites.user_impls import user_cases
 
 ENVS = {"CartPole-v1": NumpyCartPoleVecEnv, "Pendulum-v1": NumpyPendulumVecEnv}
-IMPLS = ("numpy", "reference", "gym-async", "gym-vector")
+USER = user_cases(os.environ.get("RLBENCH_USER_IMPLS"))
+IMPLS = ("numpy", "reference", "gym-async", "gym-vector", *USER)
 SIZES = (8, 64, 512)
 ASYNC_SIZES = (8,)
 
@@ -53,10 +60,7 @@ CASES = [
 
 def action_batches(env_id: str, n: int, count: int = 64) -> list[np.ndarray]:
     """``count`` batches of random valid actions: int64 (N,) pushes for CartPole, float32 (N, 1) torques for Pendulum."""
-    rng = np.random.default_rng(n)
-    if env_id == "CartPole-v1":
-        return [rng.integers(0, 2, n) for _ in range(count)]
-    return [rng.uniform(-2.0, 2.0, (n, 1)).astype(np.float32) for _ in range(count)]
+    return env_actions(env_id, n, count, seed=n)
 
 
 def make_stepper(env_id: str, impl: str, n: int) -> tuple[Callable[[np.ndarray], Any], Callable[[], None]]:
@@ -65,6 +69,12 @@ def make_stepper(env_id: str, impl: str, n: int) -> tuple[Callable[[np.ndarray],
         env = ENVS[env_id](n)
         env.reset(seed=0)
         return env.step, env.close
+    if impl in USER:
+        user_env = make_user_env(impl, USER[impl], env_id, n)
+        if user_env is None:
+            pytest.skip(f"{impl} does not provide {env_id}")
+        user_env.reset(seed=0)
+        return user_env.step, getattr(user_env, "close", lambda: None)
     import gymnasium as gym
 
     if impl == "gym-vector":

@@ -3,6 +3,10 @@
 Run with ``pytest rlbench/suites/micro/test_gae.py --benchmark-only``. The pure-Python reference is skipped at the
 big sizes (seconds per call at 2048 x 64 and 1024 x 1024). numba is jitted (or loaded from its on-disk cache) by a
 warm-up call before timing, so its import and compile cost are not part of these numbers.
+
+``test_gae_torch_device`` times :func:`gae_torch` on tensors already on each device of the matrix
+(:mod:`rlbench.suites.micro_devices`), synchronized inside the timed call; rows ``torch-tensors`` (CPU) and
+``torch-tensors@cuda:N``. Absent devices are skipped with a note that the report shows.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rlbench.components.advantages import GAE_IMPLEMENTATIONS
+from rlbench.components.advantages import GAE_IMPLEMENTATIONS, gae_torch
+from rlbench.suites.micro_devices import device_params, impl_label, timed_on
 from rlbench.suites.user_impls import user_cases
 
 SIZES = [(128, 8), (2048, 64), (1024, 1024)]
@@ -52,3 +57,19 @@ def test_gae(benchmark: Any, name: str, T: int, N: int) -> None:
     benchmark.extra_info.update(group="gae", impl=name, size=f"{T}x{N}", elements=T * N, T=T, N=N)
     result = benchmark(fn, *inputs, GAMMA, LAM)
     assert result.shape == (T, N) and result.dtype == np.float32
+
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("T, N", SIZES, ids=[f"T{T}xN{N}" for T, N in SIZES])
+def test_gae_torch_device(benchmark: Any, device: str, T: int, N: int) -> None:
+    """Times :func:`gae_torch` on tensors resident on ``device`` (tensor in, tensor out, synchronized)."""
+    import torch
+
+    r, v, d, lv = (torch.from_numpy(x).to(device) for x in rollout(T, N))
+    call = timed_on(device, gae_torch)
+    call(r, v, d, lv, GAMMA, LAM)  # warm-up: lazy init, kernels, allocator
+    benchmark.group = f"gae T={T} N={N}"
+    name = impl_label("torch-tensors", device)
+    benchmark.extra_info.update(group="gae", impl=name, size=f"{T}x{N}", elements=T * N, T=T, N=N, device=device)
+    result = benchmark(call, r, v, d, lv, GAMMA, LAM)
+    assert tuple(result.shape) == (T, N)
