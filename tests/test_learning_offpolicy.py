@@ -30,8 +30,8 @@ def test_random_baseline_is_low() -> None:
 @pytest.mark.parametrize(
     ("config", "note"),
     [
-        # measured on the reference machine with these settings: SAC seeds 0-2 reached -810, -838, -520;
-        # DDPG seeds 0-2 -568, -295, -523; the random policy scores about -1,250 on the same evaluation episodes
+        # measured on the reference machine with these settings: SAC seeds 0-2 reached -584, -244, -380;
+        # DDPG seeds 0-2 -626, -293, -352; the random policy scores -1,122 on the same evaluation episodes
         (SACConfig(**QUICK, alpha_lr=3e-3, seed=2), "sac"),
         (DDPGConfig(**QUICK, anneal_steps=2_500, seed=1), "ddpg"),
     ],
