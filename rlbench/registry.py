@@ -91,8 +91,9 @@ def register(spec: BenchmarkSpec) -> BenchmarkSpec:
 
 
 def _load_builtins() -> None:
-    if not _REGISTRY:
-        from rlbench.suites import e2e, external, micro_runner, offpolicy, transports  # noqa: F401  (built-in benchmarks)
+    # importing a suite module registers its benchmarks (once: Python caches modules); a test or user that imported
+    # one suite directly must not hide the others, so always import them all
+    from rlbench.suites import e2e, external, micro_runner, offpolicy, transports  # noqa: F401  (built-in benchmarks)
 
 
 def all_specs() -> list[BenchmarkSpec]:
