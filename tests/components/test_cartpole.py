@@ -26,14 +26,17 @@ def balancing_actions(obs: np.ndarray) -> np.ndarray:
     return (0.1 * obs[:, 1] + 10.0 * obs[:, 2] + 2.0 * obs[:, 3] > 0).astype(np.int64)
 
 
-def run_lockstep(num_envs: int, steps: int, seed: int, controlled: np.ndarray, **kwargs: object) -> dict[str, int]:
+def run_lockstep(
+    num_envs: int, steps: int, seed: int, controlled: np.ndarray, kernel: str = "numpy", **kwargs: object
+) -> dict[str, int]:
     """Step both implementations with the same actions, asserting identical outputs at every step.
 
     Sub-envs where ``controlled`` is set follow the balancing controller (with 1% random actions),
     the others act uniformly at random. Mid-run resets (seeded and unseeded) are compared too.
     """
     ref = gym_cartpole(num_envs, **kwargs)
-    env = NumpyCartPoleVecEnv(num_envs, **kwargs)
+    env = NumpyCartPoleVecEnv(num_envs, kernel=kernel, **kwargs)  # type: ignore[arg-type]
+    assert env.kernel == kernel
     rng = np.random.default_rng(seed)
     ref_obs, _ = ref.reset(seed=seed)
     obs = env.reset(seed=seed)
@@ -151,3 +154,65 @@ def test_step_before_reset_and_bad_arguments() -> None:
             NumpyCartPoleVecEnv(**kwargs)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="seed"):
         NumpyCartPoleVecEnv(2).reset(seed=-1)
+
+
+numba_only = pytest.mark.skipif(cartpole._numba_kernel() is None, reason="numba missing or not bit-exact here")
+
+
+@numba_only
+def test_numba_kernel_matches_gymnasium_with_terminations_and_truncations_at_500() -> None:
+    # 2200 steps of 8 envs: over 200 resets, so some sub-envs use up their pre-drawn states and refill.
+    counts = run_lockstep(8, 2200, seed=3, controlled=np.arange(8) % 2 == 0, kernel="numba")
+    assert counts["terminated"] > 200 and counts["truncated"] >= 4
+
+
+@numba_only
+def test_numba_kernel_matches_gymnasium_when_termination_and_truncation_coincide() -> None:
+    counts = run_lockstep(16, 600, seed=11, controlled=np.zeros(16, dtype=bool), kernel="numba", max_episode_steps=20)
+    assert counts["both"] > 0 and counts["truncated"] > counts["both"] and counts["terminated"] > 100
+
+
+@numba_only
+def test_numba_kernel_exact_without_the_affine_uniform(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cartpole, "_fast_paths", (False, False))
+    counts = run_lockstep(4, 300, seed=5, controlled=np.array([True, False, False, False]), kernel="numba")
+    assert counts["terminated"] > 10
+
+
+@numba_only
+def test_numba_kernel_same_as_numpy_kernel_with_many_resets() -> None:
+    # 64 envs stepped at random: about 3 resets per step, every sub-env refills its pre-drawn states several times.
+    a, b = NumpyCartPoleVecEnv(64, kernel="numpy"), NumpyCartPoleVecEnv(64, kernel="auto")
+    assert b.kernel == "numba" and "numba" in repr(b)
+    assert np.array_equal(a.reset(seed=9), b.reset(seed=9))
+    rng = np.random.default_rng(0)
+    for t in range(3000):
+        if t == 1500:
+            assert np.array_equal(a.reset(), b.reset())
+        actions = rng.integers(0, 2, 64)
+        ra, rb = a.step(actions), b.step(actions)
+        for field in ("obs", "reward", "terminated", "truncated"):
+            assert np.array_equal(getattr(ra, field), getattr(rb, field)), (t, field)
+        ended = ra.terminated | ra.truncated
+        assert np.array_equal(ra.final_obs[ended], rb.final_obs[ended]), t
+        assert np.array_equal(a.state, b.state), t
+
+
+@numba_only
+def test_numba_kernel_validates_actions() -> None:
+    env = NumpyCartPoleVecEnv(3, kernel="numba")
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(np.zeros(3, dtype=np.int64))
+    env.reset(seed=0)
+    before = env.step(np.zeros(3, dtype=np.int64)).obs.copy()
+    for bad, match in ((np.array([0, 1, 2]), "0 or 1"), (np.array([0, -1, 1]), "0 or 1"), (np.zeros(2, np.int64), "shape")):
+        with pytest.raises(ValueError, match=match):
+            env.step(bad)
+        assert np.array_equal(env._obs, before)
+    strided = np.zeros(6, dtype=np.int64)[::2]
+    assert env.step(strided).obs.shape == (3, 4) and env.step([1, 0, 1]).obs.shape == (3, 4)
+
+
+def test_unknown_kernel_raises() -> None:
+    with pytest.raises(ValueError, match="kernel"):
+        NumpyCartPoleVecEnv(2, kernel="cuda")

@@ -24,12 +24,18 @@ vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})``:
   generator (as gymnasium's vector env does with ``seed=None``) and puts the reset observation in
   ``obs[i]``. Rows of ``final_obs`` where no episode ended hold stale values.
 
+Two step implementations give the same bits: ``kernel="numpy"`` (the default: ~20 ufunc calls per step, no numba
+import, so the cheapest start for short runs) and ``kernel="numba"`` (one jitted call per step that also does the
+autoresets, ~5x faster; it pre-draws each sub-env's next 64 initial states from its generator in one
+``random(256)`` call, which yields the same doubles, in the same order, as 64 ``random(4)`` calls).
+
 Returned arrays are buffers that the next call overwrites (see :mod:`rlbench.components.envs.base`):
 copy what you keep and do not write into them.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable
@@ -60,6 +66,8 @@ _BYTEORDER = sys.byteorder
 _NOT_LOW_BIT = (1 << 64) - 2
 
 _fast_paths: tuple[bool, bool] | None = None
+KERNELS = ("numpy", "numba", "auto")
+_PREDRAWN = 64  # initial states drawn ahead per sub-env by the numba variant
 
 
 def _fast_paths_are_exact() -> tuple[bool, bool]:
@@ -104,6 +112,128 @@ def _scalar_ufunc(fn: np.ufunc) -> Callable[[np.ndarray, np.ndarray], None]:
         out[:] = [fn(v) for v in x.tolist()]
 
     return apply
+
+
+def _numba_step(
+    actions: np.ndarray,
+    w: np.ndarray,
+    obs: np.ndarray,
+    final_obs: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    deadline: np.ndarray,
+    t: int,
+    max_steps: int,
+    resets: np.ndarray,
+    reset_pos: np.ndarray,
+) -> int:
+    """One whole CartPole step of every sub-env in one loop, for numba (jitted lazily by :func:`_numba_kernel`).
+
+    gymnasium's float64 arithmetic in its order (numba neither contracts ``a * b + c`` into a fused multiply-add nor
+    reorders float operations without ``fastmath``; ``math.sin``/``math.cos`` call the C library). Ended sub-envs take
+    their next pre-drawn initial state ``resets[i, reset_pos[i]]`` (``(x, x_dot, theta, theta_dot)``).
+
+    Args:
+        actions: int64 ``(n,)``; nothing is written when a value is not 0 or 1.
+        w: float64 state, blocks of ``n`` values ``[x, theta, x_dot, theta_dot, ...]``.
+        obs: float32 ``(n, 4)`` observations, written.
+        final_obs: float32 ``(n, 4)``, rows of ended sub-envs written.
+        terminated: bool ``(n,)``, written.
+        truncated: bool ``(n,)``, written.
+        deadline: int64 ``(n,)`` step count at which each sub-env is truncated (updated on reset).
+        t: This step's count.
+        max_steps: Episode length limit.
+        resets: float64 ``(n, K, 4)`` pre-drawn initial states.
+        reset_pos: int64 ``(n,)`` next unused row of ``resets`` for each sub-env (advanced on reset).
+
+    Returns:
+        -1 if an action is invalid, else how many sub-envs used up their pre-drawn states at this step.
+    """
+    n = actions.shape[0]
+    for i in range(n):
+        if actions[i] < 0 or actions[i] > 1:
+            return -1
+    k = resets.shape[1]
+    exhausted = 0
+    for i in range(n):
+        force = FORCE_MAG if actions[i] == 1 else -FORCE_MAG
+        x, theta, x_dot, theta_dot = w[i], w[n + i], w[2 * n + i], w[3 * n + i]
+        costheta = math.cos(theta)
+        sintheta = math.sin(theta)
+        temp = (force + POLEMASS_LENGTH * (theta_dot * theta_dot) * sintheta) / TOTAL_MASS
+        thetaacc = (GRAVITY * sintheta - costheta * temp) / (
+            LENGTH * (4.0 / 3.0 - MASSPOLE * (costheta * costheta) / TOTAL_MASS)
+        )
+        xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS
+        x = x + TAU * x_dot
+        x_dot = x_dot + TAU * xacc
+        theta = theta + TAU * theta_dot
+        theta_dot = theta_dot + TAU * thetaacc
+        term = x < -X_THRESHOLD or x > X_THRESHOLD or theta < -THETA_THRESHOLD_RADIANS or theta > THETA_THRESHOLD_RADIANS
+        trunc = t >= deadline[i]
+        terminated[i] = term
+        truncated[i] = trunc
+        if term or trunc:
+            final_obs[i, 0] = np.float32(x)
+            final_obs[i, 1] = np.float32(x_dot)
+            final_obs[i, 2] = np.float32(theta)
+            final_obs[i, 3] = np.float32(theta_dot)
+            p = reset_pos[i]
+            x, x_dot, theta, theta_dot = resets[i, p, 0], resets[i, p, 1], resets[i, p, 2], resets[i, p, 3]
+            reset_pos[i] = p + 1
+            if p + 1 == k:
+                exhausted += 1
+            deadline[i] = t + max_steps
+        w[i], w[n + i], w[2 * n + i], w[3 * n + i] = x, theta, x_dot, theta_dot
+        obs[i, 0] = np.float32(x)
+        obs[i, 1] = np.float32(x_dot)
+        obs[i, 2] = np.float32(theta)
+        obs[i, 3] = np.float32(theta_dot)
+    return exhausted
+
+
+_NUMBA_SIGNATURE = (
+    "int64(int64[::1], float64[::1], float32[:, ::1], float32[:, ::1], boolean[::1], boolean[::1], int64[::1],"
+    " int64, int64, float64[:, :, ::1], int64[::1])"
+)
+
+
+@functools.cache
+def _numba_kernel() -> Callable[..., int] | None:
+    """:func:`_numba_step` jitted (``cache=True``), if numba is installed and the kernel matches the NumPy step bit
+    for bit on random states, actions and terminations (checked once per process); else None."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    kernel = numba.njit(_NUMBA_SIGNATURE, cache=True, nogil=True, boundscheck=False)(_numba_step)
+    n, rng = 512, np.random.default_rng(7)
+    ref, env = NumpyCartPoleVecEnv(n, kernel="numpy"), NumpyCartPoleVecEnv(n, kernel="numpy")
+    states = rng.uniform(-1.0, 1.0, (4, n)) * np.array([[2.5], [3.0], [0.25], [3.0]])  # some start out of bounds
+    ref._w[: 4 * n] = env._w[: 4 * n] = states.ravel()
+    actions = rng.integers(0, 2, n)
+    ref._generators = [np.random.Generator(np.random.PCG64(i)) for i in range(n)]
+    ref._deadline = [10**9] * n
+    ref._next_deadline = 10**9
+    expected = ref.step(actions)
+    obs, final_obs = np.zeros((n, 4), np.float32), np.zeros((n, 4), np.float32)
+    term, trunc = np.zeros(n, bool), np.zeros(n, bool)
+    resets = np.zeros((n, 2, 4))
+    w = env._w.copy()
+    pos = np.zeros(n, np.int64)
+    kernel(actions, w, obs, final_obs, term, trunc, np.full(n, 10**9, np.int64), 1, 500, resets, pos)
+    ended = expected.terminated
+    ok = (
+        ended.any()
+        and (~ended).any()
+        and np.array_equal(term, ended)
+        and not trunc.any()
+        and np.array_equal(final_obs[ended], expected.final_obs[ended])
+        and np.array_equal(obs[~ended], expected.obs[~ended])
+        and np.array_equal(w.reshape(6, n)[:4, ~ended], ref._w.reshape(6, n)[:4, ~ended])
+        and np.array_equal(pos, ended.astype(np.int64))
+    )
+    return kernel if ok else None
 
 
 class _Kernel(NamedTuple):
@@ -167,19 +297,25 @@ class NumpyCartPoleVecEnv:
         max_episode_steps: Episode length at which ``truncated`` is set.
     """
 
-    def __init__(self, num_envs: int, max_episode_steps: int = 500) -> None:
+    def __init__(self, num_envs: int, max_episode_steps: int = 500, kernel: str = "numpy") -> None:
         """Allocate the buffers; call :meth:`reset` before stepping.
 
         Args:
             num_envs: Number of sub-environments, at least 1.
             max_episode_steps: Steps after which an episode is truncated, at least 1.
+            kernel: ``"numpy"`` (about 20 ufunc calls per step; no numba import, the cheapest start), ``"numba"``
+                (one jitted call per step, several times faster; imports numba, ~0.3 s, and checks the kernel once
+                per process) or ``"auto"`` (numba when installed and exact, else NumPy). Both give identical results.
 
         Raises:
-            ValueError: If ``num_envs`` or ``max_episode_steps`` is not a positive integer.
+            ValueError: If ``num_envs`` or ``max_episode_steps`` is not a positive integer or ``kernel`` is unknown.
+            ImportError: If ``kernel="numba"`` and numba is missing or its kernel is not bit-exact here.
         """
         for name, value in (("num_envs", num_envs), ("max_episode_steps", max_episode_steps)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
         n = int(num_envs)
         self.num_envs = n
         self.max_episode_steps = int(max_episode_steps)
@@ -202,8 +338,17 @@ class NumpyCartPoleVecEnv:
         self._action_shape = (n,)
         self._action_mask = int.from_bytes(_NOT_LOW_BIT.to_bytes(8, _BYTEORDER) * n, _BYTEORDER)
 
+        self._numba: Callable[..., int] | None = None
+        self._resets = np.zeros((0, 0, 4))
+        self._reset_pos = np.zeros(n, dtype=np.int64)
+        if kernel != "numpy":
+            self._numba = _numba_kernel()
+            if self._numba is None and kernel == "numba":
+                raise ImportError("kernel='numba' needs numba installed and bit-exact here; use kernel='numpy'")
+
         self._generators: list[np.random.Generator] | None = None
-        self._deadline = [0] * n  # value of the step counter at which each sub-env is truncated
+        # value of the step counter at which each sub-env is truncated
+        self._deadline: list[int] | np.ndarray = [0] * n if self._numba is None else np.zeros(n, dtype=np.int64)
         self._next_deadline = 0  # a lower bound of min(self._deadline)
         self._t = 0
         self._flags_dirty = False
@@ -269,7 +414,13 @@ class NumpyCartPoleVecEnv:
 
     def __repr__(self) -> str:
         """Short description with the batch size."""
-        return f"NumpyCartPoleVecEnv(num_envs={self.num_envs}, max_episode_steps={self.max_episode_steps})"
+        kernel = "numpy" if self._numba is None else "numba"
+        return f"NumpyCartPoleVecEnv(num_envs={self.num_envs}, max_episode_steps={self.max_episode_steps}, kernel={kernel!r})"
+
+    @property
+    def kernel(self) -> str:
+        """The step implementation in use: ``"numpy"`` or ``"numba"``."""
+        return "numpy" if self._numba is None else "numba"
 
     @property
     def state(self) -> np.ndarray:
@@ -294,8 +445,13 @@ class NumpyCartPoleVecEnv:
             if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
                 raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
             self._generators = [np.random.Generator(np.random.PCG64(np.random.SeedSequence(int(seed) + i))) for i in range(n)]
+            self._resets = np.zeros((0, 0, 4))
         elif self._generators is None:
             self._generators = [np.random.Generator(np.random.PCG64(np.random.SeedSequence())) for _ in range(n)]
+        if self._numba is not None and not self._resets.size:
+            self._resets = np.empty((n, _PREDRAWN, 4))
+            for i in range(n):
+                self._refill(i)
         self._t = 0
         self._draw_initial_states(range(n))
         self._next_deadline = self.max_episode_steps
@@ -319,6 +475,8 @@ class NumpyCartPoleVecEnv:
             RuntimeError: If :meth:`reset` was never called.
         """
         a = actions
+        if self._numba is not None:
+            return self._step_numba(a)
         if type(a) is not np.ndarray or a.dtype is not _INT64 or a.shape != self._action_shape:
             a = self._check_actions(a)
         elif int.from_bytes(a.tobytes(), _BYTEORDER) & self._action_mask:
@@ -401,6 +559,55 @@ class NumpyCartPoleVecEnv:
             self._flags_dirty = False
         return self._result
 
+    def _step_numba(self, actions: np.ndarray) -> StepResult:
+        """:meth:`step` with the jitted kernel: one call does the dynamics, the flags and the resets."""
+        a = actions
+        if type(a) is not np.ndarray or a.dtype is not _INT64 or a.shape != self._action_shape or not a.flags.c_contiguous:
+            a = np.ascontiguousarray(self._check_actions(a))
+        if self._generators is None:
+            raise RuntimeError("call reset() before step()")
+        t = self._t + 1
+        exhausted = self._numba(
+            a,
+            self._w,
+            self._obs,
+            self._final_obs,
+            self._terminated,
+            self._truncated,
+            self._deadline,
+            t,
+            self.max_episode_steps,
+            self._resets,
+            self._reset_pos,
+        )
+        if exhausted:
+            if exhausted < 0:
+                self._check_actions(a)  # raises
+            for i in np.flatnonzero(self._reset_pos == _PREDRAWN).tolist():
+                self._refill(i)
+        self._t = t
+        return self._result
+
+    def _refill(self, i: int) -> None:
+        """Pre-draw the next ``_PREDRAWN`` initial states of sub-env ``i`` from its generator (numba kernel only).
+
+        One ``random(4 * K)`` call yields the same doubles as ``K`` calls of ``random(4)`` (and ``uniform`` likewise),
+        so the states are those that ``K`` successive resets would draw, in the same order.
+
+        Args:
+            i: The sub-env.
+        """
+        gens = self._generators
+        assert gens is not None
+        if self._uniform_is_affine:
+            u = gens[i].random(4 * _PREDRAWN)
+            np.multiply(u, RESET_HIGH - RESET_LOW, out=u)
+            np.add(u, RESET_LOW, out=u)  # RESET_LOW + span * u, two roundings as in NumPy's uniform
+        else:
+            u = gens[i].uniform(RESET_LOW, RESET_HIGH, 4 * _PREDRAWN)
+        self._resets[i] = u.reshape(_PREDRAWN, 4)
+        self._reset_pos[i] = 0
+
     def _check_actions(self, actions: object) -> np.ndarray:
         """Slow path of action validation: convert to a native int64 array or raise.
 
@@ -464,6 +671,17 @@ class NumpyCartPoleVecEnv:
         low, high, span = RESET_LOW, RESET_HIGH, RESET_HIGH - RESET_LOW
         deadline, new_deadline = self._deadline, self._t + self.max_episode_steps
         affine = self._uniform_is_affine
+        if self._numba is not None:
+            resets, pos = self._resets, self._reset_pos
+            for i in idx:
+                x, x_dot, theta, theta_dot = resets[i, pos[i]].tolist()
+                w[i], w[n + i], w[2 * n + i], w[3 * n + i] = x, theta, x_dot, theta_dot
+                deadline[i] = new_deadline
+                pos[i] += 1
+                if pos[i] == _PREDRAWN:
+                    self._refill(i)
+            _copyto(self._kernel.obs_view, self._kernel.state_view, casting="same_kind")
+            return
         for i in idx:
             if affine:
                 u = gens[i].random(4).tolist()

@@ -3,6 +3,8 @@
 Run with ``pytest rlbench/suites/micro/test_envs.py --benchmark-only``. Implementations (``impl``):
 
 * ``numpy`` — rlbench's :class:`NumpyCartPoleVecEnv` / :class:`NumpyPendulumVecEnv` (same-step autoreset);
+* ``numba`` — :class:`NumpyCartPoleVecEnv` with ``kernel="numba"``: the same env, bit for bit, stepped by one jitted
+  call (CartPole only; skipped where numba is missing or not exact);
 * ``reference`` — gymnasium's ``SyncVectorEnv`` with same-step autoreset, the behaviour the NumPy envs reproduce
   bit for bit (so the report's speed-ups are over it);
 * ``gym-async`` — gymnasium's ``AsyncVectorEnv`` (worker processes; only at N=8, the machine has few cores);
@@ -34,7 +36,7 @@ from rlbench.suites.user_impls import user_cases
 
 ENVS = {"CartPole-v1": NumpyCartPoleVecEnv, "Pendulum-v1": NumpyPendulumVecEnv}
 USER = user_cases(os.environ.get("RLBENCH_USER_IMPLS"))
-IMPLS = ("numpy", "reference", "gym-async", "gym-vector", *USER)
+IMPLS = ("numpy", "numba", "reference", "gym-async", "gym-vector", *USER)
 SIZES = (8, 64, 512)
 ASYNC_SIZES = (8,)
 
@@ -43,8 +45,8 @@ def _skip_reason(env_id: str, impl: str, n: int) -> str | None:
     """Why a combination is not benchmarked, or None."""
     if impl == "gym-async" and n not in ASYNC_SIZES:
         return "AsyncVectorEnv only at N=8 (one process per env on a machine with few cores)"
-    if impl == "gym-vector" and env_id != "CartPole-v1":
-        return f"gymnasium has no native vectorized {env_id}"
+    if impl in ("gym-vector", "numba") and env_id != "CartPole-v1":
+        return f"no {impl} variant of {env_id}"
     return None
 
 
@@ -65,8 +67,14 @@ def action_batches(env_id: str, n: int, count: int = 64) -> list[np.ndarray]:
 
 def make_stepper(env_id: str, impl: str, n: int) -> tuple[Callable[[np.ndarray], Any], Callable[[], None]]:
     """Builds and resets the env; returns its one-step function and its close function."""
-    if impl == "numpy":
-        env = ENVS[env_id](n)
+    if impl in ("numpy", "numba"):
+        if impl == "numba":
+            try:
+                env = NumpyCartPoleVecEnv(n, kernel="numba")
+            except ImportError as exc:
+                pytest.skip(str(exc))
+        else:
+            env = ENVS[env_id](n)
         env.reset(seed=0)
         return env.step, env.close
     if impl in USER:
