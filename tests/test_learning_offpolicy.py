@@ -44,8 +44,13 @@ def test_offpolicy_learns_pendulum_in_seconds(config, note: str) -> None:
 
 
 def test_sac_learns_the_same_through_the_async_collector() -> None:
-    """Four env workers behind the slot transport feed SAC; it learns like the sync collector (threads: not bitwise)."""
-    result = train_offpolicy(SACConfig(**QUICK, alpha_lr=3e-3, seed=2, num_envs=4, collector="async", transport="slot"))
+    """Four env workers behind the slot transport feed SAC, and it learns (thread timing makes runs differ, not bitwise).
+
+    Measured on the reference machine with these settings, seeds 0-4: -127, -345, -174, -152, -150 (at 2,500 steps
+    they were still -359 to -926, too spread out for a test); the random policy scores -1,122.
+    """
+    config = SACConfig(**{**QUICK, "total_steps": 4_000}, alpha_lr=3e-3, seed=2, num_envs=4, collector="async")
+    result = train_offpolicy(config)
     evals, random = float(np.mean(result.eval_returns)), _random_return()
-    assert evals > random + 300, f"async sac: eval return {evals:.0f} vs random policy {random:.0f}"
-    assert result.env_steps == 2_500 and len(result.episode_returns) >= 8
+    assert evals > random + 400, f"async sac: eval return {evals:.0f} vs random policy {random:.0f}"
+    assert result.env_steps == 4_000 and len(result.episode_returns) >= 16
