@@ -80,14 +80,18 @@ class OffPolicyConfig:
     collector: str = option("collection: sync (one vectorized env) or async (--num-envs env workers fed by a batched "
                            "inference server)", default="sync")  # fmt: skip
     transport: str = option("async collector's transport: slot, lock, direct or multiprocess", default="slot")
-    threads: int = option("torch intra-op threads", default=1)
+    threads: int = option(
+        "torch intra-op threads (2: the 256-unit matmuls gain more than the thread handoffs cost; measured by the "
+        "threads what-if in reports/sac-pendulum-whatif-cpu.md)",
+        default=2,
+    )
     seed: int = option("random seed (envs, networks, sampling)", default=0)
     device: str = option("torch device for the update: auto, cpu, cuda[:N] or mps", default="auto")
     eval_episodes: int = option("deterministic evaluation episodes after training", default=10)
     log_every: int = option("agent steps between progress updates and per-chunk timings", default=250)
     what_if: tuple[str, ...] = option(
         "variant to measure against this setting, as FIELD=VALUE (repeatable, e.g. polyak=loop, critics=separate, "
-        "compile=true, num_envs=4, threads=2; 'all' for the standard set): every repeat runs the baseline and each "
+        "compile=true, num_envs=4, threads=1; 'all' for the standard set): every repeat runs the baseline and each "
         "variant, interleaved, and the report ranks them by their effect on SPS",
         default=(),
     )
@@ -159,7 +163,7 @@ class SACConfig(OffPolicyConfig):
     autotune: bool = option("tune alpha towards the target entropy -dim(A) (else keep init_alpha)", default=True)
 
     algo = "sac"
-    standard_what_ifs = ("gradients=autograd", "polyak=loop", "critics=separate", "num_envs=4", "threads=2", "precision=bf16",
+    standard_what_ifs = ("gradients=autograd", "polyak=loop", "critics=separate", "num_envs=4", "threads=1", "precision=bf16",
                          "compile=true")  # fmt: skip
 
     def hyperparams(self) -> SACHyperparams:
@@ -178,7 +182,7 @@ class DDPGConfig(OffPolicyConfig):
     anneal_steps: int = option("agent steps over which the noise scale anneals linearly", default=10_000)
 
     algo = "ddpg"
-    standard_what_ifs = ("gradients=autograd", "polyak=loop", "num_envs=4", "threads=2", "precision=bf16", "compile=true")
+    standard_what_ifs = ("gradients=autograd", "polyak=loop", "num_envs=4", "threads=1", "precision=bf16", "compile=true")
 
     def validate(self) -> None:
         """Check values (as :meth:`OffPolicyConfig.validate`, plus the noise settings).

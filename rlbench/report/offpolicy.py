@@ -65,6 +65,8 @@ def _what_to_try(phase: str, p: dict, effects: list[VariantEffect] | None = None
         tips.append("`--precision bf16` (bf16 matmuls on AMX / tensor cores; check learning)")
     if model and p.get("threads", 1) == 1:
         tips.append("`--threads 2` when a core is free (it loses badly when none is)")
+    elif model:
+        tips.append("`--threads 1` when the other core is busy (compare both with `--what-if threads=1`)")
     if model and not p.get("compile"):
         tips.append("`--compile` (pays its compile time back only on long runs)")
     if phase == "update/polyak" and p.get("polyak") == "loop":

@@ -27,7 +27,7 @@ class SB3SACConfig:
     batch_size: int = option("transitions per gradient update", default=256)
     hidden: tuple[int, ...] = option("hidden layer sizes of actor and critics", default=(256, 256))
     lr: float = option("Adam learning rate (actor, critics, entropy)", default=1e-3)
-    threads: int = option("torch intra-op threads", default=1)
+    threads: int = option("torch intra-op threads (2, as sac-pendulum and torch's own default here)", default=2)
     seed: int = option("random seed", default=0)
     device: str = option("torch device: auto, cpu, cuda[:N] or mps", default="auto")
     eval_episodes: int = option("deterministic evaluation episodes after training", default=10)
