@@ -10,7 +10,7 @@ from rlbench.algos.ppo import evaluate_policy
 
 # small and quick: 64-unit MLPs, batch 64, learning rate 3e-3, 2,500 steps (2,200 updates)
 QUICK = {"total_steps": 2_500, "learning_starts": 300, "batch_size": 64, "hidden": (64, 64), "actor_lr": 3e-3,
-         "critic_lr": 3e-3, "eval_episodes": 5}  # fmt: skip
+         "critic_lr": 3e-3, "eval_episodes": 5, "threads": 1}  # fmt: skip
 
 
 def _random_return() -> float:

@@ -11,7 +11,7 @@ from rlbench.cli.report import write_report
 from rlbench.store import load
 
 TINY = ["--total-steps", "400", "--learning-starts", "200", "--batch-size", "32", "--hidden", "32,32",
-        "--eval-episodes", "1", "--log-every", "100"]  # fmt: skip
+        "--eval-episodes", "1", "--log-every", "100", "--threads", "1"]  # fmt: skip
 
 
 def test_sac_what_if_run_writes_baseline_and_variants(cli, tmp_path: Path) -> None:
