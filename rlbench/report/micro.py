@@ -48,7 +48,13 @@ def _header(first: Record, run_id: str) -> list[str]:
         *provenance(first, "rlbench micro-benchmark report", run_id, ("numba",)),
         "",
         "Times are per call, medians of pytest-benchmark rounds (IQR beside them). Speed-up is the reference's median "
-        "over the implementation's at the same size; ★ marks the fastest at each size.",
+        "over the implementation's at the same size; ★ marks the fastest at each size."
+        + (
+            f" The benchmarks ran in a subprocess with {first.params['threads']} torch/OpenMP intra-op thread(s) "
+            "(`--threads`); the table above gives the CLI process's own setting."
+            if "threads" in first.params
+            else ""
+        ),
     ]
 
 
