@@ -244,8 +244,13 @@ class UniformReplayBuffer:
             if words is None:
                 self.add({name: rows[name] for name in FIELDS})
                 return
-        self._cursor = self._put(self._words, words, self._cursor)
-        size = self._size + words.shape[0]
+        c, n = self._cursor, words.shape[0]
+        if c + n < self.capacity:  # no wrap-around: one contiguous NumPy copy beats the numba call's dispatch
+            self._words[c : c + n] = words
+            self._cursor = c + n
+        else:
+            self._cursor = self._put(self._words, words, c)
+        size = self._size + n
         self._size = size if size < self.capacity else self.capacity
 
     def _row_words(self, rows: np.ndarray) -> np.ndarray | None:
