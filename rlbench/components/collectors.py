@@ -97,6 +97,30 @@ class EpisodeTracker:
         carry_ret += cum[-1] - prev_cum
         carry_len += steps - 1 - prev_t
 
+    def add_step(self, rewards: np.ndarray, ended: np.ndarray, end_step: int, envs: np.ndarray | None = None) -> None:
+        """Account one step's transitions (off-policy collectors: per step, not per rollout).
+
+        Args:
+            rewards: Reward of each transition.
+            ended: True where that transition ended its env's episode (terminated or truncated).
+            end_step: Global agent-step count to stamp finished episodes with.
+            envs: Env index of each transition (``None``: transition ``i`` is env ``i``, one per env).
+        """
+        if envs is None:
+            self.running_return += rewards
+            self.running_length += 1
+            finished = np.flatnonzero(ended)
+        else:
+            np.add.at(self.running_return, envs, rewards)
+            np.add.at(self.running_length, envs, 1)
+            finished = envs[ended]
+        for i in finished.tolist():  # rare: book finished episodes
+            self.returns.append(float(self.running_return[i]))
+            self.lengths.append(int(self.running_length[i]))
+            self.end_steps.append(end_step)
+            self.running_return[i] = 0.0
+            self.running_length[i] = 0
+
 
 class OnPolicyCollector:
     """Steps a :class:`VecEnv` with a policy and fills a :class:`RolloutStorage`.

@@ -88,16 +88,7 @@ class OffPolicyCollector:
                 self._next_id += k
         self.buffer.add(batch)
         self.env_steps += self.env.num_envs
-        ep = self.episodes
-        ep.running_return += res.reward
-        ep.running_length += 1
-        if ended.any():  # rare: book finished episodes (stamped with the step count after this step)
-            for i in np.flatnonzero(ended).tolist():
-                ep.returns.append(float(ep.running_return[i]))
-                ep.lengths.append(int(ep.running_length[i]))
-                ep.end_steps.append(self.env_steps)
-            ep.running_return[ended] = 0.0
-            ep.running_length[ended] = 0
+        self.episodes.add_step(res.reward, ended, self.env_steps)
         self.obs = res.obs.copy()
         t3 = now()
         timer.add("collect/policy", t1 - t0)
@@ -167,15 +158,7 @@ class AsyncOffPolicyCollector:
         self.buffer.add({"obs": d["obs"], "action": d["action"], "reward": d["reward"], "next_obs": d["next_obs"],
                          "done": d["terminated"]})  # fmt: skip
         self.env_steps += self.num_envs
-        ep = self.episodes
-        np.add.at(ep.running_return, d["worker"], d["reward"])
-        np.add.at(ep.running_length, d["worker"], 1)
-        for w in d["worker"][d["terminated"] | d["truncated"]].tolist():
-            ep.returns.append(float(ep.running_return[w]))
-            ep.lengths.append(int(ep.running_length[w]))
-            ep.end_steps.append(self.env_steps)
-            ep.running_return[w] = 0.0
-            ep.running_length[w] = 0
+        self.episodes.add_step(d["reward"], d["terminated"] | d["truncated"], self.env_steps, envs=d["worker"])
         t2 = now()
         policy_s = self.inner.server.forward_seconds() - forward0
         timer.add("collect/policy", policy_s)
