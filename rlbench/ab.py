@@ -10,6 +10,7 @@ by seed, so slow drifts of a shared machine cancel out instead of passing for re
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -109,13 +110,15 @@ def run_ab(
     work = Path(tempfile.mkdtemp(prefix="rlbench-ab-"))
     trees = {side: work / side for side in shas}
     try:
+        paths = {}
         for side, sha in shas.items():
             _git(["worktree", "add", "--detach", str(trees[side]), sha], top)
+            paths[side] = _import_path(trees[side], work / f"meta-{side}")
         for k in range(rounds):
             for side in ("base", "head") if k % 2 == 0 else ("head", "base"):
                 if on_run:
                     on_run(k, side)
-                _run_side(trees[side], args, seed + k, work / f"store-{side}", work)
+                _run_side(trees[side], paths[side], args, seed + k, work / f"store-{side}", work)
         base, head = read_records(work / "store-base"), read_records(work / "store-head")
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
@@ -129,9 +132,34 @@ def run_ab(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run_side(tree: Path, args: list[str], seed: int, store: Path, cwd: Path) -> None:
+_EP_SECTION = re.compile(r'^\[project\.entry-points\."rlbench\.suites"\]\s*$(?P<body>.*?)(?=^\[|\Z)', re.M | re.S)
+_EP_LINE = re.compile(r'^\s*(?P<name>[\w.-]+)\s*=\s*"(?P<value>[^"]+)"\s*$', re.M)
+
+
+def _import_path(tree: Path, meta: Path) -> str:
+    """``PYTHONPATH`` entries that make ``python -m rlbench`` run the revision checked out in ``tree``.
+
+    The revision's package is ``tree/rlbench``; its built-in suites are ``tree/suites``, installed as
+    ``rlbench.suites`` (linked into the worktree here, which is ours and temporary). Its suites are found through
+    the entry points *its* ``pyproject.toml`` declares: a minimal ``rlbench`` distribution in ``meta`` carries them
+    and, first on the path, shadows the installed rlbench's metadata, so each side runs its own benchmarks.
+    """
+    suites, link = tree / "suites", tree / "rlbench" / "suites"
+    if suites.is_dir() and not link.exists():
+        link.symlink_to(suites.resolve(), target_is_directory=True)
+    dist = meta / "rlbench-0.0.0+ab.dist-info"
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rlbench\nVersion: 0.0.0+ab\n", encoding="utf-8")
+    pyproject = tree / "pyproject.toml"
+    section = _EP_SECTION.search(pyproject.read_text(encoding="utf-8")) if pyproject.is_file() else None
+    lines = [f"{m['name']} = {m['value']}" for m in _EP_LINE.finditer(section["body"])] if section else []
+    (dist / "entry_points.txt").write_text("[rlbench.suites]\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    return os.pathsep.join((str(meta), str(tree)))
+
+
+def _run_side(tree: Path, path: str, args: list[str], seed: int, store: Path, cwd: Path) -> None:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(tree) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     cmd = [sys.executable, "-m", "rlbench", "run", *args, "--seed", str(seed), "--repeats", "1", "--store", str(store),
            "--quiet", "--report", str(store / "last-report.md")]  # fmt: skip
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)

@@ -140,26 +140,3 @@ def evaluate(
                 reason = f"{'better' if worse < 0 else 'worse'} by {100 * abs(worse):.1f}% (limit {100 * t.fraction:g}%)"
             checks.append(Check(t, r, failed, reason))
     return GateOutcome(checks)
-
-
-def markdown(outcome: GateOutcome, notes: list[str] | None = None) -> str:
-    """A markdown table of the checks, fit for a CI job summary."""
-    status = "FAIL: regression" if outcome.exit_code else "PASS"
-    lines = [f"## rlbench gate: {status}", ""]
-    lines += [f"> {n}" for n in notes or []]
-    if notes:
-        lines.append("")
-    lines += ["| Metric | Limit | Baseline | Candidate | Ratio | 95% CI | Result |", "|---|---|---|---|---|---|---|"]
-    for c in outcome.checks:
-        r = c.result
-        lines.append(
-            f"| `{c.threshold.metric}` | {100 * c.threshold.fraction:g}% | {_fmt(r.base_median)} | {_fmt(r.cand_median)} | "
-            f"{r.ratio:.3f} | [{r.ci_low:.3f}, {r.ci_high:.3f}] | {'❌ ' if c.failed else '✅ '}{c.reason} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def _fmt(v: float) -> str:
-    if v != v:
-        return "–"
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"

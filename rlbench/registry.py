@@ -1,41 +1,31 @@
-"""Benchmark specs: what a benchmark is called, its configuration dataclass and how one repeat runs.
+"""Benchmark specs and their discovery through the ``rlbench.suites`` entry-point group.
 
-A spec's ``run`` takes a resolved config (seed set for the repeat) and a :class:`RunContext`, and
-returns :class:`Metric` objects; the runner turns them into records. Specs import their heavy
-dependencies (torch, ...) inside ``run`` so that ``rlbench list`` and ``--help`` stay instant.
+A suite is a module (or any object) named by an entry point of the group ``rlbench.suites``; it holds a
+``BENCHMARKS`` list of :class:`BenchmarkSpec` (a single spec, a list, or a callable returning either work too).
+rlbench declares its own suites there, in its ``pyproject.toml``, exactly as a third-party package would::
+
+    [project.entry-points."rlbench.suites"]
+    my-suite = "mypkg.benchmarks"
+
+A spec's ``run`` takes a resolved config (seed set for the repeat) and a :class:`RunContext`, and returns
+:class:`~rlbench.metrics.Metric` objects; the runner turns them into records. Suites import their heavy
+dependencies (torch, ...) inside ``run`` so that ``rlbench list`` and ``--help`` stay instant. The registry imports
+no suite itself: discovery goes through the installed packages' metadata, so there is no import cycle between
+the two.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib.metadata
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from rlbench.errors import UsageError
+from rlbench.metrics import Metric
 
-
-@dataclass
-class Metric:
-    """One measured quantity of one repeat (becomes one record).
-
-    Attributes:
-        name: Slash-namespaced metric name.
-        unit: Unit of the samples.
-        direction: ``higher``, ``lower`` or ``none``.
-        samples: Raw measurements.
-        x: Optional abscissa per sample.
-        meta: Free-form context (labels, paths).
-        params: Case parameters added to the benchmark's own (e.g. ``impl`` and ``size`` of a micro-benchmark).
-    """
-
-    name: str
-    unit: str
-    direction: str
-    samples: list[float]
-    x: list[float] | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
-    params: dict[str, Any] = field(default_factory=dict)
+ENTRY_POINT_GROUP = "rlbench.suites"
 
 
 @dataclass
@@ -55,7 +45,7 @@ class RunContext:
 
 @dataclass(frozen=True)
 class BenchmarkSpec:
-    """A registered benchmark.
+    """A benchmark.
 
     Attributes:
         name: Kebab-case id (``ppo-cartpole``).
@@ -64,6 +54,9 @@ class BenchmarkSpec:
         run: ``run(config, context) -> list[Metric]`` for one repeat.
         version: Bumped whenever the benchmark's meaning changes (part of the definition hash).
         report: Name of the report renderer for its records (``"training"``).
+        check: ``check(config)`` validates what needs imports (env ids, optional libraries) before anything runs;
+            raises :class:`~rlbench.errors.UsageError`. Optional.
+        source: Where the spec came from (the entry point's distribution and module); set by discovery.
     """
 
     name: str
@@ -72,6 +65,8 @@ class BenchmarkSpec:
     run: Callable[[Any, RunContext], list[Metric]]
     version: int = 1
     report: str = "training"
+    check: Callable[[Any], None] | None = None
+    source: str = ""
 
     def defaults(self) -> dict[str, Any]:
         """The default parameters as a plain dict."""
@@ -79,27 +74,57 @@ class BenchmarkSpec:
         return {f.name: getattr(cfg, f.name) for f in fields(cfg)}
 
 
-_REGISTRY: dict[str, BenchmarkSpec] = {}
+@dataclass
+class _Discovered:
+    specs: dict[str, BenchmarkSpec]
+    errors: list[str]
 
 
-def register(spec: BenchmarkSpec) -> BenchmarkSpec:
-    """Add a spec to the registry (ids are unique)."""
-    if spec.name in _REGISTRY:
-        raise ValueError(f"benchmark {spec.name!r} is already registered")
-    _REGISTRY[spec.name] = spec
-    return spec
+_CACHE: list[_Discovered] = []
 
 
-def _load_builtins() -> None:
-    # importing a suite module registers its benchmarks (once: Python caches modules); a test or user that imported
-    # one suite directly must not hide the others, so always import them all
-    from rlbench.suites import e2e, external, micro_runner, offpolicy, transports  # noqa: F401  (built-in benchmarks)
+def _specs_of(obj: Any) -> list[BenchmarkSpec]:
+    if isinstance(obj, BenchmarkSpec):
+        return [obj]
+    if hasattr(obj, "BENCHMARKS"):
+        return _specs_of(obj.BENCHMARKS)
+    if isinstance(obj, (list, tuple)) and all(isinstance(s, BenchmarkSpec) for s in obj):
+        return list(obj)
+    if callable(obj):
+        return _specs_of(obj())
+    raise TypeError(f"expected BenchmarkSpec objects (or a module with BENCHMARKS), got {type(obj).__name__}")
+
+
+def _discover() -> _Discovered:
+    if _CACHE:
+        return _CACHE[0]
+    specs: dict[str, BenchmarkSpec] = {}
+    errors: list[str] = []
+    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.value, e.name)):
+        dist = getattr(ep.dist, "name", None) or "?"
+        try:
+            found = _specs_of(ep.load())
+        except Exception as exc:  # a broken plugin must not take rlbench down: name it, keep the others
+            errors.append(f"suite {ep.name!r} ({ep.value}, from {dist}) failed to load: {type(exc).__name__}: {exc}")
+            continue
+        for spec in found:
+            if spec.name in specs:
+                errors.append(f"benchmark {spec.name!r} from {ep.value} is already defined by {specs[spec.name].source}")
+                continue
+            specs[spec.name] = replace(spec, source=spec.source or f"{dist}: {ep.value}")
+    _CACHE.append(_Discovered(specs, errors))
+    return _CACHE[0]
 
 
 def all_specs() -> list[BenchmarkSpec]:
-    """Every registered benchmark, sorted by name."""
-    _load_builtins()
-    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+    """Every discovered benchmark, sorted by name."""
+    found = _discover().specs
+    return [found[k] for k in sorted(found)]
+
+
+def load_errors() -> list[str]:
+    """One line per suite that failed to load (shown by ``rlbench list``)."""
+    return list(_discover().errors)
 
 
 def get_spec(name: str) -> BenchmarkSpec:
@@ -108,9 +133,10 @@ def get_spec(name: str) -> BenchmarkSpec:
     Raises:
         UsageError: For an unknown id, suggesting close names and ``rlbench list``.
     """
-    _load_builtins()
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    close = difflib.get_close_matches(name, list(_REGISTRY), n=3, cutoff=0.5)
+    found = _discover().specs
+    if name in found:
+        return found[name]
+    close = difflib.get_close_matches(name, list(found), n=3, cutoff=0.5)
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-    raise UsageError(f"unknown benchmark {name!r}: {hint}(`rlbench list` shows all benchmarks)")
+    broken = f"; {len(_discover().errors)} suite(s) failed to load" if _discover().errors else ""
+    raise UsageError(f"unknown benchmark {name!r}: {hint}(`rlbench list` shows all benchmarks{broken})")

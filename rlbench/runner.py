@@ -14,8 +14,9 @@ from typing import Any
 
 from rlbench.errors import RlbenchError
 from rlbench.fingerprint import fingerprint
+from rlbench.metrics import Metric
 from rlbench.records import Record, definition_hash
-from rlbench.registry import BenchmarkSpec, Metric, RunContext
+from rlbench.registry import BenchmarkSpec, RunContext
 from rlbench.store import RunWriter, utc_now
 
 

@@ -12,8 +12,9 @@ from dataclasses import fields, replace
 from typing import Any
 
 from rlbench.errors import UsageError
+from rlbench.metrics import BASELINE
 
-BASELINE = "baseline"
+__all__ = ["BASELINE", "variant_configs"]
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 

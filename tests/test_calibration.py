@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from rlbench.calibration import CONDITIONS, one_comparison
 from rlbench.gate import Threshold
-from rlbench.suites.calibrate_gate import CONDITIONS, one_comparison, render
+from rlbench.report.calibration import render
 
 
 def fake_side(seed: int, inject: float, size: int) -> list[float]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlbench.algos.ppo import PPOConfig, evaluate_policy, train_ppo
+from rlbench.algos.ppo.config import PPOConfig
+from rlbench.algos.ppo.train import train_ppo
+from rlbench.algos.scaffold import evaluate_policy
 
 
 def _random_policy_return(episodes: int = 10) -> float:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlbench.algos.offpolicy import DDPGConfig, SACConfig, train_offpolicy
-from rlbench.algos.ppo import evaluate_policy
+from rlbench.algos.offpolicy.config import DDPGConfig, SACConfig
+from rlbench.algos.offpolicy.train import train_offpolicy
+from rlbench.algos.scaffold import evaluate_policy
 
 # small and quick: 64-unit MLPs, batch 64, learning rate 3e-3, 2,500 steps (2,200 updates)
 QUICK = {"total_steps": 2_500, "learning_starts": 300, "batch_size": 64, "hidden": (64, 64), "actor_lr": 3e-3,

@@ -42,6 +42,11 @@ def build_parser() -> Parser:
     p_list.add_argument("--json", action="store_true", help="print the list as JSON")
     sub.add_parser("run", help="run a benchmark (rlbench run BENCHMARK --help for its options)", add_help=False)
     sub.add_parser("ab", help="run two git revisions interleaved and compare or gate (rlbench ab --help)", add_help=False)
+    from rlbench.cli.calibrate import build_calibrate_parser
+
+    build_calibrate_parser(
+        sub.add_parser("calibrate", help="measure the gate's false-alarm and detection rates on this machine (minutes)")
+    )
     p_report = sub.add_parser("report", help="render the bottleneck report of stored records")
     p_report.add_argument("records", help="a records file (.jsonl) or a store directory (its latest run)")
     p_report.add_argument("--run", dest="run_id", default=None, help="run id (or a unique prefix) to report on")
@@ -143,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             from rlbench.cli.compare import compare_command, gate_command
 
             return compare_command(args) if args.command == "compare" else gate_command(args)
+        if args.command == "calibrate":
+            from rlbench.cli.calibrate import calibrate_command
+
+            return calibrate_command(args)
         parser.print_help()
         return 0
     except RlbenchError as exc:

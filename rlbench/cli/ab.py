@@ -52,7 +52,8 @@ def ab_command(argv: list[str]) -> int:
     run_argv = argv[cut + 1 :]
     from rlbench.ab import run_ab, split_run_args
     from rlbench.compare import compare, mismatches
-    from rlbench.gate import Threshold, evaluate, markdown
+    from rlbench.gate import Threshold, evaluate
+    from rlbench.report.comparison import gate_markdown
 
     split_run_args(run_argv)  # validate before any checkout
     thresholds = [Threshold.parse(t) for t in args.fail or []]
@@ -76,7 +77,7 @@ def ab_command(argv: list[str]) -> int:
     notes = [f"{args.base_rev} = {result.base_rev[:12]} vs {args.head_rev} = {result.head_rev[:12]}, {result.rounds} "
              "interleaved rounds, paired by seed"] + [f"MISMATCH (compared anyway): {d}" for d in diffs]  # fmt: skip
     if args.report:
-        from rlbench.cli.compare import comparison_markdown
+        from rlbench.report.comparison import comparison_markdown
 
         results = compare(result.base, result.head, min_effect=args.min_effect, metrics=args.metric)
         Path(args.report).write_text(
@@ -84,7 +85,7 @@ def ab_command(argv: list[str]) -> int:
         )
     if thresholds:
         outcome = evaluate(result.base, result.head, thresholds, learning_drop=drop)
-        text = markdown(outcome, notes)
+        text = gate_markdown(outcome, notes)
         if args.summary:
             Path(args.summary).write_text(text, encoding="utf-8")
         if args.json:
@@ -104,7 +105,7 @@ def ab_command(argv: list[str]) -> int:
     if args.json:
         print(json.dumps({"base": result.base_rev, "head": result.head_rev, "cases": [r.to_dict() for r in results]}))
     else:
-        from rlbench.cli.compare import comparison_markdown
+        from rlbench.report.comparison import comparison_markdown
 
         sys.stdout.write(comparison_markdown(results, result.base, result.head, notes, args.min_effect))
     return 0

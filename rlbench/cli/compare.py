@@ -53,32 +53,6 @@ def load_pair(args: argparse.Namespace) -> tuple[list[Record], list[Record], lis
     return base, cand, notes
 
 
-def _fmt(v: float) -> str:
-    if v != v:
-        return "–"
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
-
-
-def comparison_markdown(results: list, base: list[Record], cand: list[Record], notes: list[str], min_effect: float) -> str:
-    """The comparison report: one row per case."""
-    lines = ["# rlbench comparison", ""]
-    lines += [f"> **{n}**" for n in notes]
-    lines += [
-        "",
-        f"Baseline run `{base[0].run_id}` vs candidate run `{cand[0].run_id}`. Ratio = candidate median / baseline median; "
-        f"95% bootstrap interval; a verdict needs a significant change of at least {100 * min_effect:g}%.",
-        "",
-        "| Benchmark | Metric | Baseline | Candidate | Ratio | 95% CI | n | Verdict |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results:
-        c = r.case
-        n = f"{r.n_base}/{r.n_cand}" + (" paired" if r.paired else "")
-        lines.append(f"| {c.benchmark} | `{c.metric}` ({c.unit}) | {_fmt(r.base_median)} | {_fmt(r.cand_median)} | "
-                     f"{_fmt(r.ratio)} | [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}] | {n} | {r.verdict} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
-
-
 def compare_command(args: argparse.Namespace) -> int:
     """Compare two runs; print a table, write ``--report``, or print ``--json``."""
     from rlbench.compare import compare
@@ -91,26 +65,15 @@ def compare_command(args: argparse.Namespace) -> int:
     if not results:
         raise DataError("no case (benchmark, parameters, metric) is present on both sides: nothing to compare")
     if args.report:
+        from rlbench.report.comparison import comparison_markdown
+
         Path(args.report).write_text(comparison_markdown(results, base, cand, notes, args.min_effect), encoding="utf-8")
     if args.json:
         print(json.dumps({"notes": notes, "cases": [r.to_dict() for r in results], "report": args.report}))
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    from rlbench.report.summary import print_comparison
 
-    console = Console()
-    for n in notes:
-        console.print(f"[bold red]{n}[/]")
-    table = Table(title=f"{base[0].run_id} → {cand[0].run_id}")
-    for col in ("Metric", "Baseline", "Candidate", "Ratio", "95% CI", "Verdict"):
-        table.add_column(col, justify="left" if col in ("Metric", "Verdict") else "right")
-    colors = {"faster": "green", "better": "green", "slower": "red", "worse": "red"}
-    for r in results:
-        color = colors.get(r.verdict, "")
-        verdict = f"[{color}]{r.verdict}[/]" if color else r.verdict
-        table.add_row(r.case.metric, _fmt(r.base_median), _fmt(r.cand_median), _fmt(r.ratio),
-                      f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]", verdict)  # fmt: skip
-    console.print(table)
+    console = print_comparison(results, base, cand, notes)
     if args.report:
         console.print(f"report: {args.report}")
     return 0
@@ -118,7 +81,8 @@ def compare_command(args: argparse.Namespace) -> int:
 
 def gate_command(args: argparse.Namespace) -> int:
     """Gate a candidate against a baseline: exit 0 pass, 1 regression, 2 error."""
-    from rlbench.gate import Threshold, evaluate, markdown
+    from rlbench.gate import Threshold, evaluate
+    from rlbench.report.comparison import gate_markdown
 
     if not args.fail:
         raise UsageError("no threshold: give at least one --fail METRIC:PERCENT%, e.g. --fail sps:5%")
@@ -126,7 +90,7 @@ def gate_command(args: argparse.Namespace) -> int:
     drop = None if args.no_learning_check else Threshold.parse(f"eval_return:{args.learning_drop}").fraction
     base, cand, notes = load_pair(args)
     outcome = evaluate(base, cand, thresholds, learning_drop=drop, ignore_params=tuple(args.ignore_param))
-    text = markdown(outcome, notes)
+    text = gate_markdown(outcome, notes)
     if args.summary:
         Path(args.summary).write_text(text, encoding="utf-8")
     if args.json:

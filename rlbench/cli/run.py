@@ -14,7 +14,8 @@ from typing import Any
 
 from rlbench.cli.parser import Parser, add_config_options, config_overrides
 from rlbench.errors import UsageError
-from rlbench.registry import BenchmarkSpec, Metric, all_specs, get_spec
+from rlbench.metrics import Metric
+from rlbench.registry import BenchmarkSpec, all_specs, get_spec
 
 
 def _run_help() -> str:
@@ -69,18 +70,6 @@ def _since_start(t0: float) -> float:
     return time.perf_counter() - t0
 
 
-def _check_env(env_id: str) -> None:
-    """Fail early, with suggestions, on an env id gymnasium does not know or spaces rlbench cannot drive."""
-    if env_id == "CartPole-v1":
-        return
-    from rlbench.components.envs import make_vec_env
-
-    try:
-        make_vec_env(env_id, 1).close()
-    except ValueError as exc:
-        raise UsageError(f"--env: {exc}") from None
-
-
 def _check_report_path(path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,8 +110,8 @@ def run_command(argv: list[str], t0: float) -> int:
 def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_spec: str, charts: Any, t0: float) -> int:
     from rlbench.devices import resolve_device
 
-    if hasattr(config, "env"):
-        _check_env(config.env)
+    if spec.check is not None:
+        spec.check(config)  # what needs imports (env ids, optional libraries), before the device is opened
     device = resolve_device(device_spec)  # imports torch
 
     from rlbench.runner import run_benchmark
@@ -208,7 +197,7 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
     if args.json:
         print(json.dumps(summary, allow_nan=False, default=_json_default))
     elif not args.quiet:
-        from rlbench.cli.summary import print_micro_summary, print_summary, print_transports_summary
+        from rlbench.report.summary import print_micro_summary, print_summary, print_transports_summary
 
         printers = {"micro": print_micro_summary, "transports": print_transports_summary}
         printers.get(spec.report, print_summary)(summary)

@@ -1,9 +1,10 @@
 """The bottleneck report of an off-policy run (SAC, DDPG), rendered from its records alone.
 
 Sections: header, end-to-end timing, steady-state phases, the gradient update broken down per update (the
-table the rlox report estimated, here measured), time by layer, learning, measured what-ifs (each variant's
-paired effect on SPS with a bootstrap confidence interval), bottlenecks ranked by their Amdahl bound, timer
-overhead, op counts, profile. Main sections describe the baseline setting (``variant == "baseline"``).
+table the rlox report estimated, here measured; its rows are whatever children of ``update`` the run timed),
+time by layer, learning, measured what-ifs (each variant's paired effect on SPS with a bootstrap confidence
+interval), bottlenecks ranked by their Amdahl bound (quoting the what-ifs that measured a suggested switch),
+timer overhead, op counts, profile. Main sections describe the baseline setting (``variant == "baseline"``).
 """
 
 from __future__ import annotations
@@ -14,73 +15,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlbench.compare import bootstrap_paired
+from rlbench.metrics import BASELINE, VARIANT
 from rlbench.records import Record
 from rlbench.report import training
+from rlbench.report.advice import bottlenecks_section, findings
+from rlbench.report.charts import Chart
 from rlbench.report.data import RunData
 from rlbench.report.format import fmt, fmt_s, md_table, pct, renumber_sections
-from rlbench.report.training import Bar, Breakdown, Chart, Finding
+from rlbench.report.phases import Breakdown, breakdown, children, layer_table, phase_chart, phase_table
 from rlbench.stats import median
-from rlbench.variants import BASELINE
-
-UPDATE_PHASES = (
-    "update/sample",
-    "update/target",
-    "update/critic",
-    "update/actor",
-    "update/alpha",
-    "update/polyak",
-    "update/priorities",
-)
-LEAVES = ("collect/policy", "collect/env", "collect/store", *UPDATE_PHASES)
-LAYERS = {
-    "environment": ("collect/env",),
-    "policy inference (collection)": ("collect/policy",),
-    "replay (store, sample, priorities)": ("collect/store", "update/sample", "update/priorities"),
-    "training update (target, critic, actor, alpha, Polyak)": (
-        "update/target", "update/critic", "update/actor", "update/alpha", "update/polyak",
-    ),
-}  # fmt: skip
-
-
-_FLAG_OF = {"critics": "`--critics", "precision": "`--precision", "threads": "`--threads", "compile": "`--compile",
-            "polyak": "`--polyak", "num_envs": "`--num-envs"}  # fmt: skip
-
-
-def _with_measured(tip: str, effects: list[VariantEffect]) -> str:
-    """``tip`` plus the measured SPS effect of the what-if that tried that switch, if this run has one."""
-    for e in effects:
-        flag = _FLAG_OF.get(e.label.partition("=")[0])
-        if flag and tip.startswith(flag) and math.isfinite(e.sps[0]):
-            return f"{tip}, measured here: **{fmt(e.sps[0], 2)}× SPS** (`{e.label}`)"
-    return tip
-
-
-def _what_to_try(phase: str, p: dict, effects: list[VariantEffect] | None = None) -> str:
-    """Switches worth measuring for a phase, leaving out those this run already used, with measured effects."""
-    model = phase in ("update/target", "update/critic", "update/actor")
-    tips = []
-    if model and p.get("critics") == "separate":
-        tips.append("`--critics ensemble` (one batched matmul per layer for every Q network)")
-    if model and p.get("precision", "fp32") == "fp32":
-        tips.append("`--precision bf16` (bf16 matmuls on AMX / tensor cores; check learning)")
-    if model and p.get("threads", 1) == 1:
-        tips.append("`--threads 2` when a core is free (it loses badly when none is)")
-    elif model:
-        tips.append("`--threads 1` when the other core is busy (compare both with `--what-if threads=1`)")
-    if model and not p.get("compile"):
-        tips.append("`--compile` (pays its compile time back only on long runs)")
-    if phase == "update/polyak" and p.get("polyak") == "loop":
-        tips.append("`--polyak foreach` (one fused lerp over every target tensor)")
-    if phase.startswith("collect/") and p.get("num_envs", 1) == 1:
-        tips.append("`--num-envs N` steps, acts for and stores N envs per call")
-    if phase == "update/sample":
-        tips.append("a larger batch amortizes the gather")
-    tips = [_with_measured(t, effects or []) for t in tips]
-    return "; ".join(tips) + "; measure each with `--what-if`." if tips else "nothing obvious left; profile (`--profile`)."
 
 
 def _variant(r: Record) -> str:
-    return str(r.params.get("variant", BASELINE))
+    return str(r.params.get(VARIANT, BASELINE))
 
 
 @dataclass
@@ -177,11 +124,11 @@ def _update_table(d: RunData, b: Breakdown) -> list[str]:
     if not (updates > 0 and math.isfinite(total)):
         return []
     rows = []
-    for phase in UPDATE_PHASES:
-        if d.has(f"time/{phase}"):
-            s = d.med(f"time/{phase}")
-            rows.append([f"`{phase}`", fmt(s / updates * 1e6, 0), pct(s / total)])
-    inner = sum(d.med(f"time/{p}") for p in UPDATE_PHASES if d.has(f"time/{p}"))
+    parts = children(d, "update")
+    for phase in parts:
+        s = d.med(f"time/{phase}")
+        rows.append([f"`{phase}`", fmt(s / updates * 1e6, 0), pct(s / total)])
+    inner = sum(d.med(f"time/{p}") for p in parts)
     rows.append(["Python/other inside `update`", fmt((total - inner) / updates * 1e6, 0), pct((total - inner) / total)])
     rows.append(["**One gradient update**", f"**{fmt(total / updates * 1e6, 0)}**", "100%"])
     collect = d.med("time/collect")
@@ -196,22 +143,14 @@ def _update_table(d: RunData, b: Breakdown) -> list[str]:
     ]
 
 
-def _findings(d: RunData, b: Breakdown, effects: list[VariantEffect]) -> list[str]:
-    found = [
-        Finding(f"`{phase}`", b.share(s), f"{fmt_s(s)} in steady state", _what_to_try(phase, d.first.params, effects))
-        for phase, s in b.leaf_s.items()
-        if b.share(s) >= 0.05
-    ]
-    found.sort(key=lambda f: -f.bound)
-    lines = [
-        "## Bottlenecks and recommendations",
-        "",
-        "Leaf phases over 5% of steady-state time, ranked by the Amdahl bound `1 / (1 - share)` (the speed-up if the "
-        "phase took no time); the what-if table above measures the suggested switches.",
-        "",
-    ]
-    rows = [[str(i), f.title, pct(f.share), f"≤ {fmt(f.bound, 2)}×", f.evidence, f.action] for i, f in enumerate(found, 1)]
-    return [*lines, md_table(["#", "Phase", "Share", "Bound", "Measured", "What to try"], rows)]
+def measured_switches(effects: list[VariantEffect]) -> dict[str, str]:
+    """What each what-if measured, by option name, for the advice to quote next to the switch it suggests."""
+    out = {}
+    for e in effects:
+        name = e.label.partition("=")[0]
+        if math.isfinite(e.sps[0]) and name not in out:
+            out[name] = f"measured here: **{fmt(e.sps[0], 2)}× SPS** (`{e.label}`)"
+    return out
 
 
 def _counters(d: RunData) -> list[str]:
@@ -239,24 +178,21 @@ def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, l
     """
     base = [r for r in records if _variant(r) == BASELINE]
     d = RunData.from_records(base)
-    b = training.breakdown(d, LEAVES)
+    b = breakdown(d)
     chart_file = f"{chart_stem}-phases.png" if chart_stem else None
+    effects = variant_effects(records)
     sections = [
         training.header(d, chart_file),
         training.timing(d, "Warm-up (random frames + first update)"),
-        training.phase_table(d, b),
+        phase_table(d, b),
         _update_table(d, b),
-        training.layer_table(d, b, LAYERS),
+        layer_table(d, b),
         training.learning(d),
         _what_ifs(records, d),
-        _findings(d, b, variant_effects(records)),
+        bottlenecks_section(findings(d, b, measured_switches(effects))),
         training.overhead_table(d, b),
         _counters(d),
         training.profile_table(d),
     ]
     text = "\n\n".join("\n".join(s) for s in sections if s) + "\n"
-    text = renumber_sections(text)
-    bars = [Bar(p, 100 * b.share(s)) for p, s in b.leaf_s.items()]
-    bars.append(Bar("Python/other", 100 * b.share(b.other_s)))
-    chart = Chart("-phases.png", f"{d.first.benchmark}: share of steady-state time", bars, "% of steady-state time")
-    return text, [chart]
+    return renumber_sections(text), [phase_chart(d, b)]

@@ -15,8 +15,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from rlbench.report.charts import Bar, Chart
 from rlbench.report.micro import Line, ScalingChart
-from rlbench.report.training import Bar, Chart
 
 
 def draw_bar_chart(chart: Chart, path: str | Path) -> Path:

@@ -1,83 +1,23 @@
-"""The bottleneck report of an end-to-end training benchmark, rendered from its records alone.
+"""The bottleneck report of any training run, rendered from its records alone.
 
-Sections: header (machine, software, commit, command), end-to-end timing, steady-state phase table,
-time by layer, learning outcome, bottleneck analysis with recommendations ranked by their
-Amdahl-bounded impact (each names the measured figure that triggered it), timer overhead, profile.
-Everything printed is read from records, so re-rendering later gives the same text.
+Sections: header (machine, software, commit, command), end-to-end timing, steady-state phase table, time by
+layer, learning outcome, bottleneck analysis with recommendations ranked by their Amdahl-bounded impact (each
+names the measured figure that triggered it), timer overhead, op counters, profile. Phases and layers come from
+the records (:mod:`rlbench.report.phases`), so the same report renders rlbench's loops and a user's. Everything
+printed is read from records, so re-rendering later gives the same text.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from rlbench.records import Record
+from rlbench.report.advice import bottlenecks_section, findings
+from rlbench.report.charts import Chart
 from rlbench.report.data import RunData
 from rlbench.report.format import fmt, fmt_s, md_table, pct, renumber_sections, spread
-from rlbench.stats import amdahl_bound, median, summarize
-
-LEAVES = (
-    "collect/env",
-    "collect/policy",
-    "advantage",
-    "update/prepare",
-    "update/forward",
-    "update/backward",
-    "update/optimizer",
-)
-LAYERS = {
-    "environment": ("collect/env",),
-    "policy inference": ("collect/policy",),
-    "advantage": ("advantage",),
-    "training update": ("update/prepare", "update/forward", "update/backward", "update/optimizer"),
-}
-
-
-@dataclass
-class Bar:
-    """One bar of a chart."""
-
-    label: str
-    value: float
-
-
-@dataclass
-class Chart:
-    """A chart to draw next to the report.
-
-    Attributes:
-        suffix: File name suffix appended to the report's stem (``-phases.png``).
-        title: Chart title.
-        bars: Labelled values (shares in percent).
-        xlabel: Axis label.
-    """
-
-    suffix: str
-    title: str
-    bars: list[Bar]
-    xlabel: str
-
-
-@dataclass
-class Breakdown:
-    """Median steady-state seconds per leaf phase, plus everything else ('Python/other')."""
-
-    steady_s: float
-    leaf_s: dict[str, float]
-    other_s: float
-    iterations: int
-
-    def share(self, seconds: float) -> float:
-        """Fraction of steady-state time."""
-        return seconds / self.steady_s if self.steady_s > 0 else math.nan
-
-
-def breakdown(d: RunData, leaves: tuple[str, ...] = LEAVES) -> Breakdown:
-    """Steady-state time (training minus warm-up) split into leaf phases and the rest."""
-    steady = median([t - w for t, w in zip(d.per_repeat("train_s"), d.per_repeat("warmup_s"))])
-    leaf = {p: d.med(f"time/{p}") for p in leaves if d.has(f"time/{p}")}
-    iters = int(d.med("iterations")) - 1 if d.has("iterations") else 0
-    return Breakdown(steady, leaf, max(steady - sum(leaf.values()), 0.0), max(iters, 1))
+from rlbench.report.phases import Breakdown, breakdown, layer_table, phase_chart, phase_table
+from rlbench.stats import median
 
 
 def header(d: RunData, chart_file: str | None) -> list[str]:
@@ -173,7 +113,7 @@ def timing(d: RunData, warmup: str = "Warm-up (first iteration)") -> list[str]:
         rows = rows[1:]
     steps = int(d.med("env_steps")) if d.has("env_steps") else 0
     return [
-        "## 1. End-to-end timing",
+        "## End-to-end timing",
         "",
         f"{steps:,} agent steps (env transitions summed over envs).",
         "",
@@ -181,71 +121,8 @@ def timing(d: RunData, warmup: str = "Warm-up (first iteration)") -> list[str]:
     ]
 
 
-def phase_table(d: RunData, b: Breakdown) -> list[str]:
-    rows = []
-    for phase in d.phases():
-        if phase == "warmup":
-            continue
-        s = d.med(f"time/{phase}")
-        iq = summarize(d.pooled(f"iter_time/{phase}")) if d.has(f"iter_time/{phase}") else None
-        per_iter = iq.median * 1e6 if iq and iq.n else s / b.iterations * 1e6
-        iqr = f"{fmt(iq.q1 * 1e6, 0)}–{fmt(iq.q3 * 1e6, 0)}" if iq and iq.n else "–"
-        depth = phase.count("/")
-        label = ("&nbsp;&nbsp;&nbsp;&nbsp;" * depth) + f"`{phase}`"
-        events = int(d.meta(f"time/{phase}", "events", 0) or 0)
-        rows.append([label, fmt(s, 3), pct(b.share(s)), fmt(per_iter, 0), iqr, f"{events:,}"])
-    rows.append(
-        [
-            "Python/other (outside leaf phases)",
-            fmt(b.other_s, 3),
-            pct(b.share(b.other_s)),
-            fmt(b.other_s / b.iterations * 1e6, 0),
-            "–",
-            "–",
-        ]
-    )
-    rows.append(
-        ["**Steady-state total**", f"**{fmt(b.steady_s, 3)}**", "100%", fmt(b.steady_s / b.iterations * 1e6, 0), "–", "–"]
-    )
-    return [
-        "## 2. Phase breakdown (steady state)",
-        "",
-        f"Steady state = training minus the warm-up iteration: {b.iterations} iterations. Shares are of steady-state time; "
-        "a parent phase includes its children. Per-iteration figures are medians over iterations (IQR beside them).",
-        "",
-        md_table(["Phase", "Time (s)", "Share", "µs / iteration", "IQR µs / iteration", "Events"], rows),
-    ]
-
-
-def layer_table(d: RunData, b: Breakdown, layers: dict[str, tuple[str, ...]] = LAYERS) -> list[str]:
-    rows = []
-    total_steps = d.med("env_steps")
-    per_iter_steps = total_steps / (b.iterations + 1) if total_steps and math.isfinite(total_steps) else math.nan
-    for layer, phases in layers.items():
-        s = sum(b.leaf_s.get(p, 0.0) for p in phases)
-        rows.append(
-            [
-                layer,
-                fmt(s, 3),
-                pct(b.share(s)),
-                fmt(s / b.iterations * 1e3, 2),
-                fmt(s / b.iterations / per_iter_steps * 1e6, 2),
-            ]
-        )
-    rows.append(
-        [
-            "Python/other",
-            fmt(b.other_s, 3),
-            pct(b.share(b.other_s)),
-            fmt(b.other_s / b.iterations * 1e3, 2),
-            fmt(b.other_s / b.iterations / per_iter_steps * 1e6, 2),
-        ]
-    )
-    return ["## 3. Time by layer", "", md_table(["Layer", "Time (s)", "Share", "ms / iteration", "µs / agent step"], rows)]
-
-
 def learning(d: RunData) -> list[str]:
-    lines = ["## 4. Learning outcome", ""]
+    lines = ["## Learning outcome", ""]
     evals = d.per_repeat("eval_return")
     n_eps = len(d.by_metric["eval_return"][0].samples) if d.has("eval_return") else 0
     thr = d.meta("threshold_reached", "threshold")
@@ -285,154 +162,6 @@ def learning(d: RunData) -> list[str]:
     return lines
 
 
-@dataclass
-class Finding:
-    """One bottleneck with the measurement behind it and its Amdahl bound."""
-
-    title: str
-    share: float
-    evidence: str
-    action: str
-
-    @property
-    def bound(self) -> float:
-        """Speed-up of steady-state training if this part took no time at all."""
-        return amdahl_bound(min(max(self.share, 0.0), 1.0))
-
-
-def findings(d: RunData, b: Breakdown) -> list[Finding]:
-    """Bottlenecks triggered by measured figures, ranked by their Amdahl bound (largest first)."""
-    p = d.first.params
-    out: list[Finding] = []
-    n_envs = p.get("num_envs", 1)
-
-    def per_event_us(phase: str) -> float:
-        ev = d.meta(f"time/{phase}", "events", 0) or 0
-        return d.med(f"time/{phase}") / ev * 1e6 if ev else math.nan
-
-    env_s = b.leaf_s.get("collect/env", 0.0)
-    if b.share(env_s) >= 0.05:
-        call = per_event_us("collect/env")
-        out.append(
-            Finding(
-                "Environment stepping",
-                b.share(env_s),
-                f"`collect/env` is {pct(b.share(env_s))} of steady time: {fmt(call, 1)} µs per batched step of {n_envs} envs "
-                f"({fmt(call / n_envs, 2)} µs per env transition).",
-                "More envs per batched step amortize the per-call cost (a hyperparameter change: compare learning too); "
-                "a compiled env removes the Python part.",
-            )
-        )
-    pol_s = b.leaf_s.get("collect/policy", 0.0)
-    if b.share(pol_s) >= 0.05:
-        call = per_event_us("collect/policy")
-        backend = p.get("inference", "auto")
-        action = (
-            "Inference runs through torch: `--inference numpy` evaluates the same weights without torch's per-op dispatch."
-            if backend == "torch"
-            else "Inference already runs on a NumPy snapshot; larger batches (more envs) amortize the per-call cost."
-        )
-        out.append(
-            Finding(
-                "Policy inference during collection",
-                b.share(pol_s),
-                f"`collect/policy` is {pct(b.share(pol_s))}: {fmt(call, 1)} µs per call for {n_envs} observations.",
-                action,
-            )
-        )
-    upd = {k: b.leaf_s.get(f"update/{k}", 0.0) for k in ("prepare", "forward", "backward", "optimizer")}
-    upd_s = sum(upd.values())
-    if b.share(upd_s) >= 0.05:
-        n_mb = d.meta("time/update/forward", "events", 0) or 1
-        mb = p.get("num_envs", 0) * p.get("rollout_steps", 0) // max(p.get("minibatches", 1), 1)
-        worst = max(upd, key=upd.get)
-        out.append(
-            Finding(
-                "PPO update (forward, backward, optimizer)",
-                b.share(upd_s),
-                f"The update is {pct(b.share(upd_s))} of steady time: batch preparation "
-                f"{fmt(upd['prepare'] / n_mb * 1e6, 0)} µs "
-                f"per minibatch step; per minibatch of {mb} samples, forward "
-                f"{fmt(upd['forward'] / n_mb * 1e6, 0)} µs, backward {fmt(upd['backward'] / n_mb * 1e6, 0)} µs, optimizer "
-                f"{fmt(upd['optimizer'] / n_mb * 1e6, 0)} µs ({n_mb:,} minibatch steps); the largest part is `{worst}`.",
-                _update_action(p),
-            )
-        )
-    adv_s = b.leaf_s.get("advantage", 0.0)
-    if b.share(adv_s) >= 0.02:
-        out.append(
-            Finding(
-                "Advantage estimation",
-                b.share(adv_s),
-                f"`advantage` is {pct(b.share(adv_s))}: {fmt(per_event_us('advantage'), 0)} µs per rollout.",
-                "Use a compiled GAE (the numba variant) for long rollouts or many envs.",
-            )
-        )
-    if b.share(b.other_s) >= 0.05:
-        out.append(
-            Finding(
-                "Python/other (outside the leaf phases)",
-                b.share(b.other_s),
-                f"{fmt(b.other_s, 3)} s ({pct(b.share(b.other_s))}) of steady time is in no leaf phase: storage copies, "
-                "episode bookkeeping, tensor preparation, weight snapshots, loop overhead.",
-                "Profile with `--profile` to see which Python frames hold it.",
-            )
-        )
-    warm, per_iter = d.med("warmup_s"), b.steady_s / b.iterations
-    if math.isfinite(warm) and warm > 2 * per_iter:
-        train = d.med("train_s")
-        out.append(
-            Finding(
-                "Warm-up (first iteration)",
-                (warm - per_iter) / train if train > 0 else 0.0,
-                f"The first iteration took {fmt_s(warm)}, {fmt(warm / per_iter, 1)}× a steady iteration ({fmt_s(per_iter)}).",
-                "One-time costs (lazy kernel init, allocator growth, compilation) — amortized over longer runs.",
-            )
-        )
-    ov = d.med("timer/overhead_s")
-    if math.isfinite(ov) and b.share(ov) > 0.005:
-        out.append(
-            Finding(
-                "Timer overhead",
-                b.share(ov),
-                f"The phase timers cost an estimated {fmt_s(ov)} ({pct(b.share(ov))}).",
-                "Time fewer, coarser phases in per-step loops.",
-            )
-        )
-    return sorted(out, key=lambda f: f.bound, reverse=True)
-
-
-def _update_action(p: dict) -> str:
-    """What to try on the update, given the variants this run already used."""
-    tips = []
-    if p.get("network", "fused") != "fused":
-        tips.append("`--network fused` runs actor and critic as one batched matmul per layer (half the ops)")
-    elif p.get("gradients", "auto") == "autograd":
-        tips.append("`--gradients manual` computes the same gradients without autograd's per-op bookkeeping")
-    if p.get("optimizer", "lean") != "lean":
-        tips.append("`--optimizer lean` skips torch.optim's per-step Python overhead")
-    tips.append("fewer, larger minibatches amortize per-op cost (a hyperparameter change: compare learning too)")
-    if p.get("threads", 1) == 1:
-        tips.append("`--threads 2` can speed up the larger matmuls when the second core is idle, and slows them badly "
-                    "when it is not: measure both")  # fmt: skip
-    return "; ".join(tips) + "."
-
-
-def _bottlenecks(d: RunData, b: Breakdown) -> list[str]:
-    found = findings(d, b)
-    lines = [
-        "## 5. Bottlenecks and recommendations",
-        "",
-        "Ranked by the Amdahl bound: the steady-state speed-up if that part took no time at all "
-        "(`1 / (1 - share)`); no optimization of a part can beat its bound.",
-        "",
-    ]
-    if not found:
-        return [*lines, "No phase reaches 5% of steady-state time: nothing stands out."]
-    rows = [[str(i), f.title, pct(f.share), f"≤ {fmt(f.bound, 2)}×", f.evidence, f.action] for i, f in enumerate(found, 1)]
-    return [*lines, md_table(["#", "Bottleneck", "Share", "Bound", "Measured", "What to try"], rows)]
-
-
 def overhead_table(d: RunData, b: Breakdown) -> list[str]:
     ov = d.med("timer/overhead_s")
     events = d.med("timer/events")
@@ -444,7 +173,7 @@ def overhead_table(d: RunData, b: Breakdown) -> list[str]:
         ["Mean over this run's events", fmt(mean_us, 3) + " µs", f"{int(events):,}"],
     ]
     return [
-        "## 6. Timer overhead",
+        "## Timer overhead",
         "",
         "Measured on this machine after each repeat (empty timed events against an empty loop, minimum of 3 × 10,000).",
         "",
@@ -463,7 +192,7 @@ def _counters(d: RunData) -> list[str]:
         same = all(len(set(v)) <= 1 for v in vals)
         cells = [f"{int(v[0]):,}" if v else "–" for v in vals]
         rows.append([f"`{phase}`" if phase != "iteration" else "**one iteration**", *cells, "yes" if same else "**no**"])
-    return ["## 7. Operation counters (noise-free)", "",
+    return ["## Operation counters (noise-free)", "",
             "Counted on one extra, untimed iteration (seeded like the run) with a torch dispatch mode: torch operators "
             "dispatched, device-to-host synchronizations (`.item()` and kin) and cross-device copies. They do not vary run "
             "to run, so `rlbench gate --fail ops/iteration:0%` catches one extra op per step on any machine.", "",
@@ -479,20 +208,13 @@ def profile_table(d: RunData) -> list[str]:
     rows = [[f"`{name}`", fmt(s, 3), pct(s / total if total else math.nan)] for name, s in zip(frames, r.samples)]
     html = r.meta.get("html")
     return [
-        "## 8. Profile (pyinstrument)",
+        "## Profile (pyinstrument)",
         "",
         (f"Full interactive profile: [{html}]({html}). " if html else "")
         + "Frames with the most self time (time in the function itself, not its callees):",
         "",
         md_table(["Frame", "Self time (s)", "Share of profiled time"], rows),
     ]
-
-
-def phase_chart(d: RunData, b: Breakdown) -> Chart:
-    """Bars of leaf phases and the rest, as percent of steady-state time."""
-    bars = [Bar(p, 100 * b.share(s)) for p, s in b.leaf_s.items()]
-    bars.append(Bar("Python/other", 100 * b.share(b.other_s)))
-    return Chart("-phases.png", f"{d.first.benchmark}: share of steady-state time", bars, "% of steady-state time")
 
 
 def render(records: list[Record], chart_file: str | None = None) -> tuple[str, list[Chart]]:
@@ -510,13 +232,13 @@ def render(records: list[Record], chart_file: str | None = None) -> tuple[str, l
         phase_table(d, b),
         layer_table(d, b),
         learning(d),
-        _bottlenecks(d, b),
+        bottlenecks_section(findings(d, b)),
         overhead_table(d, b),
         _counters(d),
         profile_table(d),
     ]
     text = "\n\n".join("\n".join(s) for s in sections if s) + "\n"
-    return text, [phase_chart(d, b)]
+    return renumber_sections(text), [phase_chart(d, b)]
 
 
 def render_external(records: list[Record]) -> str:

@@ -16,7 +16,8 @@ from cli_helpers import one_line_error
 from rlbench import registry
 from rlbench.cli import main
 from rlbench.errors import DataError
-from rlbench.registry import BenchmarkSpec, Metric
+from rlbench.metrics import Metric
+from rlbench.registry import BenchmarkSpec
 from rlbench.store import read_records
 
 
@@ -81,8 +82,7 @@ def _flaky_run(cfg: _Cfg, ctx: object) -> list[Metric]:
 def test_component_raising_mid_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    registry.all_specs()  # load the built-ins first
-    monkeypatch.setitem(registry._REGISTRY, "flaky", BenchmarkSpec("flaky", "raises in repeat 1", _Cfg, _flaky_run))
+    monkeypatch.setitem(registry._discover().specs, "flaky", BenchmarkSpec("flaky", "raises in repeat 1", _Cfg, _flaky_run))
     monkeypatch.chdir(tmp_path)
     code = main(["run", "flaky", "--repeats", "3", "--quiet"])
     assert code == 1
@@ -115,7 +115,7 @@ def test_help_explains_every_flag(tmp_path: Path) -> None:
     ).stdout
     from dataclasses import fields
 
-    from rlbench.algos.ppo import PPOConfig
+    from rlbench.algos.ppo.config import PPOConfig
 
     for f in fields(PPOConfig):
         assert "--" + f.name.replace("_", "-") in out, f.name

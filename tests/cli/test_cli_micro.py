@@ -9,7 +9,7 @@ from cli_helpers import one_line_error, run_cli
 
 USER_MODULE = """
 import numpy as np
-from rlbench.components.advantages import gae_numpy
+from rlbench.components.returns.gae import gae_numpy
 
 def good(rewards, values, dones, last_value, gamma, lam):
     return gae_numpy(rewards, values, dones, last_value, gamma, lam)
@@ -44,7 +44,7 @@ def test_gae_with_user_implementations(tmp_path: Path) -> None:
 
 BUFFER_MODULE = """
 import numpy as np
-from rlbench.components.buffers import UniformReplayBuffer
+from rlbench.components.replay import UniformReplayBuffer
 
 class Good(UniformReplayBuffer):
     pass

@@ -1,4 +1,4 @@
-"""Tests for rlbench.components.advantages: every GAE variant against the plain reference and hand-computed values."""
+"""Tests for rlbench.components.returns.gae: every GAE variant against the plain reference and hand-computed values."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from rlbench.components import advantages as adv
-from rlbench.components.advantages import (
+from rlbench.components.returns import gae as adv
+from rlbench.components.returns.gae import (
     GAE_IMPLEMENTATIONS,
     bootstrap_truncated,
     gae_reference,
@@ -169,7 +169,7 @@ def test_get_gae_unknown_name_suggests() -> None:
 
 def test_import_does_not_import_numba_or_torch() -> None:
     root = Path(__file__).resolve().parents[2]
-    code = "import sys, rlbench.components.advantages; print('numba' in sys.modules, 'torch' in sys.modules)"
+    code = "import sys, rlbench.components.returns.gae; print('numba' in sys.modules, 'torch' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, check=True)
     assert result.stdout.split() == ["False", "False"]

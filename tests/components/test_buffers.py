@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlbench.components.buffers import (
+from rlbench.components.replay import (
     BUFFERS,
     FIELDS,
     MemmapReplayBuffer,
@@ -21,8 +21,8 @@ from rlbench.components.buffers import (
     TrajectoryReplayBuffer,
     UniformReplayBuffer,
 )
-from rlbench.components.ringbuffer import episode_steps
-from rlbench.components.sumtree import SumTree
+from rlbench.components.replay.sumtree import SumTree
+from rlbench.components.replay.uniform import episode_steps
 
 P_MIN = 1e-3  # chi-square tests fail below this p-value (all RNGs are seeded: the outcomes are fixed)
 KERNELS = ["numpy", "numba"]
@@ -136,7 +136,7 @@ def test_uniform_sampling_is_uniform(method: str, wrapped: bool, kernel: str) ->
 
 
 def test_numba_kernel_draws_the_documented_splitmix_stream() -> None:
-    from rlbench.components import replay_kernels
+    from rlbench.components.replay import kernels as replay_kernels
 
     buf = UniformReplayBuffer(1000, (2,), seed=5, kernel="numba")
     buf.add(make_batch(0, 700))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlbench.components.collectors import OnPolicyCollector
+from rlbench.components.collect.rollout import OnPolicyCollector
 from rlbench.components.envs.base import ActionSpec, StepResult
 from rlbench.instrument.timers import PhaseTimer
 
@@ -85,7 +85,7 @@ def test_collect_requires_reset() -> None:
 
 def test_episode_tracker_matches_per_step_reference() -> None:
     """Rollout-at-once accounting equals stepping through rewards one step at a time, across rollouts."""
-    from rlbench.components.collectors import EpisodeTracker
+    from rlbench.components.collect.episodes import EpisodeTracker
 
     rng = np.random.default_rng(0)
     n, steps = 5, 40

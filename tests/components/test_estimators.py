@@ -11,20 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from rlbench.components.advantages import gae_reference
-from rlbench.components.estimators import (
+from rlbench.components.returns.gae import gae_reference
+from rlbench.components.returns.group import (
     GROUP_ADVANTAGE_IMPLEMENTATIONS,
-    KL_ESTIMATORS,
-    KL_IMPLEMENTATIONS,
-    TD0_IMPLEMENTATIONS,
-    TD_LAMBDA_IMPLEMENTATIONS,
     group_advantages_reference,
     group_advantages_torch,
-    kl_reference,
-    kl_torch,
-    td0_reference,
-    td_lambda_reference,
 )
+from rlbench.components.returns.kl import KL_ESTIMATORS, KL_IMPLEMENTATIONS, kl_reference, kl_torch
+from rlbench.components.returns.td import TD0_IMPLEMENTATIONS, TD_LAMBDA_IMPLEMENTATIONS, td0_reference, td_lambda_reference
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 SHAPES = [(1, 1), (5, 3), (64, 9), (33, 70)]

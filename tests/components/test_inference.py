@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 import pytest
+from rlbench.suites.transports.loadgen import run_load
+from rlbench.suites.transports.stress import run_stress, tag_of
 
 from rlbench.components.inference import (
     InferenceError,
@@ -22,8 +24,7 @@ from rlbench.components.inference import (
     TooManyClientsError,
     TransportClosedError,
 )
-from rlbench.components.inference.loadgen import make_transport, run_load
-from rlbench.components.inference.stress import run_stress, tag_of
+from rlbench.components.inference.factory import make_transport
 
 THREAD_TRANSPORTS = ("slot", "slot-ref", "lock", "direct")
 

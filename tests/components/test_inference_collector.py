@@ -8,9 +8,9 @@ import threading
 import numpy as np
 import pytest
 
-from rlbench.components.collectors import OnPolicyCollector
+from rlbench.components.collect.batched import AsyncBatchedCollector
+from rlbench.components.collect.rollout import OnPolicyCollector
 from rlbench.components.envs import make_vec_env
-from rlbench.components.inference import AsyncBatchedCollector
 
 
 @pytest.fixture(autouse=True)
@@ -116,7 +116,8 @@ def test_worker_failure_is_reported_not_hung() -> None:
 
 def test_ppo_with_async_collector_learns() -> None:
     """Same budget as the sync learning test (tests/test_learning.py: eval 211 / 144 there)."""
-    from rlbench.algos.ppo import PPOConfig, train_ppo
+    from rlbench.algos.ppo.config import PPOConfig
+    from rlbench.algos.ppo.train import train_ppo
 
     before = threading.active_count()
     result = train_ppo(PPOConfig(total_steps=24_576, seed=0, collector="async", transport="slot"))
@@ -127,7 +128,8 @@ def test_ppo_with_async_collector_learns() -> None:
 
 
 def test_ppo_async_multiprocess_runs() -> None:
-    from rlbench.algos.ppo import PPOConfig, train_ppo
+    from rlbench.algos.ppo.config import PPOConfig
+    from rlbench.algos.ppo.train import train_ppo
 
     result = train_ppo(PPOConfig(total_steps=2048, num_envs=4, collector="async", transport="multiprocess", eval_episodes=2))
     assert result.env_steps == 2048 and len(result.eval_returns) == 2

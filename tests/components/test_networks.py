@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rlbench.components.envs.base import ActionSpec
-from rlbench.components.networks import ActorCritic, FusedActorCritic
+from rlbench.components.nets.actor_critic import ActorCritic, FusedActorCritic
 
 SPECS = [ActionSpec("discrete", n=3), ActionSpec("box", shape=(2,), low=-np.ones(2), high=np.ones(2))]
 

@@ -10,18 +10,13 @@ import pytest
 import torch
 from torch import nn
 
-from rlbench.components.ddpg import DDPGUpdate
-from rlbench.components.estimators import td_lambda_reference
-from rlbench.components.offpolicy_nets import (
-    DeterministicActor,
-    EnsembleCritic,
-    NumpyActor,
-    SeparateCritics,
-    SquashedGaussianActor,
-    make_critic,
-)
-from rlbench.components.offpolicy_update import OffPolicyHyperparams, lambda_returns, polyak_foreach, polyak_loop
-from rlbench.components.sac import SACHyperparams, SACUpdate
+from rlbench.components.nets.actors import DeterministicActor, NumpyActor, SquashedGaussianActor
+from rlbench.components.nets.critics import EnsembleCritic, SeparateCritics, make_critic
+from rlbench.components.offpolicy.ddpg import DDPGUpdate
+from rlbench.components.offpolicy.polyak import polyak_foreach, polyak_loop
+from rlbench.components.offpolicy.sac import SACHyperparams, SACUpdate
+from rlbench.components.offpolicy.update import OffPolicyHyperparams, lambda_returns
+from rlbench.components.returns.td import td_lambda_reference
 
 OBS, ACT, HIDDEN, B = 3, 2, (16, 16), 32
 LOW, HIGH = np.array([-2.0, -1.0], np.float32), np.array([2.0, 3.0], np.float32)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlbench.components.buffers import TrajectoryReplayBuffer, UniformReplayBuffer
+from rlbench.components.collect.exploration import GaussianNoise, OrnsteinUhlenbeckNoise
+from rlbench.components.collect.steps import OffPolicyCollector
 from rlbench.components.envs import make_vec_env
-from rlbench.components.exploration import GaussianNoise, OrnsteinUhlenbeckNoise
-from rlbench.components.offpolicy_collector import OffPolicyCollector
+from rlbench.components.replay import TrajectoryReplayBuffer, UniformReplayBuffer
 
 
 def _zero_policy(obs: np.ndarray) -> np.ndarray:

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from rlbench.components.optim import LeanAdam, clip_grad_norm
+from rlbench.components.optim.adam import LeanAdam, clip_grad_norm
 
 
 def _net() -> torch.nn.Module:
@@ -68,7 +68,7 @@ def test_clip_grad_norm_matches_torch(max_norm: float) -> None:
 
 
 def test_flatten_parameters_shares_storage() -> None:
-    from rlbench.components.optim import flatten_parameters
+    from rlbench.components.optim.adam import flatten_parameters
 
     net = _net()
     before = [p.detach().clone() for p in net.parameters()]

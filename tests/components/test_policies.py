@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from rlbench.components.envs.base import ActionSpec
-from rlbench.components.networks import ActorCritic, FusedActorCritic
-from rlbench.components.policies import NumpyPolicy, TorchPolicy
+from rlbench.components.nets.actor_critic import ActorCritic, FusedActorCritic
+from rlbench.components.nets.policies import NumpyPolicy, TorchPolicy
 
 DISCRETE3 = ActionSpec("discrete", n=3)
 BOX2 = ActionSpec("box", shape=(2,), low=-np.ones(2, np.float32), high=np.ones(2, np.float32))

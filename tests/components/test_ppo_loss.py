@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rlbench.components.ppo_loss import ppo_loss
+from rlbench.components.ppo.loss import ppo_loss
 
 
 def test_ppo_loss_hand_computed() -> None:

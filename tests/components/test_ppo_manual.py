@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlbench.components import ppo_manual
 from rlbench.components.envs.base import ActionSpec
-from rlbench.components.networks import ActorCritic, FusedActorCritic
-from rlbench.components.ppo_loss import ppo_loss
+from rlbench.components.nets.actor_critic import ActorCritic, FusedActorCritic
+from rlbench.components.ppo import manual as ppo_manual
+from rlbench.components.ppo.loss import ppo_loss
 
 
 def _setup(hidden: tuple[int, ...], activation: str, n_actions: int = 3, batch: int = 256, seed: int = 0):
@@ -50,9 +50,9 @@ def test_manual_gradients_equal_autograd(hidden: tuple[int, ...], activation: st
 
 def test_manual_update_matches_autograd_update() -> None:
     """Whole PPOUpdate: the same parameters after an update, manual vs autograd gradients."""
-    from rlbench.components.collectors import RolloutStorage
-    from rlbench.components.optim import LeanAdam, flatten_parameters
-    from rlbench.components.ppo import PPOHyperparams, PPOUpdate
+    from rlbench.components.collect.rollout import RolloutStorage
+    from rlbench.components.optim.adam import LeanAdam, flatten_parameters
+    from rlbench.components.ppo.update import PPOHyperparams, PPOUpdate
 
     results = []
     for gradients, flat in (("autograd", False), ("manual", False), ("manual", True)):

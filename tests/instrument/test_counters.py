@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from rlbench.algos.ppo import PPOConfig, count_iteration_ops
+from rlbench.algos.ppo.config import PPOConfig
+from rlbench.algos.ppo.train import count_iteration_ops
 from rlbench.instrument.counters import OpCounter
 
 
@@ -39,7 +40,8 @@ def test_counting_does_not_import_dynamo() -> None:
 
     code = (
         "import sys, torch\n"
-        "from rlbench.algos.ppo import PPOConfig, count_iteration_ops\n"
+        "from rlbench.algos.ppo.config import PPOConfig\n"
+        "from rlbench.algos.ppo.train import count_iteration_ops\n"
         "count_iteration_ops(PPOConfig(total_steps=1024), torch.device('cpu'))\n"
         "assert 'torch._dynamo' not in sys.modules\n"
     )

@@ -37,7 +37,7 @@ def test_device_skip_notes_are_listed() -> None:
 
 
 def test_skip_notes_are_parsed_from_pytest_output() -> None:
-    from rlbench.suites.micro_runner import skip_notes
+    from rlbench.suites.micro.runner import skip_notes
 
     out = "x\nSKIPPED [2] a.py:3: cuda: not available on this machine\n"
     out += "SKIPPED [1] b.py:9: cuda: not available on this machine\n"

@@ -1,11 +1,14 @@
-"""Many actors, one batched policy: an inference server, its transports and the async batched collector.
+"""Many actors, one batched policy: an inference server and its transports.
 
 * :class:`InferenceServer` batches requests from many clients and runs the model once per batch.
 * Transports (one interface, :class:`Transport`): :class:`SlotTransport` (lock-free fixed slots),
   :class:`LockTransport` (shared queue + futures), :class:`MultiprocessTransport` (actors in processes,
   shared memory + semaphores) and :class:`DirectTransport` (no server: each actor calls the model).
-* :class:`AsyncBatchedCollector`: env workers (threads or processes) fed by the server, for off-policy
-  (``collect(num_steps)``) and on-policy (``rollout(T)``; :class:`AsyncOnPolicyCollector` for PPO) loops.
+* :func:`make_transport` builds any of them by name.
+
+The collectors that feed env workers through a server live with the other collectors
+(:mod:`rlbench.components.collect.batched`); the load generator and stress run that measure transports live
+with their suite (``rlbench.suites.transports``).
 
 Submodules import lazily: ``from rlbench.components.inference import SlotTransport`` loads only what it needs.
 """
@@ -26,10 +29,7 @@ _EXPORTS = {
     "DirectTransport": "threads",
     "MultiprocessTransport": "multiprocess",
     "probe_outputs": "multiprocess",
-    "AsyncBatchedCollector": "collector",
-    "AsyncOnPolicyCollector": "onpolicy",
-    "make_transport": "loadgen",
-    "run_load": "loadgen",
+    "make_transport": "factory",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,0 +1,1 @@
+"""PPO end to end: configuration (``config``) and the instrumented training loop (``train``)."""

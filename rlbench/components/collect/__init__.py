@@ -1,0 +1,1 @@
+"""Collectors: on-policy rollouts, off-policy steps, async batched collection through an inference server, exploration."""

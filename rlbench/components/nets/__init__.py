@@ -1,0 +1,1 @@
+"""Policy and value networks: actor-critics for PPO (separate and fused), off-policy actors and critics, acting backends."""

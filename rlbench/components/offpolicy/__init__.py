@@ -1,0 +1,1 @@
+"""Off-policy updates: SAC and DDPG on a shared skeleton, Polyak variants, hand-written gradients."""

@@ -1,0 +1,49 @@
+"""Markdown of a comparison (``rlbench compare --report``) and of a gate's checks (``rlbench gate --summary``)."""
+
+from __future__ import annotations
+
+from rlbench.gate import GateOutcome
+from rlbench.records import Record
+
+
+def fmt_value(v: float) -> str:
+    if v != v:
+        return "–"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
+def comparison_markdown(results: list, base: list[Record], cand: list[Record], notes: list[str], min_effect: float) -> str:
+    """The comparison report: one row per case."""
+    lines = ["# rlbench comparison", ""]
+    lines += [f"> **{n}**" for n in notes]
+    lines += [
+        "",
+        f"Baseline run `{base[0].run_id}` vs candidate run `{cand[0].run_id}`. Ratio = candidate median / baseline median; "
+        f"95% bootstrap interval; a verdict needs a significant change of at least {100 * min_effect:g}%.",
+        "",
+        "| Benchmark | Metric | Baseline | Candidate | Ratio | 95% CI | n | Verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        c = r.case
+        n = f"{r.n_base}/{r.n_cand}" + (" paired" if r.paired else "")
+        lines.append(f"| {c.benchmark} | `{c.metric}` ({c.unit}) | {fmt_value(r.base_median)} | {fmt_value(r.cand_median)} | "
+                     f"{fmt_value(r.ratio)} | [{fmt_value(r.ci_low)}, {fmt_value(r.ci_high)}] | {n} | {r.verdict} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def gate_markdown(outcome: GateOutcome, notes: list[str] | None = None) -> str:
+    """A markdown table of the checks, fit for a CI job summary."""
+    status = "FAIL: regression" if outcome.exit_code else "PASS"
+    lines = [f"## rlbench gate: {status}", ""]
+    lines += [f"> {n}" for n in notes or []]
+    if notes:
+        lines.append("")
+    lines += ["| Metric | Limit | Baseline | Candidate | Ratio | 95% CI | Result |", "|---|---|---|---|---|---|---|"]
+    for c in outcome.checks:
+        r = c.result
+        lines.append(
+            f"| `{c.threshold.metric}` | {100 * c.threshold.fraction:g}% | {fmt_value(r.base_median)} | {fmt_value(r.cand_median)} | "
+            f"{r.ratio:.3f} | [{r.ci_low:.3f}, {r.ci_high:.3f}] | {'❌ ' if c.failed else '✅ '}{c.reason} |"
+        )
+    return "\n".join(lines) + "\n"

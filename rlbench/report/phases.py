@@ -1,0 +1,125 @@
+"""Phases of any training run, read from its records alone: the phase tree, leaf phases, layers, shares.
+
+Nothing here knows which code produced the records. Phases are the run's ``time/<phase>`` metrics; a phase with
+no recorded child is a *leaf*, and leaves partition the timed part of the steady state (the rest is
+"Python/other"). Each phase's layer comes from its record (``meta["layer"]``), or, for records written before
+phases carried one, from :func:`rlbench.metrics.guess_layer`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rlbench.metrics import ITER_TIME, LAYERS, TIME, WARMUP, guess_layer
+from rlbench.report.charts import Bar, Chart
+from rlbench.report.data import RunData
+from rlbench.report.format import fmt, md_table, pct
+from rlbench.stats import median, summarize
+
+OTHER = "Python/other"
+
+
+def steady_phases(d: RunData) -> list[str]:
+    """Recorded phases after warm-up, in recorded order (parents before children)."""
+    return [p for p in d.phases() if p != WARMUP]
+
+
+def leaf_phases(d: RunData) -> tuple[str, ...]:
+    """Phases with no recorded child phase: together they partition the timed steady state."""
+    phases = steady_phases(d)
+    return tuple(p for p in phases if not any(q.startswith(p + "/") for q in phases))
+
+
+def layer_of(d: RunData, phase: str) -> str:
+    """The phase's layer id: as recorded, else guessed from its name."""
+    layer = d.meta(TIME + phase, "layer") or d.meta(ITER_TIME + phase, "layer")
+    return layer if layer in LAYERS else guess_layer(phase)
+
+
+def children(d: RunData, parent: str) -> list[str]:
+    """Recorded direct children of ``parent``."""
+    return [p for p in steady_phases(d) if p.startswith(parent + "/") and "/" not in p[len(parent) + 1 :]]
+
+
+@dataclass
+class Breakdown:
+    """Median steady-state seconds per leaf phase, plus everything else ('Python/other')."""
+
+    steady_s: float
+    leaf_s: dict[str, float]
+    other_s: float
+    iterations: int
+
+    def share(self, seconds: float) -> float:
+        """Fraction of steady-state time."""
+        return seconds / self.steady_s if self.steady_s > 0 else math.nan
+
+
+def breakdown(d: RunData, leaves: tuple[str, ...] | None = None) -> Breakdown:
+    """Steady-state time (training minus warm-up) split into leaf phases and the rest."""
+    leaves = leaf_phases(d) if leaves is None else leaves
+    steady = median([t - w for t, w in zip(d.per_repeat("train_s"), d.per_repeat("warmup_s"))])
+    leaf = {p: d.med(TIME + p) for p in leaves if d.has(TIME + p)}
+    iters = int(d.med("iterations")) - 1 if d.has("iterations") else 0
+    return Breakdown(steady, leaf, max(steady - sum(leaf.values()), 0.0), max(iters, 1))
+
+
+def per_event_us(d: RunData, phase: str) -> float:
+    """Median seconds of a phase over its timed events, in µs (NaN when it has none)."""
+    ev = d.meta(TIME + phase, "events", 0) or 0
+    return d.med(TIME + phase) / ev * 1e6 if ev else math.nan
+
+
+def layer_seconds(d: RunData, b: Breakdown) -> dict[str, float]:
+    """Steady-state seconds per layer (leaf phases summed), in :data:`~rlbench.metrics.LAYERS` order."""
+    out = dict.fromkeys(LAYERS, 0.0)
+    for phase, s in b.leaf_s.items():
+        out[layer_of(d, phase)] += s
+    return {k: v for k, v in out.items() if v > 0 or any(layer_of(d, p) == k for p in b.leaf_s)}
+
+
+def phase_table(d: RunData, b: Breakdown) -> list[str]:
+    """Section: every steady-state phase with its time, share, per-iteration median and IQR, events and layer."""
+    rows = []
+    leaves = leaf_phases(d)
+    for phase in steady_phases(d):
+        s = d.med(TIME + phase)
+        layer = LAYERS[layer_of(d, phase)] if phase in leaves else "–"
+        iq = summarize(d.pooled(ITER_TIME + phase)) if d.has(ITER_TIME + phase) else None
+        per_iter = iq.median * 1e6 if iq and iq.n else s / b.iterations * 1e6
+        iqr = f"{fmt(iq.q1 * 1e6, 0)}–{fmt(iq.q3 * 1e6, 0)}" if iq and iq.n else "–"
+        label = ("&nbsp;&nbsp;&nbsp;&nbsp;" * phase.count("/")) + f"`{phase}`"
+        events = int(d.meta(TIME + phase, "events", 0) or 0)
+        rows.append([label, layer, fmt(s, 3), pct(b.share(s)), fmt(per_iter, 0), iqr, f"{events:,}"])
+    rows.append([f"{OTHER} (outside leaf phases)", "–", fmt(b.other_s, 3), pct(b.share(b.other_s)),
+                 fmt(b.other_s / b.iterations * 1e6, 0), "–", "–"])  # fmt: skip
+    rows.append(["**Steady-state total**", "", f"**{fmt(b.steady_s, 3)}**", "100%", fmt(b.steady_s / b.iterations * 1e6, 0),
+                 "–", "–"])  # fmt: skip
+    return [
+        "## Phase breakdown (steady state)",
+        "",
+        f"Steady state = training minus the warm-up iteration: {b.iterations} iterations. Shares are of steady-state time; "
+        "a parent phase includes its children, and leaf phases carry the layer they are counted in below. Per-iteration "
+        "figures are medians over iterations (IQR beside them).",
+        "",
+        md_table(["Phase", "Layer", "Time (s)", "Share", "µs / iteration", "IQR µs / iteration", "Events"], rows),
+    ]
+
+
+def layer_table(d: RunData, b: Breakdown) -> list[str]:
+    """Section: steady-state time grouped by layer (environment, inference, ..., Python/other)."""
+    total_steps = d.med("env_steps")
+    per_iter_steps = total_steps / (b.iterations + 1) if total_steps and math.isfinite(total_steps) else math.nan
+    rows = []
+    for layer, s in [*((LAYERS[k], v) for k, v in layer_seconds(d, b).items()), (OTHER, b.other_s)]:
+        rows.append([layer, fmt(s, 3), pct(b.share(s)), fmt(s / b.iterations * 1e3, 2),
+                     fmt(s / b.iterations / per_iter_steps * 1e6, 2)])  # fmt: skip
+    return ["## Time by layer", "", md_table(["Layer", "Time (s)", "Share", "ms / iteration", "µs / agent step"], rows)]
+
+
+def phase_chart(d: RunData, b: Breakdown) -> Chart:
+    """Bars of leaf phases and the rest, as percent of steady-state time."""
+    bars = [Bar(p, 100 * b.share(s)) for p, s in b.leaf_s.items()]
+    bars.append(Bar(OTHER, 100 * b.share(b.other_s)))
+    return Chart("-phases.png", f"{d.first.benchmark}: share of steady-state time", bars, "% of steady-state time")

@@ -1,0 +1,93 @@
+"""The table printed after ``rlbench run``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlbench.report.format import fmt, fmt_s
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """Print the run's headline figures (medians over repeats) and where records and report went."""
+    from rich.console import Console
+    from rich.table import Table
+
+    def get(key: str) -> float | None:
+        return summary.get(key)
+
+    table = Table(title=f"{summary['benchmark']} on {summary['device']} ({summary['repeats']} repeat(s), medians)")
+    table.add_column("Metric")
+    table.add_column("Value", justify="right")
+    table.add_row("Training SPS (agent steps/s)", fmt(get("sps"), 0))
+    table.add_row("Steady-state SPS", fmt(get("sps/steady"), 0))
+    table.add_row("Training time", fmt_s(get("train_s")))
+    table.add_row("Init / warm-up", f"{fmt_s(get('init_s'))} / {fmt_s(get('warmup_s'))}")
+    table.add_row("Eval return (deterministic)", fmt(get("eval_return"), 1))
+    steady = (get("train_s") or 0.0) - (get("warmup_s") or 0.0)
+    for phase in ("collect/env", "collect/policy", "advantage", "update"):
+        s = get(f"time/{phase}")
+        if s is not None and steady > 0:
+            table.add_row(f"  {phase}", f"{fmt_s(s)}  ({100 * s / steady:.1f}%)")
+    table.add_row("Wall, CLI start to report written", fmt_s(get("cli_wall_s")))
+    console = Console()
+    console.print(table)
+    console.print(f"records: {summary['records']}\nreport:  {summary['report']}")
+
+
+def print_micro_summary(summary: dict[str, Any]) -> None:
+    """Per group and size, the fastest implementation and its median time."""
+    from rich.console import Console
+    from rich.table import Table
+
+    best: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for c in summary["cases"]:
+        key = (c["group"], c["op"], c["size"])
+        if key not in best or c["median_s"] < best[key]["median_s"]:
+            best[key] = c
+    table = Table(title=f"{summary['benchmark']}: fastest implementation per size (medians)")
+    for col in ("Group", "Size", "Fastest", "Median per call"):
+        table.add_column(col, justify="right" if col == "Median per call" else "left")
+    for (group, op, size), c in sorted(best.items()):
+        table.add_row(group if op == "call" else f"{group} {op}", size, c["impl"], fmt_s(c["median_s"]))
+    console = Console()
+    console.print(table)
+    console.print(f"records: {summary['records']}\nreport:  {summary['report']}")
+
+
+def print_transports_summary(summary: dict[str, Any]) -> None:
+    """Per model, env step time and actor count: the fastest transport, its requests/s and p99 latency."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{summary['benchmark']}: fastest transport per case")
+    for col in ("Model", "Env step µs", "Actors", "Fastest", "Requests/s", "p99 ms"):
+        table.add_column(col, justify="left" if col in ("Model", "Fastest") else "right")
+    for c in summary["cases"]:
+        table.add_row(c["model"], str(c["env_us"]), str(c["actors"]), c["transport"], fmt(c["requests_per_s"], 0),
+                      fmt(c["p99_ms"], 2))  # fmt: skip
+    console = Console()
+    console.print(table)
+    console.print(f"records: {summary['records']}\nreport:  {summary['report']}")
+
+
+def print_comparison(results: list, base: list, cand: list, notes: list[str]) -> Any:
+    """A rich table of compared cases (ratio, 95% CI, verdict coloured); returns the console for further lines."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from rlbench.report.comparison import fmt_value
+
+    console = Console()
+    for n in notes:
+        console.print(f"[bold red]{n}[/]")
+    table = Table(title=f"{base[0].run_id} → {cand[0].run_id}")
+    for col in ("Metric", "Baseline", "Candidate", "Ratio", "95% CI", "Verdict"):
+        table.add_column(col, justify="left" if col in ("Metric", "Verdict") else "right")
+    colors = {"faster": "green", "better": "green", "slower": "red", "worse": "red"}
+    for r in results:
+        color = colors.get(r.verdict, "")
+        verdict = f"[{color}]{r.verdict}[/]" if color else r.verdict
+        table.add_row(r.case.metric, fmt_value(r.base_median), fmt_value(r.cand_median), fmt_value(r.ratio),
+                      f"[{fmt_value(r.ci_low)}, {fmt_value(r.ci_high)}]", verdict)  # fmt: skip
+    console.print(table)
+    return console

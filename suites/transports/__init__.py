@@ -1,0 +1,1 @@
+"""``rlbench run transports``: the benchmark (``benchmark``), its load generator and its stress run."""
