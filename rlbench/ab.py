@@ -160,8 +160,22 @@ def _import_path(tree: Path, meta: Path) -> str:
 def _run_side(tree: Path, path: str, args: list[str], seed: int, store: Path, cwd: Path) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    cmd = [sys.executable, "-m", "rlbench", "run", *args, "--seed", str(seed), "--repeats", "1", "--store", str(store),
-           "--quiet", "--report", str(store / "last-report.md")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlbench",
+        "run",
+        *args,
+        "--seed",
+        str(seed),
+        "--repeats",
+        "1",
+        "--store",
+        str(store),
+        "--quiet",
+        "--report",
+        str(store / "last-report.md"),
+    ]
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]

@@ -28,14 +28,26 @@ import numpy as np
 
 from rlbench.gate import Threshold, evaluate
 from rlbench.instrument.timers import INJECT_ENV, PhaseTimer
+from rlbench.metrics import TIME_CALL
 from rlbench.records import Record
 
 CONDITIONS = (("A/A", 0.0), ("+5%", 0.05), ("+10%", 0.10))
 
 
 def _records(run: str, metric: str, unit: str, samples: list[float], seed: int) -> Record:
-    return Record(run_id=run, timestamp="", benchmark="calibration", params={}, definition_hash="", metric=metric, unit=unit,
-                  direction="lower", samples=samples, repeat=seed, seed=seed)  # fmt: skip
+    return Record(
+        run_id=run,
+        timestamp="",
+        benchmark="calibration",
+        params={},
+        definition_hash="",
+        metric=metric,
+        unit=unit,
+        direction="lower",
+        samples=samples,
+        repeat=seed,
+        seed=seed,
+    )
 
 
 def ppo_side(seed: int, inject: float, steps: int) -> list[float]:
@@ -90,8 +102,12 @@ def one_comparison(side: Any, metric: str, inject: float, rounds: int, size: int
             (base if name == "a" else cand).append(rec)
     outcome = evaluate(base, cand, [threshold], learning_drop=None)
     check = outcome.checks[0]
-    return {"alarm": check.failed, "ratio": check.result.ratio, "ci": [check.result.ci_low, check.result.ci_high],
-            "wall_s": time.perf_counter() - t0}  # fmt: skip
+    return {
+        "alarm": check.failed,
+        "ratio": check.result.ratio,
+        "ci": [check.result.ci_low, check.result.ci_high],
+        "wall_s": time.perf_counter() - t0,
+    }
 
 
 def calibrate(comparisons: int, rounds: int, threshold_pct: float, ppo_steps: int, gae_calls: int) -> dict[str, Any]:
@@ -101,7 +117,7 @@ def calibrate(comparisons: int, rounds: int, threshold_pct: float, ppo_steps: in
     torch.set_num_threads(1)
     benches = {
         "ppo-cartpole": (ppo_side, "iter_time/update", ppo_steps, f"{ppo_steps:,} steps per run"),
-        "gae": (gae_side, "time/call", gae_calls, f"gae_numpy T=128 N=8, {gae_calls} timed calls per run"),
+        "gae": (gae_side, TIME_CALL, gae_calls, f"gae_numpy T=128 N=8, {gae_calls} timed calls per run"),
     }
     out: dict[str, Any] = {"rounds": rounds, "threshold_pct": threshold_pct, "benchmarks": {}}
     for name, (side, metric, size, what) in benches.items():

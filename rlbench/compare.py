@@ -111,12 +111,23 @@ class CaseResult:
         """A JSON-friendly summary."""
         c = self.case
         return {
-            "benchmark": c.benchmark, "params": json.loads(c.params), "metric": c.metric, "unit": c.unit,
-            "direction": c.direction, "base_median": _num(self.base_median), "cand_median": _num(self.cand_median),
-            "ratio": _num(self.ratio), "ci_low": _num(self.ci_low), "ci_high": _num(self.ci_high), "paired": self.paired,
-            "n_base": self.n_base, "n_cand": self.n_cand, "significant": self.significant, "verdict": self.verdict,
+            "benchmark": c.benchmark,
+            "params": json.loads(c.params),
+            "metric": c.metric,
+            "unit": c.unit,
+            "direction": c.direction,
+            "base_median": _num(self.base_median),
+            "cand_median": _num(self.cand_median),
+            "ratio": _num(self.ratio),
+            "ci_low": _num(self.ci_low),
+            "ci_high": _num(self.ci_high),
+            "paired": self.paired,
+            "n_base": self.n_base,
+            "n_cand": self.n_cand,
+            "significant": self.significant,
+            "verdict": self.verdict,
             "insufficient": self.insufficient,
-        }  # fmt: skip
+        }
 
 
 def _num(v: float) -> float | None:
@@ -218,8 +229,20 @@ def compare_case(case: Case, min_effect: float = 0.05, confidence: float = 0.95,
     significant = bool(math.isfinite(low) and (low > 1.0 or high < 1.0)) or bool(exact and ratio != 1.0)
     base_med = float(np.median(b)) if b.size else math.nan
     cand_med = float(np.median(c)) if c.size else math.nan
-    return CaseResult(case, base_med, cand_med, ratio, low, high, paired, int(b.size), int(c.size), significant,
-                      _verdict(case, ratio, significant, min_effect), insufficient)  # fmt: skip
+    return CaseResult(
+        case,
+        base_med,
+        cand_med,
+        ratio,
+        low,
+        high,
+        paired,
+        int(b.size),
+        int(c.size),
+        significant,
+        _verdict(case, ratio, significant, min_effect),
+        insufficient,
+    )
 
 
 def _verdict(case: Case, ratio: float, significant: bool, min_effect: float) -> str:

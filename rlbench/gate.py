@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 from rlbench.compare import CaseResult, compare
 from rlbench.errors import DataError, UsageError
+from rlbench.metrics import EVAL_RETURN
 from rlbench.records import Record
 
 _THRESHOLD = re.compile(r"^(?P<metric>[A-Za-z0-9_./-]+):(?P<value>\d+(\.\d+)?)%$")
-LEARNING_METRIC = "eval_return"
+LEARNING_METRIC = EVAL_RETURN
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,10 @@ def evaluate(
             where = [
                 side for side, recs in (("baseline", base), ("candidate", cand)) if not any(r.metric == t.metric for r in recs)
             ]
-            raise DataError(f"gate: metric {t.metric!r} is missing from the {' and '.join(where) or 'matched cases'}; "
-                            "nothing to compare (a gate never passes on missing data)")  # fmt: skip
+            raise DataError(
+                f"gate: metric {t.metric!r} is missing from the {' and '.join(where) or 'matched cases'}; "
+                "nothing to compare (a gate never passes on missing data)"
+            )
         for r in found:
             if r.n_base == 0 or r.n_cand == 0 or not math.isfinite(r.ratio):
                 raise DataError(f"gate: metric {t.metric!r} has no usable samples (baseline {r.n_base}, candidate {r.n_cand})")

@@ -48,7 +48,10 @@ TRAIN_EPISODE_RETURN = "train/episode_return"
 TRAIN_RECENT_RETURN = "train/recent_return"
 TRAIN_ELAPSED_S = "train/elapsed_s"
 PROFILE_SELF_S = "profile/self_s"
-TIME_CALL = "time/call"  #: seconds per call of a micro-benchmark
+TIME_CALL = "time/call"  #: seconds per call of a micro-benchmark (pytest-benchmark rounds)
+LEGACY_TIME_CALL = "time"  #: what ``rlbench import`` named ``time/call`` before the vocabulary was unified
+MICRO_CASE_KEYS = ("group", "impl", "size", "op", "device")
+"""``extra_info`` keys of a pytest-benchmark test that identify its case (become record parameters)."""
 TIME = "time/"  #: prefix: seconds per phase over the run (``meta``: ``events``, ``layer``)
 ITER_TIME = "iter_time/"  #: prefix: seconds per phase, one sample per steady iteration
 DIAG = "diag/"  #: prefix: update diagnostics per iteration (losses, KL, ...)
@@ -79,8 +82,29 @@ _GUESSES = (  # whole-word matches, checked in order on the phase's last path co
     ("environment", {"env", "envs", "environment", "reset", "sim", "simulate"}),
     ("inference", {"policy", "inference", "infer", "act", "action", "actions"}),
     ("advantage", {"advantage", "advantages", "gae", "return", "returns", "td", "lambda"}),
-    ("update", {"update", "train", "training", "learn", "loss", "forward", "backward", "optimizer", "optim", "grad",
-                "grads", "gradient", "critic", "actor", "alpha", "polyak", "prepare", "target"}),
+    (
+        "update",
+        {
+            "update",
+            "train",
+            "training",
+            "learn",
+            "loss",
+            "forward",
+            "backward",
+            "optimizer",
+            "optim",
+            "grad",
+            "grads",
+            "gradient",
+            "critic",
+            "actor",
+            "alpha",
+            "polyak",
+            "prepare",
+            "target",
+        },
+    ),
 )
 
 
@@ -238,5 +262,7 @@ def training_metrics(result: TrainingResult, overhead: dict[str, float]) -> list
 def counter_metrics(counts: dict[str, dict[str, int]]) -> list[Metric]:
     """``{"ops": {phase: n}, ...}`` as ``ops/<phase>`` ... metrics (noise-free counts of one iteration)."""
     return [
-        Metric(f"{kind}/{phase}", "count", "lower", [float(n)]) for kind, per_phase in counts.items() for phase, n in per_phase.items()
+        Metric(f"{kind}/{phase}", "count", "lower", [float(n)])
+        for kind, per_phase in counts.items()
+        for phase, n in per_phase.items()
     ]

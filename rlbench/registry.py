@@ -111,7 +111,7 @@ def _discover() -> _Discovered:
             if spec.name in specs:
                 errors.append(f"benchmark {spec.name!r} from {ep.value} is already defined by {specs[spec.name].source}")
                 continue
-            specs[spec.name] = replace(spec, source=spec.source or f"{dist}: {ep.value}")
+            specs[spec.name] = replace(spec, source=spec.source or (ep.value if dist == "rlbench" else f"{ep.value} ({dist})"))
     _CACHE.append(_Discovered(specs, errors))
     return _CACHE[0]
 

@@ -66,9 +66,18 @@ def run_sb3_sac(config: SB3SACConfig, ctx: RunContext) -> list[Metric]:
 
     torch.set_num_threads(config.threads)
     t0 = time.perf_counter()
-    kwargs = {"learning_rate": config.lr, "buffer_size": 1_000_000, "learning_starts": config.learning_starts,
-              "batch_size": config.batch_size, "tau": 0.005, "gamma": 0.99, "train_freq": 1, "gradient_steps": 1,
-              "ent_coef": "auto", "policy_kwargs": {"net_arch": list(config.hidden)}}  # fmt: skip
+    kwargs = {
+        "learning_rate": config.lr,
+        "buffer_size": 1_000_000,
+        "learning_starts": config.learning_starts,
+        "batch_size": config.batch_size,
+        "tau": 0.005,
+        "gamma": 0.99,
+        "train_freq": 1,
+        "gradient_steps": 1,
+        "ent_coef": "auto",
+        "policy_kwargs": {"net_arch": list(config.hidden)},
+    }
     model = SAC("MlpPolicy", config.env, seed=config.seed, device=str(ctx.device), verbose=0, **kwargs)
     t1 = time.perf_counter()
     model.learn(total_timesteps=config.total_steps)

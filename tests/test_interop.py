@@ -52,7 +52,7 @@ def test_cli_import_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     src = tmp_path / "pb.json"
     src.write_text(json.dumps(to_pytest_benchmark(_records())))
     assert main(["import", str(src), "--store", str(tmp_path / "st")]) == 0
-    assert read_records(tmp_path / "st")[0].metric == "time"
+    assert read_records(tmp_path / "st")[0].metric == "time/call"
     assert main(["export", str(tmp_path / "st"), "--format", "pytest-benchmark", "-o", str(tmp_path / "out.json")]) == 0
     assert json.loads((tmp_path / "out.json").read_text())["benchmarks"][0]["stats"]["rounds"] == 4
     (tmp_path / "bad.json").write_text('{"hello": 1}')

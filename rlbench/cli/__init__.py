@@ -170,7 +170,10 @@ def console_main() -> None:
     closed before this point, so the process exits at once with ``os._exit`` after flushing stdout and
     stderr. Set ``RLBENCH_SLOW_EXIT=1`` to keep the normal shutdown (e.g. to debug atexit handlers).
     """
-    code = main()
+    try:
+        code = main()
+    except BrokenPipeError:  # `rlbench list | head`: the reader left; not an error of ours (as git and pip do)
+        code = 0
     if os.environ.get("RLBENCH_SLOW_EXIT"):
         sys.exit(code)
     for stream in (sys.stdout, sys.stderr):

@@ -37,7 +37,7 @@ def build_ab_parser() -> Parser:
     p.add_argument("--report", metavar="PATH", help="write the markdown comparison report here")
     p.add_argument("--keep", metavar="DIR", help="keep both sides' records in DIR/store-base and DIR/store-head")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    return p  # fmt: skip
+    return p
 
 
 def ab_command(argv: list[str]) -> int:
@@ -67,15 +67,24 @@ def ab_command(argv: list[str]) -> int:
         if not args.json:
             err.print(f"[dim]round {k + 1}/{args.rounds}: {side} ({args.base_rev if side == 'base' else args.head_rev})[/]")
 
-    result = run_ab(args.base_rev, args.head_rev, run_argv, args.rounds, Path.cwd(), Path(args.keep) if args.keep else None,
-                    on_run=progress)  # fmt: skip
+    result = run_ab(
+        args.base_rev,
+        args.head_rev,
+        run_argv,
+        args.rounds,
+        Path.cwd(),
+        Path(args.keep) if args.keep else None,
+        on_run=progress,
+    )
     diffs = [d for d in mismatches(result.base, result.head) if not d.startswith("machine")]
     if diffs and not args.allow_mismatch:
         from rlbench.errors import DataError
 
         raise DataError("the revisions' records differ in " + "; ".join(diffs) + " (pass --allow-mismatch to compare anyway)")
-    notes = [f"{args.base_rev} = {result.base_rev[:12]} vs {args.head_rev} = {result.head_rev[:12]}, {result.rounds} "
-             "interleaved rounds, paired by seed"] + [f"MISMATCH (compared anyway): {d}" for d in diffs]  # fmt: skip
+    notes = [
+        f"{args.base_rev} = {result.base_rev[:12]} vs {args.head_rev} = {result.head_rev[:12]}, {result.rounds} "
+        "interleaved rounds, paired by seed"
+    ] + [f"MISMATCH (compared anyway): {d}" for d in diffs]
     if args.report:
         from rlbench.report.comparison import comparison_markdown
 

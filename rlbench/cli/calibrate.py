@@ -24,9 +24,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
     from rlbench.report.calibration import render
 
     data = calibrate(args.comparisons, args.rounds, args.threshold, args.ppo_steps, args.gae_calls)
-    command = "rlbench calibrate " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"
-    )
+    command = "rlbench calibrate " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(data, machine_fingerprint(), command), encoding="utf-8")

@@ -22,8 +22,13 @@ def add_side_arguments(p: argparse.ArgumentParser) -> None:
         help="compare even records from different machines, software or benchmark definitions (flagged on top)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of tables")
-    p.add_argument("--ignore-param", action="append", default=[], metavar="NAME",
-                   help="leave this parameter out when matching cases, to compare variants (repeatable): init")  # fmt: skip
+    p.add_argument(
+        "--ignore-param",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="leave this parameter out when matching cases, to compare variants (repeatable): init",
+    )
 
 
 def load_side(spec: str, store: str) -> list[Record]:
@@ -94,9 +99,24 @@ def gate_command(args: argparse.Namespace) -> int:
     if args.summary:
         Path(args.summary).write_text(text, encoding="utf-8")
     if args.json:
-        print(json.dumps({"exit_code": outcome.exit_code, "notes": notes, "checks": [
-            {"metric": c.threshold.metric, "limit": c.threshold.fraction, "failed": c.failed, "reason": c.reason,
-             **c.result.to_dict()} for c in outcome.checks]}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "exit_code": outcome.exit_code,
+                    "notes": notes,
+                    "checks": [
+                        {
+                            "metric": c.threshold.metric,
+                            "limit": c.threshold.fraction,
+                            "failed": c.failed,
+                            "reason": c.reason,
+                            **c.result.to_dict(),
+                        }
+                        for c in outcome.checks
+                    ],
+                }
+            )
+        )
     else:
         sys.stdout.write(text)
     return outcome.exit_code

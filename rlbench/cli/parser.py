@@ -75,8 +75,7 @@ def add_config_options(parser: argparse.ArgumentParser, config: Any) -> None:
                 flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=f"{text} (default: {default})"
             )
         elif isinstance(default, tuple) and typing.get_args(hint)[:1] == (str,):
-            group.add_argument(flag, dest=f.name, action="append", default=None, metavar="VALUE",
-                               help=f"{text} (repeatable)")  # fmt: skip
+            group.add_argument(flag, dest=f.name, action="append", default=None, metavar="VALUE", help=f"{text} (repeatable)")
         elif isinstance(default, tuple):
             group.add_argument(
                 flag,

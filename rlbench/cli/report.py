@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.errors import UsageError
+from rlbench.metrics import LEGACY_TIME_CALL, SPS, TIME_CALL, UPDATES
 
 
 def write_report(
@@ -41,7 +42,7 @@ def write_report(
         from rlbench.report import training
 
         text, charts = training.render_external(records), []
-    elif any(r.metric == "updates" for r in records):  # off-policy training: update breakdown and what-ifs
+    elif any(r.metric == UPDATES for r in records):  # off-policy training: update breakdown and what-ifs
         from rlbench.report import offpolicy
 
         text, charts = offpolicy.render(records, output.stem if draw_charts else None)
@@ -72,7 +73,7 @@ def _is_transports(records: list) -> bool:
 def is_micro(records: list) -> bool:
     """Whether a run's records are micro-benchmark timings (rendered as tables per group) rather than a training run."""
     metrics = {r.metric for r in records}
-    return "time/call" in metrics and "sps" not in metrics
+    return bool(metrics & {TIME_CALL, LEGACY_TIME_CALL}) and SPS not in metrics
 
 
 def report_command(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 from rlbench.cli.parser import Parser, add_config_options, config_overrides
 from rlbench.errors import UsageError
-from rlbench.metrics import Metric
+from rlbench.metrics import PROFILE_SELF_S, STARTUP_S, Metric
 from rlbench.registry import BenchmarkSpec, all_specs, get_spec
 
 
@@ -120,7 +120,7 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
     writer = RunWriter(args.store)
     report_path = Path(args.report) if args.report else writer.store / f"{writer.run_id}.md"
     _check_report_path(report_path)
-    startup = Metric("startup_s", "s", "lower", [_since_start(t0)])
+    startup = Metric(STARTUP_S, "s", "lower", [_since_start(t0)])
     command = "rlbench run " + " ".join(shlex.quote(a) for a in argv)
     profiler = None
     if args.profile:
@@ -166,7 +166,7 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
 
         html = write_html(profiler, report_path.with_name(report_path.stem + "-profile.html"))
         names, secs, total = top_frames(profiler)
-        prof = Metric("profile/self_s", "s", "none", secs, meta={"frames": names, "total_s": total, "html": html.name})
+        prof = Metric(PROFILE_SELF_S, "s", "none", secs, meta={"frames": names, "total_s": total, "html": html.name})
         writer.write(to_records(spec, config, [prof], writer.run_id, 0, str(device), fingerprint(), {"command": command}))
 
     from rlbench.cli.report import write_report
@@ -179,8 +179,11 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
         from rlbench.store import read_records
 
         rows = summary_rows([r for r in read_records(outcome.records_path) if r.run_id == writer.run_id])
-        summary = {"cases": [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
-                             for row in rows]}  # fmt: skip
+        summary = {
+            "cases": [
+                {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()} for row in rows
+            ]
+        }
     else:
         summary = summarize_outcome(outcome.metrics)
     summary.update(

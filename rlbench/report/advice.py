@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rlbench.metrics import LAYERS, TIMER_OVERHEAD_S
+from rlbench.metrics import LAYERS, TIMER_OVERHEAD_S, TRAIN_S, WARMUP_S
 from rlbench.report.data import RunData
 from rlbench.report.format import fmt, fmt_s, md_table, pct
 from rlbench.report.phases import Breakdown, layer_of, per_event_us
@@ -38,8 +38,9 @@ class Finding:
         return amdahl_bound(min(max(self.share, 0.0), 1.0))
 
 
-def flag_tip(params: dict[str, Any], name: str, when: Callable[[Any], bool], text: str,
-             measured: dict[str, str] | None = None) -> list[str]:  # fmt: skip
+def flag_tip(
+    params: dict[str, Any], name: str, when: Callable[[Any], bool], text: str, measured: dict[str, str] | None = None
+) -> list[str]:
     """``[text]`` if the run has option ``name`` and its value satisfies ``when``; else nothing.
 
     ``text`` names the switch (``--network fused``); it is offered only to runs whose parameters show that the
@@ -66,18 +67,27 @@ def _environment(d: RunData, b: Breakdown, phases: list[str], s: float, measured
     if n_envs and len(phases) == 1 and math.isfinite(per_event_us(d, phases[0])):
         call = per_event_us(d, phases[0])
         evidence += f" for {n_envs} envs ({fmt(call / n_envs, 2)} µs per env transition)"
-    tips = ["more envs per batched step amortize the per-call cost (a hyperparameter change: compare learning too)",
-            "a vectorized NumPy or compiled env removes the Python part: `rlbench run envs` measures env-step "
-            "implementations on this machine (yours with `--impl`)"]  # fmt: skip
+    tips = [
+        "more envs per batched step amortize the per-call cost (a hyperparameter change: compare learning too)",
+        "a vectorized NumPy or compiled env removes the Python part: `rlbench run envs` measures env-step "
+        "implementations on this machine (yours with `--impl`)",
+    ]
     return Finding("Environment stepping", b.share(s), evidence + ".", "; ".join(tips) + ".")
 
 
 def _inference(d: RunData, b: Breakdown, phases: list[str], s: float, measured: dict[str, str]) -> Finding:
     p = d.first.params
-    tips = flag_tip(p, "inference", lambda v: v == "torch",
-                    "`--inference numpy` evaluates the same weights without torch's per-op dispatch", measured)  # fmt: skip
-    tips.append("batching more observations per call (more envs) amortizes the per-call cost; `rlbench run forward` "
-                "measures policy-forward variants (fused layers, a NumPy weight snapshot, inference_mode) here")  # fmt: skip
+    tips = flag_tip(
+        p,
+        "inference",
+        lambda v: v == "torch",
+        "`--inference numpy` evaluates the same weights without torch's per-op dispatch",
+        measured,
+    )
+    tips.append(
+        "batching more observations per call (more envs) amortizes the per-call cost; `rlbench run forward` "
+        "measures policy-forward variants (fused layers, a NumPy weight snapshot, inference_mode) here"
+    )
     evidence = f"{pct(b.share(s))} of steady time in policy inference: {_phase_list(d, phases)}."
     return Finding("Policy inference", b.share(s), evidence, "; ".join(tips) + ".")
 
@@ -85,22 +95,54 @@ def _inference(d: RunData, b: Breakdown, phases: list[str], s: float, measured: 
 def _update(d: RunData, b: Breakdown, phases: list[str], s: float, measured: dict[str, str]) -> Finding:
     p = d.first.params
     worst = max(phases, key=lambda x: b.leaf_s.get(x, 0.0))
-    evidence = (f"The training update is {pct(b.share(s))} of steady time: {_phase_list(d, phases)}; the largest part "
-                f"is `{worst}` ({pct(b.share(b.leaf_s.get(worst, 0.0)))}).")  # fmt: skip
-    tips = flag_tip(p, "network", lambda v: v != "fused",
-                    "`--network fused` runs actor and critic as one batched matmul per layer (half the ops)", measured)
+    evidence = (
+        f"The training update is {pct(b.share(s))} of steady time: {_phase_list(d, phases)}; the largest part "
+        f"is `{worst}` ({pct(b.share(b.leaf_s.get(worst, 0.0)))})."
+    )
+    tips = flag_tip(
+        p,
+        "network",
+        lambda v: v != "fused",
+        "`--network fused` runs actor and critic as one batched matmul per layer (half the ops)",
+        measured,
+    )
     if not tips:
-        tips = flag_tip(p, "gradients", lambda v: v == "autograd",
-                        "`--gradients manual` computes the same gradients without autograd's per-op bookkeeping", measured)
-    tips += flag_tip(p, "optimizer", lambda v: v != "lean", "`--optimizer lean` skips torch.optim's per-step Python overhead", measured)
-    tips += flag_tip(p, "critics", lambda v: v == "separate",
-                     "`--critics ensemble` (one batched matmul per layer for every Q network)", measured)
-    tips += flag_tip(p, "precision", lambda v: v == "fp32", "`--precision bf16` (bf16 matmuls on AMX / tensor cores; check learning)", measured)
-    tips += flag_tip(p, "threads", lambda v: v == 1,
-                     "`--threads 2` can speed up the larger matmuls when the second core is idle, and slows them badly "
-                     "when it is not: measure both", measured)  # fmt: skip
+        tips = flag_tip(
+            p,
+            "gradients",
+            lambda v: v == "autograd",
+            "`--gradients manual` computes the same gradients without autograd's per-op bookkeeping",
+            measured,
+        )
+    tips += flag_tip(
+        p, "optimizer", lambda v: v != "lean", "`--optimizer lean` skips torch.optim's per-step Python overhead", measured
+    )
+    tips += flag_tip(
+        p,
+        "critics",
+        lambda v: v == "separate",
+        "`--critics ensemble` (one batched matmul per layer for every Q network)",
+        measured,
+    )
+    tips += flag_tip(
+        p,
+        "precision",
+        lambda v: v == "fp32",
+        "`--precision bf16` (bf16 matmuls on AMX / tensor cores; check learning)",
+        measured,
+    )
+    tips += flag_tip(
+        p,
+        "threads",
+        lambda v: v == 1,
+        "`--threads 2` can speed up the larger matmuls when the second core is idle, and slows them badly "
+        "when it is not: measure both",
+        measured,
+    )
     tips += flag_tip(p, "threads", lambda v: v > 1, "`--threads 1` when other work shares the cores (measure both)", measured)
-    tips += flag_tip(p, "polyak", lambda v: v == "loop", "`--polyak foreach` (one fused lerp over every target tensor)", measured)
+    tips += flag_tip(
+        p, "polyak", lambda v: v == "loop", "`--polyak foreach` (one fused lerp over every target tensor)", measured
+    )
     tips.append("fewer, larger batches amortize per-op cost (a hyperparameter change: compare learning too)")
     if "what_if" in p:
         tips.append("measure each switch on this machine with `--what-if FIELD=VALUE`")
@@ -108,30 +150,53 @@ def _update(d: RunData, b: Breakdown, phases: list[str], s: float, measured: dic
 
 
 def _advantage(d: RunData, b: Breakdown, phases: list[str], s: float, measured: dict[str, str]) -> Finding:
-    return Finding("Advantage estimation", b.share(s), f"{pct(b.share(s))} of steady time: {_phase_list(d, phases)}.",
-                   "`rlbench run gae` measures GAE implementations (NumPy, torch, numba) at your sizes on this machine; "
-                   "add yours with `--impl`.")  # fmt: skip
+    return Finding(
+        "Advantage estimation",
+        b.share(s),
+        f"{pct(b.share(s))} of steady time: {_phase_list(d, phases)}.",
+        "`rlbench run gae` measures GAE implementations (NumPy, torch, numba) at your sizes on this machine; "
+        "add yours with `--impl`.",
+    )
 
 
 def _replay(d: RunData, b: Breakdown, phases: list[str], s: float, measured: dict[str, str]) -> Finding:
-    return Finding("Replay buffer", b.share(s), f"{pct(b.share(s))} of steady time: {_phase_list(d, phases)}.",
-                   "`rlbench run buffers` measures replay add and sample variants (NumPy, torch, numba kernels, "
-                   "prioritized) here; a larger batch amortizes the gather.")  # fmt: skip
+    return Finding(
+        "Replay buffer",
+        b.share(s),
+        f"{pct(b.share(s))} of steady time: {_phase_list(d, phases)}.",
+        "`rlbench run buffers` measures replay add and sample variants (NumPy, torch, numba kernels, "
+        "prioritized) here; a larger batch amortizes the gather.",
+    )
 
 
 def _transfer(d: RunData, b: Breakdown, phases: list[str], s: float, measured: dict[str, str]) -> Finding:
-    return Finding("Host-device transfer", b.share(s), f"{pct(b.share(s))} of steady time: {_phase_list(d, phases)}.",
-                   "Keep tensors on the device across steps, copy in larger batches (pinned memory, non_blocking), "
-                   "and avoid `.item()` / `.cpu()` inside loops: each one waits for the device.")  # fmt: skip
+    return Finding(
+        "Host-device transfer",
+        b.share(s),
+        f"{pct(b.share(s))} of steady time: {_phase_list(d, phases)}.",
+        "Keep tensors on the device across steps, copy in larger batches (pinned memory, non_blocking), "
+        "and avoid `.item()` / `.cpu()` inside loops: each one waits for the device.",
+    )
 
 
 def _other_named(d: RunData, b: Breakdown, phases: list[str], s: float, measured: dict[str, str]) -> Finding:
-    return Finding("Other named phases", b.share(s), f"{pct(b.share(s))} of steady time: {_phase_list(d, phases)}.",
-                   "Split these phases further (`rlbench.phase(...)` names sub-phases) to see what they hold.")
+    return Finding(
+        "Other named phases",
+        b.share(s),
+        f"{pct(b.share(s))} of steady time: {_phase_list(d, phases)}.",
+        "Split these phases further (`rlbench.phase(...)` names sub-phases) to see what they hold.",
+    )
 
 
-_BY_LAYER = {"environment": _environment, "inference": _inference, "update": _update, "advantage": _advantage,
-             "replay": _replay, "transfer": _transfer, "other": _other_named}  # fmt: skip
+_BY_LAYER = {
+    "environment": _environment,
+    "inference": _inference,
+    "update": _update,
+    "advantage": _advantage,
+    "replay": _replay,
+    "transfer": _transfer,
+    "other": _other_named,
+}
 
 
 def findings(d: RunData, b: Breakdown, measured: dict[str, str] | None = None) -> list[Finding]:
@@ -152,21 +217,36 @@ def findings(d: RunData, b: Breakdown, measured: dict[str, str] | None = None) -
         if phases and b.share(s) >= MIN_SHARE.get(layer, 0.05):
             out.append(_BY_LAYER[layer](d, b, phases, s, measured or {}))
     if b.share(b.other_s) >= 0.05:
-        out.append(Finding("Python/other (outside the leaf phases)", b.share(b.other_s),
-                           f"{fmt(b.other_s, 3)} s ({pct(b.share(b.other_s))}) of steady time is in no leaf phase: "
-                           "loop overhead, bookkeeping and whatever the timers do not name.",
-                           "Profile with `--profile` to see which Python frames hold it."))  # fmt: skip
-    warm, per_iter = d.med("warmup_s"), b.steady_s / b.iterations
+        out.append(
+            Finding(
+                "Python/other (outside the leaf phases)",
+                b.share(b.other_s),
+                f"{fmt(b.other_s, 3)} s ({pct(b.share(b.other_s))}) of steady time is in no leaf phase: "
+                "loop overhead, bookkeeping and whatever the timers do not name.",
+                "Profile with `--profile` to see which Python frames hold it.",
+            )
+        )
+    warm, per_iter = d.med(WARMUP_S), b.steady_s / b.iterations
     if math.isfinite(warm) and warm > 2 * per_iter:
-        train = d.med("train_s")
-        out.append(Finding("Warm-up (first iteration)", (warm - per_iter) / train if train > 0 else 0.0,
-                           f"The first iteration took {fmt_s(warm)}, {fmt(warm / per_iter, 1)}× a steady iteration "
-                           f"({fmt_s(per_iter)}).",
-                           "One-time costs (lazy kernel init, allocator growth, compilation) — amortized over longer runs."))  # fmt: skip
+        train = d.med(TRAIN_S)
+        out.append(
+            Finding(
+                "Warm-up (first iteration)",
+                (warm - per_iter) / train if train > 0 else 0.0,
+                f"The first iteration took {fmt_s(warm)}, {fmt(warm / per_iter, 1)}× a steady iteration ({fmt_s(per_iter)}).",
+                "One-time costs (lazy kernel init, allocator growth, compilation) — amortized over longer runs.",
+            )
+        )
     ov = d.med(TIMER_OVERHEAD_S)
     if math.isfinite(ov) and b.share(ov) > 0.005:
-        out.append(Finding("Timer overhead", b.share(ov), f"The phase timers cost an estimated {fmt_s(ov)} ({pct(b.share(ov))}).",
-                           "Time fewer, coarser phases in per-step loops."))  # fmt: skip
+        out.append(
+            Finding(
+                "Timer overhead",
+                b.share(ov),
+                f"The phase timers cost an estimated {fmt_s(ov)} ({pct(b.share(ov))}).",
+                "Time fewer, coarser phases in per-step loops.",
+            )
+        )
     return sorted(out, key=lambda f: f.bound, reverse=True)
 
 

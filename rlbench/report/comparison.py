@@ -27,8 +27,10 @@ def comparison_markdown(results: list, base: list[Record], cand: list[Record], n
     for r in results:
         c = r.case
         n = f"{r.n_base}/{r.n_cand}" + (" paired" if r.paired else "")
-        lines.append(f"| {c.benchmark} | `{c.metric}` ({c.unit}) | {fmt_value(r.base_median)} | {fmt_value(r.cand_median)} | "
-                     f"{fmt_value(r.ratio)} | [{fmt_value(r.ci_low)}, {fmt_value(r.ci_high)}] | {n} | {r.verdict} |")  # fmt: skip
+        lines.append(
+            f"| {c.benchmark} | `{c.metric}` ({c.unit}) | {fmt_value(r.base_median)} | {fmt_value(r.cand_median)} | "
+            f"{fmt_value(r.ratio)} | [{fmt_value(r.ci_low)}, {fmt_value(r.ci_high)}] | {n} | {r.verdict} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -43,7 +45,8 @@ def gate_markdown(outcome: GateOutcome, notes: list[str] | None = None) -> str:
     for c in outcome.checks:
         r = c.result
         lines.append(
-            f"| `{c.threshold.metric}` | {100 * c.threshold.fraction:g}% | {fmt_value(r.base_median)} | {fmt_value(r.cand_median)} | "
-            f"{r.ratio:.3f} | [{r.ci_low:.3f}, {r.ci_high:.3f}] | {'❌ ' if c.failed else '✅ '}{c.reason} |"
+            f"| `{c.threshold.metric}` | {100 * c.threshold.fraction:g}% | {fmt_value(r.base_median)} | "
+            f"{fmt_value(r.cand_median)} | {r.ratio:.3f} | [{r.ci_low:.3f}, {r.ci_high:.3f}] | "
+            f"{'❌ ' if c.failed else '✅ '}{c.reason} |"
         )
     return "\n".join(lines) + "\n"

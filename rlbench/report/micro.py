@@ -10,6 +10,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from rlbench.metrics import LEGACY_TIME_CALL, TIME_CALL
 from rlbench.records import Record
 from rlbench.report.format import md_table, provenance
 from rlbench.stats import summarize
@@ -63,7 +64,7 @@ def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, l
     cells: dict[tuple[str, str], dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(dict))
     elements: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     for r in records:
-        if r.metric != "time/call":
+        if r.metric not in (TIME_CALL, LEGACY_TIME_CALL):
             continue
         group = str(r.params.get("group") or r.benchmark)
         op = str(r.params.get("op") or "call")
@@ -75,8 +76,11 @@ def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, l
     lines = _header(records[0], records[0].run_id)
     notes = sorted({str(n) for r in records for n in (r.meta.get("notes") or [])})
     if notes:
-        lines += ["", "Device matrix: torch variants run on every available device (rows `impl@device`; CPU rows unsuffixed). "
-                  "Not measured here: " + "; ".join(notes) + "."]  # fmt: skip
+        lines += [
+            "",
+            "Device matrix: torch variants run on every available device (rows `impl@device`; CPU rows unsuffixed). "
+            "Not measured here: " + "; ".join(notes) + ".",
+        ]
     charts = []
     for (group, op), by_impl in sorted(cells.items()):
         sizes = sorted({s for per in by_impl.values() for s in per}, key=lambda s: (elements[(group, op)].get(s, math.inf), s))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlbench.compare import bootstrap_paired
-from rlbench.metrics import BASELINE, VARIANT
+from rlbench.metrics import BASELINE, EVAL_RETURN, FIRST_UPDATE_S, SPS, SPS_STEADY, UPDATES, VARIANT
 from rlbench.records import Record
 from rlbench.report import training
 from rlbench.report.advice import bottlenecks_section, findings
@@ -67,15 +67,15 @@ def variant_effects(records: list[Record]) -> list[VariantEffect]:
     out = []
     for label in labels:
         ratios = {}
-        for metric in ("sps", "sps/steady"):
+        for metric in (SPS, SPS_STEADY):
             base, cand = _by_seed(records, metric, BASELINE), _by_seed(records, metric, label)
             seeds = sorted(set(base) & set(cand), key=str)
             pairs = np.array([cand[s] / base[s] for s in seeds if base[s] > 0])
             ratios[metric] = bootstrap_paired(pairs) if pairs.size else (math.nan,) * 3
-        first = median(list(_by_seed(records, "first_update_s", label).values()))
-        evals = median(list(_by_seed(records, "eval_return", label).values()))
-        n = len(set(_by_seed(records, "sps", BASELINE)) & set(_by_seed(records, "sps", label)))
-        out.append(VariantEffect(label, ratios["sps"], ratios["sps/steady"], first, evals, n))
+        first = median(list(_by_seed(records, FIRST_UPDATE_S, label).values()))
+        evals = median(list(_by_seed(records, EVAL_RETURN, label).values()))
+        n = len(set(_by_seed(records, SPS, BASELINE)) & set(_by_seed(records, SPS, label)))
+        out.append(VariantEffect(label, ratios[SPS], ratios[SPS_STEADY], first, evals, n))
     return sorted(out, key=lambda e: -e.sps[0] if math.isfinite(e.sps[0]) else math.inf)
 
 
@@ -100,7 +100,7 @@ def _what_ifs(records: list[Record], d: RunData) -> list[str]:
     for i, e in enumerate(effects, 1):
         cells = [_ci(e.sps, e.pairs), _ci(e.steady, e.pairs), fmt_s(e.first_update_s), fmt(e.eval_return, 1)]
         rows.append([str(i), f"`{e.label}`", *cells, str(e.pairs)])
-    base_first = d.med("first_update_s")
+    base_first = d.med(FIRST_UPDATE_S)
     return [
         "## What-ifs, measured",
         "",
@@ -119,7 +119,7 @@ def _what_ifs(records: list[Record], d: RunData) -> list[str]:
 
 
 def _update_table(d: RunData, b: Breakdown) -> list[str]:
-    updates = d.med("updates") - 1  # the first update belongs to warm-up
+    updates = d.med(UPDATES) - 1  # the first update belongs to warm-up
     total = d.med("time/update")
     if not (updates > 0 and math.isfinite(total)):
         return []
@@ -132,7 +132,7 @@ def _update_table(d: RunData, b: Breakdown) -> list[str]:
     rows.append(["Python/other inside `update`", fmt((total - inner) / updates * 1e6, 0), pct((total - inner) / total)])
     rows.append(["**One gradient update**", f"**{fmt(total / updates * 1e6, 0)}**", "100%"])
     collect = d.med("time/collect")
-    steps = d.med("sps/steady") * b.steady_s if math.isfinite(d.med("sps/steady")) else math.nan
+    steps = d.med(SPS_STEADY) * b.steady_s if math.isfinite(d.med(SPS_STEADY)) else math.nan
     return [
         "## Gradient update, broken down",
         "",
@@ -163,10 +163,14 @@ def _counters(d: RunData) -> list[str]:
             rows.append([label, f"{int(vals[0]):,}", same])
     if not rows:
         return []
-    return ["## Operation counts (noise-free)", "",
-            "Torch operators dispatched by one collection step and one gradient update, counted on an extra untimed run "
-            "with a dispatch mode (identical run to run: `rlbench gate --fail ops/update:0%` catches one extra op).", "",
-            md_table(["What", "Torch ops", "Same in every repeat"], rows)]  # fmt: skip
+    return [
+        "## Operation counts (noise-free)",
+        "",
+        "Torch operators dispatched by one collection step and one gradient update, counted on an extra untimed run "
+        "with a dispatch mode (identical run to run: `rlbench gate --fail ops/update:0%` catches one extra op).",
+        "",
+        md_table(["What", "Torch ops", "Same in every repeat"], rows),
+    ]
 
 
 def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, list[Chart]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rlbench.metrics import ITER_TIME, LAYERS, TIME, WARMUP, guess_layer
+from rlbench.metrics import ENV_STEPS, ITER_TIME, ITERATIONS, LAYERS, TIME, TRAIN_S, WARMUP, WARMUP_S, guess_layer
 from rlbench.report.charts import Bar, Chart
 from rlbench.report.data import RunData
 from rlbench.report.format import fmt, md_table, pct
@@ -59,9 +59,9 @@ class Breakdown:
 def breakdown(d: RunData, leaves: tuple[str, ...] | None = None) -> Breakdown:
     """Steady-state time (training minus warm-up) split into leaf phases and the rest."""
     leaves = leaf_phases(d) if leaves is None else leaves
-    steady = median([t - w for t, w in zip(d.per_repeat("train_s"), d.per_repeat("warmup_s"))])
+    steady = median([t - w for t, w in zip(d.per_repeat(TRAIN_S), d.per_repeat(WARMUP_S))])
     leaf = {p: d.med(TIME + p) for p in leaves if d.has(TIME + p)}
-    iters = int(d.med("iterations")) - 1 if d.has("iterations") else 0
+    iters = int(d.med(ITERATIONS)) - 1 if d.has(ITERATIONS) else 0
     return Breakdown(steady, leaf, max(steady - sum(leaf.values()), 0.0), max(iters, 1))
 
 
@@ -92,10 +92,20 @@ def phase_table(d: RunData, b: Breakdown) -> list[str]:
         label = ("&nbsp;&nbsp;&nbsp;&nbsp;" * phase.count("/")) + f"`{phase}`"
         events = int(d.meta(TIME + phase, "events", 0) or 0)
         rows.append([label, layer, fmt(s, 3), pct(b.share(s)), fmt(per_iter, 0), iqr, f"{events:,}"])
-    rows.append([f"{OTHER} (outside leaf phases)", "–", fmt(b.other_s, 3), pct(b.share(b.other_s)),
-                 fmt(b.other_s / b.iterations * 1e6, 0), "–", "–"])  # fmt: skip
-    rows.append(["**Steady-state total**", "", f"**{fmt(b.steady_s, 3)}**", "100%", fmt(b.steady_s / b.iterations * 1e6, 0),
-                 "–", "–"])  # fmt: skip
+    rows.append(
+        [
+            f"{OTHER} (outside leaf phases)",
+            "–",
+            fmt(b.other_s, 3),
+            pct(b.share(b.other_s)),
+            fmt(b.other_s / b.iterations * 1e6, 0),
+            "–",
+            "–",
+        ]
+    )
+    rows.append(
+        ["**Steady-state total**", "", f"**{fmt(b.steady_s, 3)}**", "100%", fmt(b.steady_s / b.iterations * 1e6, 0), "–", "–"]
+    )
     return [
         "## Phase breakdown (steady state)",
         "",
@@ -109,12 +119,19 @@ def phase_table(d: RunData, b: Breakdown) -> list[str]:
 
 def layer_table(d: RunData, b: Breakdown) -> list[str]:
     """Section: steady-state time grouped by layer (environment, inference, ..., Python/other)."""
-    total_steps = d.med("env_steps")
+    total_steps = d.med(ENV_STEPS)
     per_iter_steps = total_steps / (b.iterations + 1) if total_steps and math.isfinite(total_steps) else math.nan
     rows = []
     for layer, s in [*((LAYERS[k], v) for k, v in layer_seconds(d, b).items()), (OTHER, b.other_s)]:
-        rows.append([layer, fmt(s, 3), pct(b.share(s)), fmt(s / b.iterations * 1e3, 2),
-                     fmt(s / b.iterations / per_iter_steps * 1e6, 2)])  # fmt: skip
+        rows.append(
+            [
+                layer,
+                fmt(s, 3),
+                pct(b.share(s)),
+                fmt(s / b.iterations * 1e3, 2),
+                fmt(s / b.iterations / per_iter_steps * 1e6, 2),
+            ]
+        )
     return ["## Time by layer", "", md_table(["Layer", "Time (s)", "Share", "ms / iteration", "µs / agent step"], rows)]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlbench.metrics import EVAL_RETURN, SPS, SPS_STEADY, TRAIN_S, WARMUP_S
 from rlbench.report.format import fmt, fmt_s
 
 
@@ -18,12 +19,12 @@ def print_summary(summary: dict[str, Any]) -> None:
     table = Table(title=f"{summary['benchmark']} on {summary['device']} ({summary['repeats']} repeat(s), medians)")
     table.add_column("Metric")
     table.add_column("Value", justify="right")
-    table.add_row("Training SPS (agent steps/s)", fmt(get("sps"), 0))
-    table.add_row("Steady-state SPS", fmt(get("sps/steady"), 0))
-    table.add_row("Training time", fmt_s(get("train_s")))
+    table.add_row("Training SPS (agent steps/s)", fmt(get(SPS), 0))
+    table.add_row("Steady-state SPS", fmt(get(SPS_STEADY), 0))
+    table.add_row("Training time", fmt_s(get(TRAIN_S)))
     table.add_row("Init / warm-up", f"{fmt_s(get('init_s'))} / {fmt_s(get('warmup_s'))}")
-    table.add_row("Eval return (deterministic)", fmt(get("eval_return"), 1))
-    steady = (get("train_s") or 0.0) - (get("warmup_s") or 0.0)
+    table.add_row("Eval return (deterministic)", fmt(get(EVAL_RETURN), 1))
+    steady = (get(TRAIN_S) or 0.0) - (get(WARMUP_S) or 0.0)
     for phase in ("collect/env", "collect/policy", "advantage", "update"):
         s = get(f"time/{phase}")
         if s is not None and steady > 0:
@@ -63,8 +64,9 @@ def print_transports_summary(summary: dict[str, Any]) -> None:
     for col in ("Model", "Env step µs", "Actors", "Fastest", "Requests/s", "p99 ms"):
         table.add_column(col, justify="left" if col in ("Model", "Fastest") else "right")
     for c in summary["cases"]:
-        table.add_row(c["model"], str(c["env_us"]), str(c["actors"]), c["transport"], fmt(c["requests_per_s"], 0),
-                      fmt(c["p99_ms"], 2))  # fmt: skip
+        table.add_row(
+            c["model"], str(c["env_us"]), str(c["actors"]), c["transport"], fmt(c["requests_per_s"], 0), fmt(c["p99_ms"], 2)
+        )
     console = Console()
     console.print(table)
     console.print(f"records: {summary['records']}\nreport:  {summary['report']}")
@@ -87,7 +89,13 @@ def print_comparison(results: list, base: list, cand: list, notes: list[str]) ->
     for r in results:
         color = colors.get(r.verdict, "")
         verdict = f"[{color}]{r.verdict}[/]" if color else r.verdict
-        table.add_row(r.case.metric, fmt_value(r.base_median), fmt_value(r.cand_median), fmt_value(r.ratio),
-                      f"[{fmt_value(r.ci_low)}, {fmt_value(r.ci_high)}]", verdict)  # fmt: skip
+        table.add_row(
+            r.case.metric,
+            fmt_value(r.base_median),
+            fmt_value(r.cand_median),
+            fmt_value(r.ratio),
+            f"[{fmt_value(r.ci_low)}, {fmt_value(r.ci_high)}]",
+            verdict,
+        )
     console.print(table)
     return console

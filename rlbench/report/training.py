@@ -11,6 +11,26 @@ from __future__ import annotations
 
 import math
 
+from rlbench.metrics import (
+    ENV_STEPS,
+    EVAL_RETURN,
+    EVAL_S,
+    INIT_S,
+    PROFILE_SELF_S,
+    SPS,
+    SPS_STEADY,
+    STARTUP_S,
+    STEPS_TO_THRESHOLD,
+    THRESHOLD_REACHED,
+    TIMER_BOUNDARY_US,
+    TIMER_CONTEXT_US,
+    TIMER_EVENTS,
+    TIMER_OVERHEAD_S,
+    TRAIN_RECENT_RETURN,
+    TRAIN_S,
+    WALL_S,
+    WARMUP_S,
+)
 from rlbench.records import Record
 from rlbench.report.advice import bottlenecks_section, findings
 from rlbench.report.charts import Chart
@@ -28,7 +48,7 @@ def header(d: RunData, chart_file: str | None) -> list[str]:
     gpus = ", ".join(mach.get("gpus") or []) or "none"
     commit = git.get("commit")
     commit_s = f"{commit[:12]}{' (dirty)' if git.get('dirty') else ''}" if commit else "not in a git repository"
-    synced = d.meta("sps", "synchronized")
+    synced = d.meta(SPS, "synchronized")
     lines = [
         f"# rlbench bottleneck report: `{r.benchmark}`",
         "",
@@ -92,26 +112,26 @@ _SETTING_KEYS = (
 
 def timing(d: RunData, warmup: str = "Warm-up (first iteration)") -> list[str]:
     rows = [
-        ["Start-up: imports and setup before the run", fmt_s(d.med("startup_s")), spread(d.summary("startup_s"), fmt_s)],
-        ["Init (envs, networks, optimizer)", fmt_s(d.med("init_s")), spread(d.summary("init_s"), fmt_s)],
-        [warmup, fmt_s(d.med("warmup_s")), spread(d.summary("warmup_s"), fmt_s)],
-        ["Training (warm-up included)", fmt_s(d.med("train_s")), spread(d.summary("train_s"), fmt_s)],
-        ["Evaluation", fmt_s(d.med("eval_s")), spread(d.summary("eval_s"), fmt_s)],
-        ["Total wall of the run (init + training + evaluation)", fmt_s(d.med("wall_s")), spread(d.summary("wall_s"), fmt_s)],
+        ["Start-up: imports and setup before the run", fmt_s(d.med(STARTUP_S)), spread(d.summary(STARTUP_S), fmt_s)],
+        ["Init (envs, networks, optimizer)", fmt_s(d.med(INIT_S)), spread(d.summary(INIT_S), fmt_s)],
+        [warmup, fmt_s(d.med(WARMUP_S)), spread(d.summary(WARMUP_S), fmt_s)],
+        ["Training (warm-up included)", fmt_s(d.med(TRAIN_S)), spread(d.summary(TRAIN_S), fmt_s)],
+        ["Evaluation", fmt_s(d.med(EVAL_S)), spread(d.summary(EVAL_S), fmt_s)],
+        ["Total wall of the run (init + training + evaluation)", fmt_s(d.med(WALL_S)), spread(d.summary(WALL_S), fmt_s)],
         [
             "**Training SPS** (agent steps/s, warm-up included)",
             f"**{fmt(d.med('sps'), 0)}**",
-            spread(d.summary("sps"), lambda v: fmt(v, 0)),
+            spread(d.summary(SPS), lambda v: fmt(v, 0)),
         ],
         [
             "Steady-state SPS (warm-up excluded)",
-            fmt(d.med("sps/steady"), 0),
-            spread(d.summary("sps/steady"), lambda v: fmt(v, 0)),
+            fmt(d.med(SPS_STEADY), 0),
+            spread(d.summary(SPS_STEADY), lambda v: fmt(v, 0)),
         ],
     ]
-    if not d.has("startup_s"):
+    if not d.has(STARTUP_S):
         rows = rows[1:]
-    steps = int(d.med("env_steps")) if d.has("env_steps") else 0
+    steps = int(d.med(ENV_STEPS)) if d.has(ENV_STEPS) else 0
     return [
         "## End-to-end timing",
         "",
@@ -123,34 +143,34 @@ def timing(d: RunData, warmup: str = "Warm-up (first iteration)") -> list[str]:
 
 def learning(d: RunData) -> list[str]:
     lines = ["## Learning outcome", ""]
-    evals = d.per_repeat("eval_return")
-    n_eps = len(d.by_metric["eval_return"][0].samples) if d.has("eval_return") else 0
-    thr = d.meta("threshold_reached", "threshold")
+    evals = d.per_repeat(EVAL_RETURN)
+    n_eps = len(d.by_metric[EVAL_RETURN][0].samples) if d.has(EVAL_RETURN) else 0
+    thr = d.meta(THRESHOLD_REACHED, "threshold")
     lines.append(
         f"Evaluation: {n_eps} deterministic episodes per repeat after training; median over repeats "
         f"**{fmt(median(evals), 1)}** (per repeat: {', '.join(fmt(v, 1) for v in evals)})."
     )
     if thr is not None:
-        reached = d.per_repeat("threshold_reached")
+        reached = d.per_repeat(THRESHOLD_REACHED)
         n_ok = int(sum(v for v in reached if math.isfinite(v)))
         line = (
             f"Return threshold {fmt(thr, 0)} (mean of the last 10 training episodes): "
             f"reached in {n_ok} of {len(reached)} repeats"
         )
-        if d.has("steps_to_threshold"):
+        if d.has(STEPS_TO_THRESHOLD):
             line += (
                 f"; median {fmt(d.med('steps_to_threshold'), 0)} agent steps, "
                 f"{fmt(d.med('time_to_threshold_s'), 2)} s of training to reach it"
             )
         lines += ["", line + "."]
     rows = []
-    for r in d.by_metric.get("train/recent_return", []):
+    for r in d.by_metric.get(TRAIN_RECENT_RETURN, []):
         xs, ys = r.x or [], r.samples
         if not xs:
             continue
         marks = [ys[min(len(ys) - 1, max(0, math.ceil(len(ys) * q) - 1))] for q in (0.25, 0.5, 0.75, 1.0)]
-        ev = d.per_repeat("eval_return")[r.repeat] if r.repeat < len(evals) else math.nan
-        sps = d.per_repeat("sps")[r.repeat] if r.repeat < len(d.per_repeat("sps")) else math.nan
+        ev = d.per_repeat(EVAL_RETURN)[r.repeat] if r.repeat < len(evals) else math.nan
+        sps = d.per_repeat(SPS)[r.repeat] if r.repeat < len(d.per_repeat(SPS)) else math.nan
         rows.append([str(r.seed), fmt(sps, 0), *[fmt(v, 1) for v in marks], fmt(ev, 1)])
     if rows:
         lines += [
@@ -163,13 +183,13 @@ def learning(d: RunData) -> list[str]:
 
 
 def overhead_table(d: RunData, b: Breakdown) -> list[str]:
-    ov = d.med("timer/overhead_s")
-    events = d.med("timer/events")
-    ctx = d.meta("timer/events", "context_events", 0) or 0
+    ov = d.med(TIMER_OVERHEAD_S)
+    events = d.med(TIMER_EVENTS)
+    ctx = d.meta(TIMER_EVENTS, "context_events", 0) or 0
     mean_us = ov / events * 1e6 if events else math.nan
     rows = [
-        ["Boundary-clock event (hot loops)", fmt(d.med("timer/boundary_us"), 3) + " µs", f"{int(events - ctx):,}"],
-        ["Context-manager event (coarse phases)", fmt(d.med("timer/context_us"), 3) + " µs", f"{int(ctx):,}"],
+        ["Boundary-clock event (hot loops)", fmt(d.med(TIMER_BOUNDARY_US), 3) + " µs", f"{int(events - ctx):,}"],
+        ["Context-manager event (coarse phases)", fmt(d.med(TIMER_CONTEXT_US), 3) + " µs", f"{int(ctx):,}"],
         ["Mean over this run's events", fmt(mean_us, 3) + " µs", f"{int(events):,}"],
     ]
     return [
@@ -192,17 +212,21 @@ def _counters(d: RunData) -> list[str]:
         same = all(len(set(v)) <= 1 for v in vals)
         cells = [f"{int(v[0]):,}" if v else "–" for v in vals]
         rows.append([f"`{phase}`" if phase != "iteration" else "**one iteration**", *cells, "yes" if same else "**no**"])
-    return ["## Operation counters (noise-free)", "",
-            "Counted on one extra, untimed iteration (seeded like the run) with a torch dispatch mode: torch operators "
-            "dispatched, device-to-host synchronizations (`.item()` and kin) and cross-device copies. They do not vary run "
-            "to run, so `rlbench gate --fail ops/iteration:0%` catches one extra op per step on any machine.", "",
-            md_table(["Phase", "Torch ops", "Syncs", "Cross-device copies", "Same in every repeat"], rows)]  # fmt: skip
+    return [
+        "## Operation counters (noise-free)",
+        "",
+        "Counted on one extra, untimed iteration (seeded like the run) with a torch dispatch mode: torch operators "
+        "dispatched, device-to-host synchronizations (`.item()` and kin) and cross-device copies. They do not vary run "
+        "to run, so `rlbench gate --fail ops/iteration:0%` catches one extra op per step on any machine.",
+        "",
+        md_table(["Phase", "Torch ops", "Syncs", "Cross-device copies", "Same in every repeat"], rows),
+    ]
 
 
 def profile_table(d: RunData) -> list[str]:
-    if not d.has("profile/self_s"):
+    if not d.has(PROFILE_SELF_S):
         return []
-    r = d.by_metric["profile/self_s"][0]
+    r = d.by_metric[PROFILE_SELF_S][0]
     frames = r.meta.get("frames", [])
     total = r.meta.get("total_s", math.nan)
     rows = [[f"`{name}`", fmt(s, 3), pct(s / total if total else math.nan)] for name, s in zip(frames, r.samples)]
@@ -244,7 +268,7 @@ def render(records: list[Record], chart_file: str | None = None) -> tuple[str, l
 def render_external(records: list[Record]) -> str:
     """Markdown for another library's training run (no phase timers): header, timing and learning."""
     d = RunData.from_records(records)
-    lib = d.meta("sps", "library", "another library")
+    lib = d.meta(SPS, "library", "another library")
     sections = [
         header(d, None),
         [f"Measured by running {lib} itself under rlbench's runner (its own training loop, no phase timers inside)."],

@@ -53,7 +53,7 @@ def _header(first: Record) -> list[str]:
         "threads for `direct` (each actor calls the model on a batch of one: the baseline), `lock` (shared queue + "
         "futures) and `slot` (lock-free per-actor slots), and processes for `multiprocess` (shared memory + semaphores). "
         "Batch size is the server's mean requests per model call.",
-    ]  # fmt: skip
+    ]
 
 
 def _targets(c: dict[str, dict[Key, float]]) -> list[str]:
@@ -67,8 +67,19 @@ def _targets(c: dict[str, dict[Key, float]]) -> list[str]:
         target = TARGET_FACTOR * ref["slot"]
         lat = p99.get(key, math.nan)
         ok = best >= target and lat <= ref["p99_ms"]
-        rows.append([str(n), f"`{key[2]}`", fmt(best, 0), fmt(lat, 2), fmt(ref["slot"], 0), fmt(ref["threading"], 0),
-                     fmt(ref["p99_ms"], 1), f"{best / ref['slot']:.2f}×", "met" if ok else "**missed**"])  # fmt: skip
+        rows.append(
+            [
+                str(n),
+                f"`{key[2]}`",
+                fmt(best, 0),
+                fmt(lat, 2),
+                fmt(ref["slot"], 0),
+                fmt(ref["threading"], 0),
+                fmt(ref["p99_ms"], 1),
+                f"{best / ref['slot']:.2f}×",
+                "met" if ok else "**missed**",
+            ]
+        )
     if not rows:
         return []
     return [
@@ -99,9 +110,13 @@ def _grid(c: dict[str, dict[Key, float]]) -> tuple[list[str], list[ScalingChart]
     rps, p50, p99 = c.get("requests_per_s", {}), c.get("latency/p50_ms", {}), c.get("latency/p99_ms", {})
     batch = c.get("batch/mean_size", {})
     groups = sorted({(k[0], k[1]) for k in rps})
-    lines = ["", "## Throughput and latency per case", "",
-             "Cells: requests/s, then p50 / p99 round-trip latency in ms and the mean batch size; ★ marks the highest "
-             "throughput of the row."]  # fmt: skip
+    lines = [
+        "",
+        "## Throughput and latency per case",
+        "",
+        "Cells: requests/s, then p50 / p99 round-trip latency in ms and the mean batch size; ★ marks the highest "
+        "throughput of the row.",
+    ]
     charts = []
     for model, env_us in groups:
         keys = [k for k in rps if k[0] == model and k[1] == env_us]
@@ -129,8 +144,11 @@ def _grid(c: dict[str, dict[Key, float]]) -> tuple[list[str], list[ScalingChart]
         for t in transports:
             have = [n for n in actors if (model, env_us, t, n) in rps]
             chart_lines.append(Line(t, [float(n) for n in have], [rps[(model, env_us, t, n)] for n in have]))
-        charts.append(ScalingChart(suffix, f"{model}, env {env_us} µs: throughput vs actors", chart_lines,
-                                   xlabel="actors", ylabel="requests/s"))  # fmt: skip
+        charts.append(
+            ScalingChart(
+                suffix, f"{model}, env {env_us} µs: throughput vs actors", chart_lines, xlabel="actors", ylabel="requests/s"
+            )
+        )
     return lines, charts, groups
 
 
@@ -145,8 +163,17 @@ def _batching(c: dict[str, dict[Key, float]]) -> list[str]:
         best_t = max(batched, key=lambda t: batched[t])
         speed = batched[best_t] / direct if math.isfinite(direct) and direct > 0 else math.nan
         verdict = "–" if not math.isfinite(speed) else ("pays" if speed >= 1.1 else ("even" if speed > 0.9 else "costs"))
-        rows.append([model, str(env_us), str(n), f"`{best_t}`", fmt(batch.get((model, env_us, best_t, n)), 1),
-                     f"{speed:.2f}×" if math.isfinite(speed) else "–", verdict])  # fmt: skip
+        rows.append(
+            [
+                model,
+                str(env_us),
+                str(n),
+                f"`{best_t}`",
+                fmt(batch.get((model, env_us, best_t, n)), 1),
+                f"{speed:.2f}×" if math.isfinite(speed) else "–",
+                verdict,
+            ]
+        )
     if not rows:
         return []
     return [
@@ -177,8 +204,14 @@ def _winners(c: dict[str, dict[Key, float]]) -> list[str]:
     if not rows:
         return []
     tally = ", ".join(f"`{t}` {w}" for t, w in sorted(wins.items(), key=lambda kv: -kv[1]))
-    return ["", "## Winner per case", "", f"Throughput wins: {tally} (of {len(rows)} cases).", "",
-            md_table(["Model", "Env µs", "Actors", "Highest req/s", "Runner-up", "Lowest p99"], rows)]  # fmt: skip
+    return [
+        "",
+        "## Winner per case",
+        "",
+        f"Throughput wins: {tally} (of {len(rows)} cases).",
+        "",
+        md_table(["Model", "Env µs", "Actors", "Highest req/s", "Runner-up", "Lowest p99"], rows),
+    ]
 
 
 def _stress(records: list[Record]) -> list[str]:
@@ -191,9 +224,21 @@ def _stress(records: list[Record]) -> list[str]:
     if not vals:
         return ["", "## Stress", "", "Not run (`--stress-requests 0`)."]
     ok = all(vals.get(k, 1) == 0 for k in ("lost", "duplicated", "mismatched", "threads_left"))
-    rows = [[k, fmt(vals[k], 0 if k not in ("wall_s",) else 2)] for k in
-            ("requests", "answered", "faults", "lost", "duplicated", "mismatched", "threads_left", "requests_per_s", "wall_s")
-            if k in vals]  # fmt: skip
+    rows = [
+        [k, fmt(vals[k], 0 if k not in ("wall_s",) else 2)]
+        for k in (
+            "requests",
+            "answered",
+            "faults",
+            "lost",
+            "duplicated",
+            "mismatched",
+            "threads_left",
+            "requests_per_s",
+            "wall_s",
+        )
+        if k in vals
+    ]
     return [
         "",
         "## Stress",
@@ -232,6 +277,14 @@ def summary_rows(records: list[Record]) -> list[dict[str, Any]]:
     for (m, e, t, n), v in rps.items():
         if math.isfinite(v) and v > best.get((m, e, n), (-1.0, ""))[0]:
             best[(m, e, n)] = (v, t)
-    return [{"model": m, "env_us": e, "actors": n, "transport": t, "requests_per_s": v,
-             "p99_ms": c.get("latency/p99_ms", {}).get((m, e, t, n), math.nan)}
-            for (m, e, n), (v, t) in sorted(best.items())]  # fmt: skip
+    return [
+        {
+            "model": m,
+            "env_us": e,
+            "actors": n,
+            "transport": t,
+            "requests_per_s": v,
+            "p99_ms": c.get("latency/p99_ms", {}).get((m, e, t, n), math.nan),
+        }
+        for (m, e, n), (v, t) in sorted(best.items())
+    ]

@@ -90,12 +90,26 @@ def run_group_files(files: list[Path], config: MicroConfig, user_impls: dict[str
     """
     with tempfile.TemporaryDirectory(prefix="rlbench-micro-") as tmp:
         out = Path(tmp) / "bench.json"
-        cmd = [sys.executable, "-m", "pytest", *map(str, files), "--benchmark-only", f"--benchmark-json={out}",
-               "--benchmark-save-data", f"--benchmark-max-time={config.max_time}", "--benchmark-min-rounds=5",
-               # rounds of >= 50 µs: a microsecond call is then timed over many iterations per clock read, so the
-               # harness's per-round cost (a Python call and two timer reads, ~1-2 µs here) is not in the figure
-               "--benchmark-min-time=0.00005",
-               "-q", "-rs", "-p", "no:cacheprovider", "--rootdir", str(MICRO_DIR)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            *map(str, files),
+            "--benchmark-only",
+            f"--benchmark-json={out}",
+            "--benchmark-save-data",
+            f"--benchmark-max-time={config.max_time}",
+            "--benchmark-min-rounds=5",
+            # rounds of >= 50 µs: a microsecond call is then timed over many iterations per clock read, so the
+            # harness's per-round cost (a Python call and two timer reads, ~1-2 µs here) is not in the figure
+            "--benchmark-min-time=0.00005",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(MICRO_DIR),
+        ]
         if config.select:
             cmd += ["-k", config.select]
         env = dict(os.environ)
@@ -155,6 +169,11 @@ BENCHMARKS = [
         for name, (file, summary) in GROUPS.items()
         if (MICRO_DIR / file).is_file()
     ),
-    BenchmarkSpec(name="micro", summary="micro: every micro-benchmark group", config_factory=MicroConfig,
-                  run=make_run(list(GROUPS)), report="micro"),
-]  # fmt: skip
+    BenchmarkSpec(
+        name="micro",
+        summary="micro: every micro-benchmark group",
+        config_factory=MicroConfig,
+        run=make_run(list(GROUPS)),
+        report="micro",
+    ),
+]

@@ -44,8 +44,9 @@ Factory = Callable[[int, Path], Any]
 
 
 def _uniform(kernel: str, backend: str = "numpy", device: str = "cpu") -> Factory:
-    return lambda cap, _: UniformReplayBuffer(cap, OBS_SHAPE, ACTION_SHAPE, backend=backend, device=device, seed=0,
-                                              kernel=kernel)  # fmt: skip
+    return lambda cap, _: UniformReplayBuffer(
+        cap, OBS_SHAPE, ACTION_SHAPE, backend=backend, device=device, seed=0, kernel=kernel
+    )
 
 
 def _prioritized(kernel: str) -> Factory:
@@ -68,15 +69,31 @@ VARIANTS: dict[str, tuple[str, Factory, Callable[[Any, int], Any], str]] = {
     "uniform-numba-to-torch": ("uniform-numba", _uniform("numba"), _sample_torch, "cpu"),
     "prioritized-numba": ("prioritized-numba", _prioritized("numba"), _sample, "cpu"),
     "prioritized-numpy": ("prioritized-numpy", _prioritized("numpy"), _sample, "cpu"),
-    "trajectory-slices": ("trajectory", lambda cap, _: TrajectoryReplayBuffer(cap, OBS_SHAPE, ACTION_SHAPE, seed=0),
-                          lambda b, n: b.sample_slices(n // SLICE_LEN, SLICE_LEN), "cpu"),
-    "memmap": ("memmap", lambda cap, tmp: MemmapReplayBuffer(tmp / f"mm-{cap}", cap, OBS_SHAPE, ACTION_SHAPE, seed=0),
-               _sample, "cpu"),
+    "trajectory-slices": (
+        "trajectory",
+        lambda cap, _: TrajectoryReplayBuffer(cap, OBS_SHAPE, ACTION_SHAPE, seed=0),
+        lambda b, n: b.sample_slices(n // SLICE_LEN, SLICE_LEN),
+        "cpu",
+    ),
+    "memmap": (
+        "memmap",
+        lambda cap, tmp: MemmapReplayBuffer(tmp / f"mm-{cap}", cap, OBS_SHAPE, ACTION_SHAPE, seed=0),
+        _sample,
+        "cpu",
+    ),
     **{name: (name, lambda cap, _, cls=cls: cls(cap, OBS_SHAPE, ACTION_SHAPE), _sample, "cpu") for name, cls in USER.items()},
-}  # fmt: skip
+}
 DEVICES = device_params()  # the torch-storage buffer runs on every device of the matrix
-ADD_VARIANTS = ["uniform-numpy", "uniform-numba-rows", "prioritized-numba", "prioritized-numba-rows", "prioritized-numpy",
-                "trajectory-slices", "memmap", *USER]  # fmt: skip
+ADD_VARIANTS = [
+    "uniform-numpy",
+    "uniform-numba-rows",
+    "prioritized-numba",
+    "prioritized-numba-rows",
+    "prioritized-numpy",
+    "trajectory-slices",
+    "memmap",
+    *USER,
+]
 
 
 def transitions(start: int, n: int, as_torch: bool = False, device: str = "cpu") -> dict[str, Any]:
@@ -104,8 +121,9 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Factory, 
             buf = factory(capacity, tmp)
             chunk = 100_000
             for start in range(0, capacity, chunk):
-                buf.add(transitions(start, min(chunk, capacity - start), as_torch=kind.startswith("uniform-torch"),
-                                    device=device))  # fmt: skip
+                buf.add(
+                    transitions(start, min(chunk, capacity - start), as_torch=kind.startswith("uniform-torch"), device=device)
+                )
             cache[kind, capacity] = buf
         return cache[kind, capacity]
 
@@ -141,8 +159,14 @@ def test_sample_torch_storage(benchmark: Any, filled: Callable[..., Any], device
     call = timed_on(device, _sample)
     call(buf, batch)
     benchmark.group = f"buffers sample cap={cap} batch={batch}"
-    benchmark.extra_info.update(group="buffers", impl=impl_label("uniform-torch", device), size=f"cap{cap}-b{batch}",
-                                elements=batch, op="sample", device=device)  # fmt: skip
+    benchmark.extra_info.update(
+        group="buffers",
+        impl=impl_label("uniform-torch", device),
+        size=f"cap{cap}-b{batch}",
+        elements=batch,
+        op="sample",
+        device=device,
+    )
     _check_rows(benchmark(call, buf, batch), batch)
 
 
@@ -183,7 +207,13 @@ def test_add_torch_storage(benchmark: Any, filled: Callable[..., Any], device: s
     call = timed_on(device, buf.add)
     call(rows)
     benchmark.group = f"buffers add cap={cap} batch={batch}"
-    benchmark.extra_info.update(group="buffers", impl=impl_label("uniform-torch", device), size=f"cap{cap}-b{batch}",
-                                elements=batch, op="add", device=device)  # fmt: skip
+    benchmark.extra_info.update(
+        group="buffers",
+        impl=impl_label("uniform-torch", device),
+        size=f"cap{cap}-b{batch}",
+        elements=batch,
+        op="add",
+        device=device,
+    )
     benchmark(call, rows)
     assert len(buf) == CAPACITIES[cap]

@@ -48,12 +48,17 @@ IMPLS = (
 NO_COMPILE = pytest.mark.skip(reason="set RLBENCH_BENCH_COMPILE=1 to time torch.compile (compiling takes ~20 s)")
 DEVICES = device_params()
 CASES = [
-    pytest.param(impl, b, dev.values[0], id=f"{impl}-B{b}" + ("" if dev.id == "cpu" else f"-{dev.id}"),
-                 marks=[*dev.marks, *([NO_COMPILE] if impl.startswith("compiled") and not COMPILE else [])])
+    pytest.param(
+        impl,
+        b,
+        dev.values[0],
+        id=f"{impl}-B{b}" + ("" if dev.id == "cpu" else f"-{dev.id}"),
+        marks=[*dev.marks, *([NO_COMPILE] if impl.startswith("compiled") and not COMPILE else [])],
+    )
     for b in BATCH_SIZES
     for impl in IMPLS
     for dev in (DEVICES if impl != "numpy" else DEVICES[:1])
-]  # fmt: skip
+]
 
 
 @functools.cache
@@ -118,7 +123,8 @@ def test_forward(benchmark: Any, impl: str, batch: int, device: str) -> None:
     for _ in range(3):  # warm-up: allocator, NumPy buffers, compiled-graph specialization for this batch size
         call()
     benchmark.group = f"forward B={batch}"
-    benchmark.extra_info.update(group="forward", impl=impl_label(impl, device), size=f"B={batch}", elements=batch,
-                                device=device, **info)  # fmt: skip
+    benchmark.extra_info.update(
+        group="forward", impl=impl_label(impl, device), size=f"B={batch}", elements=batch, device=device, **info
+    )
     actions, logp, values = benchmark(call)
     assert actions.shape == (batch,) and logp.shape == (batch,) and values.shape == (batch,)

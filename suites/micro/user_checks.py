@@ -48,8 +48,13 @@ def _sample_ids(spec: str, buf: Any, batch: int) -> np.ndarray:
     if not isinstance(out, Mapping) or any(k not in out for k in BUFFER_FIELDS):
         raise UsageError(f"--impl {spec}: sample() must return a mapping with fields {BUFFER_FIELDS}; not timed")
     got = {k: _numpy(out[k]) for k in BUFFER_FIELDS}
-    shapes = {"obs": (batch, *OBS_SHAPE), "action": (batch, *ACTION_SHAPE), "reward": (batch,),
-              "next_obs": (batch, *OBS_SHAPE), "done": (batch,)}  # fmt: skip
+    shapes = {
+        "obs": (batch, *OBS_SHAPE),
+        "action": (batch, *ACTION_SHAPE),
+        "reward": (batch,),
+        "next_obs": (batch, *OBS_SHAPE),
+        "done": (batch,),
+    }
     for k, shape in shapes.items():
         if got[k].shape != shape:
             raise UsageError(f"--impl {spec}: sample({batch})[{k!r}] has shape {got[k].shape}, expected {shape}; not timed")
@@ -60,8 +65,10 @@ def _sample_ids(spec: str, buf: Any, batch: int) -> np.ndarray:
             ~np.isclose(got[k].astype(np.float64), want[k].astype(np.float64), atol=1e-4).reshape(batch, -1).all(1)
         )
         if bad.size:
-            raise UsageError(f"--impl {spec}: sampled row {int(bad[0])} is not a stored transition: its {k!r} does not belong "
-                             f"to the transition whose obs it has (row id {int(ids[bad[0]])}); not timed")  # fmt: skip
+            raise UsageError(
+                f"--impl {spec}: sampled row {int(bad[0])} is not a stored transition: its {k!r} does not belong "
+                f"to the transition whose obs it has (row id {int(ids[bad[0]])}); not timed"
+            )
     return ids
 
 
@@ -77,8 +84,10 @@ def check_buffer(spec: str, cls: Callable[..., Any]) -> None:
         for start in range(0, 130, 13):  # 130 rows, in batches of 13
             buf.add(transitions(np.arange(start, start + 13)))
     except Exception as exc:
-        raise UsageError(f"--impl {spec}: constructing C({_CAPACITY}, {OBS_SHAPE}, {ACTION_SHAPE}) or add() raised "
-                         f"{type(exc).__name__}: {exc}; not timed") from None  # fmt: skip
+        raise UsageError(
+            f"--impl {spec}: constructing C({_CAPACITY}, {OBS_SHAPE}, {ACTION_SHAPE}) or add() raised "
+            f"{type(exc).__name__}: {exc}; not timed"
+        ) from None
     ids = _sample_ids(spec, buf, 64)
     if ids.min() < 0 or ids.max() >= 130:
         raise UsageError(f"--impl {spec}: sampled row id {int(ids.max())}, but only ids 0..129 were added; not timed")
@@ -92,17 +101,21 @@ def check_buffer(spec: str, cls: Callable[..., Any]) -> None:
         ids = _sample_ids(spec, buf, _BATCH)
         if ids.min() < 130 or ids.max() >= 330:
             worst = int(ids.min() if ids.min() < 130 else ids.max())
-            raise UsageError(f"--impl {spec}: after adding rows 0..329 to a buffer of capacity {_CAPACITY}, sampled row "
-                             f"{worst}; only the newest {_CAPACITY} (130..329) may be sampled; not timed")  # fmt: skip
+            raise UsageError(
+                f"--impl {spec}: after adding rows 0..329 to a buffer of capacity {_CAPACITY}, sampled row "
+                f"{worst}; only the newest {_CAPACITY} (130..329) may be sampled; not timed"
+            )
         counts += np.bincount(ids, minlength=330)
     observed = counts[130:]
     expected = _DRAWS / _CAPACITY
     chi2 = float(((observed - expected) ** 2 / expected).sum())
     p = _chi2_sf(chi2, _CAPACITY - 1)
     if p < _MIN_P:
-        raise UsageError(f"--impl {spec}: sampling is not uniform: chi-square {chi2:.0f} on {_CAPACITY - 1} dof (p = {p:.2g}) "
-                         f"over {_DRAWS} draws; row counts range {observed.min()}..{observed.max()}, expected {expected:.0f}; "
-                         "not timed")  # fmt: skip
+        raise UsageError(
+            f"--impl {spec}: sampling is not uniform: chi-square {chi2:.0f} on {_CAPACITY - 1} dof (p = {p:.2g}) "
+            f"over {_DRAWS} draws; row counts range {observed.min()}..{observed.max()}, expected {expected:.0f}; "
+            "not timed"
+        )
 
 
 def _chi2_sf(x: float, k: int) -> float:
@@ -167,8 +180,10 @@ def _compare_env(spec: str, env_id: str, env: Any, ref: Any, actions: list[np.nd
         raise UsageError(f"{where}: reset(seed=0) must return (obs, info) as gymnasium's VectorEnv; not timed")
     obs = _numpy(got[0])
     if obs.shape != want_obs.shape or not np.allclose(obs, want_obs, atol=1e-5):
-        raise UsageError(f"{where}: reset(seed=0) returned {obs.shape} observations differing from gymnasium's "
-                         f"(sub-env i must be seeded with seed + i); not timed")  # fmt: skip
+        raise UsageError(
+            f"{where}: reset(seed=0) returned {obs.shape} observations differing from gymnasium's "
+            f"(sub-env i must be seeded with seed + i); not timed"
+        )
     compare = True
     for step, a in enumerate(actions):
         try:

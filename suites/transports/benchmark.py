@@ -134,13 +134,25 @@ def run_transports(config: TransportsConfig, ctx: RunContext) -> list[Metric]:
         for env_us in env_times:
             for n in actors:
                 for tr in config.transports:
-                    r = run_load(model_fn, tr, n, (OBS_DIM,), env_us=env_us, duration_s=duration, warmup_s=config.warmup,
-                                 max_batch_size=config.max_batch_size, max_wait_s=config.max_wait_us / 1e6,
-                                 outputs=outputs)  # fmt: skip
+                    r = run_load(
+                        model_fn,
+                        tr,
+                        n,
+                        (OBS_DIM,),
+                        env_us=env_us,
+                        duration_s=duration,
+                        warmup_s=config.warmup,
+                        max_batch_size=config.max_batch_size,
+                        max_wait_s=config.max_wait_us / 1e6,
+                        outputs=outputs,
+                    )
                     params = {"transport": tr, "actors": n, "model": model, "env_us": env_us, "case": "load"}
                     s = r.server
-                    meta = {"requests": r.requests, "model_desc": MODELS[model][1],
-                            "actor_kind": "process" if tr == "multiprocess" else "thread"}  # fmt: skip
+                    meta = {
+                        "requests": r.requests,
+                        "model_desc": MODELS[model][1],
+                        "actor_kind": "process" if tr == "multiprocess" else "thread",
+                    }
                     metrics += [
                         Metric("requests_per_s", "req/s", "higher", [r.requests_per_s], meta=meta, params=params),
                         Metric("latency/p50_ms", "ms", "lower", [r.pct(50)], params=params),
@@ -158,12 +170,22 @@ def stress_metrics(config: TransportsConfig) -> list[Metric]:
     """The stress run's counts as metrics (case ``stress``)."""
     from rlbench.suites.transports.stress import run_stress, stress_metrics_dict
 
-    r = run_stress(config.stress_transport, config.stress_threads, config.stress_requests, seed=config.seed,
-                   timeout_s=max(120.0, config.stress_requests / 2_000))  # fmt: skip
+    r = run_stress(
+        config.stress_transport,
+        config.stress_threads,
+        config.stress_requests,
+        seed=config.seed,
+        timeout_s=max(120.0, config.stress_requests / 2_000),
+    )
     d = stress_metrics_dict(r)
     params = {"transport": config.stress_transport, "actors": config.stress_threads, "case": "stress"}
-    units = {"wall_s": ("s", "lower"), "requests_per_s": ("req/s", "higher"), "faults": ("count", "none"),
-             "requests": ("count", "none"), "answered": ("count", "none")}  # fmt: skip
+    units = {
+        "wall_s": ("s", "lower"),
+        "requests_per_s": ("req/s", "higher"),
+        "faults": ("count", "none"),
+        "requests": ("count", "none"),
+        "answered": ("count", "none"),
+    }
     return [Metric(f"stress/{k}", *units.get(k, ("count", "lower")), [float(v)], params=params) for k, v in d.items()]
 
 

@@ -24,6 +24,7 @@ from rlbench.components.inference.server import InferenceServer
 
 RING = 1 << 13  # latency samples kept per actor
 
+
 def busy_wait_ns(ns: int) -> None:
     """Spin for ``ns`` nanoseconds (holds the CPU and, in a thread, the GIL)."""
     end = perf_counter_ns() + ns
@@ -97,8 +98,11 @@ def run_load(
         ctx = context if not isinstance(context, (str, type(None))) else mp.get_context(context or "fork")
     t = make_transport(transport, num_actors, obs_shape, outputs, ctx)
     alloc = ctx if procs else mp.get_context()
-    shared = {"counts": _shared(alloc, (num_actors,), np.int64), "lat": _shared(alloc, (num_actors, RING), np.int64),
-              "failed": _shared(alloc, (num_actors,), np.uint8)}  # fmt: skip
+    shared = {
+        "counts": _shared(alloc, (num_actors,), np.int64),
+        "lat": _shared(alloc, (num_actors, RING), np.int64),
+        "failed": _shared(alloc, (num_actors,), np.uint8),
+    }
     counts = _view(shared["counts"])
     stop = alloc.RawArray("b", 1) if procs else [0]
     obs = np.zeros(obs_shape, dtype=np.float32)

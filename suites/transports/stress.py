@@ -144,8 +144,16 @@ def run_stress(
             w.join(2.0)
     left = sum(w.is_alive() for w in workers)
     answered = int(done.sum())
-    return StressResult(requests=int(requests), answered=answered, faults=int(faults.sum()), lost=int(requests) - answered,
-                        duplicated=int(dup.sum()), mismatched=int(bad.sum()), wall_s=wall, threads_left=left)  # fmt: skip
+    return StressResult(
+        requests=int(requests),
+        answered=answered,
+        faults=int(faults.sum()),
+        lost=int(requests) - answered,
+        duplicated=int(dup.sum()),
+        mismatched=int(bad.sum()),
+        wall_s=wall,
+        threads_left=left,
+    )
 
 
 def stress_metrics_dict(r: StressResult) -> dict[str, Any]:

@@ -1,5 +1,4 @@
-"""SAC and DDPG configurations: shared off-policy settings and each algorithm's own, with ``--help`` texts.
-"""
+"""SAC and DDPG configurations: shared off-policy settings and each algorithm's own, with ``--help`` texts."""
 
 from __future__ import annotations
 
@@ -18,8 +17,9 @@ from rlbench.options import option
 class OffPolicyConfig:
     """Settings shared by SAC and DDPG (defaults: the rlox report's SAC Pendulum setting)."""
 
-    env: str = option("gymnasium env id with continuous actions; Pendulum-v1 runs on rlbench's batched NumPy Pendulum",
-                     default="Pendulum-v1")  # fmt: skip
+    env: str = option(
+        "gymnasium env id with continuous actions; Pendulum-v1 runs on rlbench's batched NumPy Pendulum", default="Pendulum-v1"
+    )
     total_steps: int = option("agent steps (env transitions summed over envs) to train for", default=5_000)
     num_envs: int = option("environments stepped together by the collector", default=1)
     learning_starts: int = option("agent steps of uniform random actions before the first update", default=1_000)
@@ -31,20 +31,28 @@ class OffPolicyConfig:
     tau: float = option("Polyak coefficient of the target networks", default=0.005)
     actor_lr: float = option("Adam learning rate of the actor", default=1e-3)
     critic_lr: float = option("Adam learning rate of the critics", default=1e-3)
-    critics: str = option("critic layout: ensemble (stacked weights, one batched matmul per layer) or separate",
-                         default="ensemble")  # fmt: skip
+    critics: str = option(
+        "critic layout: ensemble (stacked weights, one batched matmul per layer) or separate", default="ensemble"
+    )
     polyak: str = option("target update: foreach (one torch._foreach_lerp_) or loop (per-tensor mul_/add_)", default="foreach")
     compile: bool = option("torch.compile the networks used by the update (compile time lands in warm-up)", default=False)
-    gradients: str = option("auto (hand-written where supported: ensemble critics, fp32, no compile), manual or autograd",
-                           default="auto")  # fmt: skip
-    precision: str = option("fp32, or bf16: update forward passes under torch.autocast in bfloat16 (AMX / tensor cores); "
-                           "weights, losses and Adam stay fp32", default="fp32")  # fmt: skip
+    gradients: str = option(
+        "auto (hand-written where supported: ensemble critics, fp32, no compile), manual or autograd", default="auto"
+    )
+    precision: str = option(
+        "fp32, or bf16: update forward passes under torch.autocast in bfloat16 (AMX / tensor cores); "
+        "weights, losses and Adam stay fp32",
+        default="fp32",
+    )
     prioritized: bool = option("prioritized replay (sum tree, alpha 0.6, beta 0.4; priorities = |TD error|)", default=False)
     td_lambda: float = option("lambda of TD(lambda) targets over sampled sub-trajectories (0: one-step targets)", default=0.0)
-    slice_len: int = option("steps per sampled sub-trajectory with --td-lambda (batch = batch_size // slice_len crops)",
-                           default=8)  # fmt: skip
-    collector: str = option("collection: sync (one vectorized env) or async (--num-envs env workers fed by a batched "
-                           "inference server)", default="sync")  # fmt: skip
+    slice_len: int = option(
+        "steps per sampled sub-trajectory with --td-lambda (batch = batch_size // slice_len crops)", default=8
+    )
+    collector: str = option(
+        "collection: sync (one vectorized env) or async (--num-envs env workers fed by a batched inference server)",
+        default="sync",
+    )
     transport: str = option("async collector's transport: slot, lock, direct or multiprocess", default="slot")
     threads: int = option(
         "torch intra-op threads (2: the 256-unit matmuls gain more than the thread handoffs cost; measured by the "
@@ -129,8 +137,15 @@ class SACConfig(OffPolicyConfig):
     autotune: bool = option("tune alpha towards the target entropy -dim(A) (else keep init_alpha)", default=True)
 
     algo = "sac"
-    standard_what_ifs = ("gradients=autograd", "polyak=loop", "critics=separate", "num_envs=4", "threads=1", "precision=bf16",
-                         "compile=true")  # fmt: skip
+    standard_what_ifs = (
+        "gradients=autograd",
+        "polyak=loop",
+        "critics=separate",
+        "num_envs=4",
+        "threads=1",
+        "precision=bf16",
+        "compile=true",
+    )
 
     def hyperparams(self) -> SACHyperparams:
         """The update's hyperparameters."""

@@ -102,8 +102,9 @@ def build_offpolicy(config: OffPolicyConfig, device: torch.device, timer: PhaseT
         )
     if config.collector == "async":
         env.close()  # the workers own their envs
-        collector: Any = AsyncOffPolicyCollector(config.env, config.num_envs, buffer, policy, config.transport, spec.low,
-                                                 spec.high, timer, noise, seed=config.seed)  # fmt: skip
+        collector: Any = AsyncOffPolicyCollector(
+            config.env, config.num_envs, buffer, policy, config.transport, spec.low, spec.high, timer, noise, seed=config.seed
+        )
     else:
         collector = OffPolicyCollector(env, buffer, policy, timer, noise, seed=config.seed)
     collector.reset(config.seed)
@@ -130,8 +131,9 @@ class OffPolicyResult(TrainingResult):
     first_update_s: float = math.nan
 
 
-def train_offpolicy(config: OffPolicyConfig, device: torch.device | None = None, callback: Callback | None = None,
-                    label: str = "") -> OffPolicyResult:  # fmt: skip
+def train_offpolicy(
+    config: OffPolicyConfig, device: torch.device | None = None, callback: Callback | None = None, label: str = ""
+) -> OffPolicyResult:
     """Train SAC or DDPG (by the config's type) and return what was measured.
 
     Args:
@@ -153,8 +155,9 @@ def train_offpolicy(config: OffPolicyConfig, device: torch.device | None = None,
     n = config.num_envs
     vec_steps = max(1, math.ceil(config.total_steps / n))
     chunk = max(1, config.log_every // n)
-    cb.on_train_start({"config": config, "iterations": math.ceil(vec_steps / chunk), "steps_per_iteration": chunk * n,
-                       "label": label})  # fmt: skip
+    cb.on_train_start(
+        {"config": config, "iterations": math.ceil(vec_steps / chunk), "steps_per_iteration": chunk * n, "label": label}
+    )
     iterations: list[IterationInfo] = []
     owed, warmup_s, first_update_s, steady_steps = 0.0, 0.0, math.nan, 0
     in_warmup, completed = True, True
@@ -189,10 +192,14 @@ def train_offpolicy(config: OffPolicyConfig, device: torch.device | None = None,
                 before = dict(timer.seconds)
                 recent = collector.episodes.returns[-10:]
                 info = IterationInfo(
-                    len(iterations), collector.env_steps, vec_steps * n, now() - t_train, phase_s,
+                    len(iterations),
+                    collector.env_steps,
+                    vec_steps * n,
+                    now() - t_train,
+                    phase_s,
                     {k: float(v) for k, v in diag.items() if v.dim() == 0},
                     float(np.mean(recent)) if recent else math.nan,
-                )  # fmt: skip
+                )
                 iterations.append(info)
                 if cb.on_iteration_end(info) is False:
                     completed = False
@@ -208,12 +215,27 @@ def train_offpolicy(config: OffPolicyConfig, device: torch.device | None = None,
         if hasattr(collector, "close"):
             collector.close()
     result = OffPolicyResult(
-        config=config, device=str(device), env_steps=collector.env_steps, updates=updater.updates, init_s=init_s,
-        warmup_s=warmup_s, first_update_s=first_update_s, train_s=train_s, eval_s=eval_s, phase_s=dict(timer.seconds),
-        phase_events=dict(timer.counts), context_events=timer.context_events, phase_layers=PHASES, iterations=iterations,
-        eval_returns=eval_returns, episode_returns=list(collector.episodes.returns),
-        episode_end_steps=list(collector.episodes.end_steps), synchronized=timer.synchronized,
-        steady_steps=steady_steps, steady_s=train_s - warmup_s, completed=completed,
-    )  # fmt: skip
+        config=config,
+        device=str(device),
+        env_steps=collector.env_steps,
+        updates=updater.updates,
+        init_s=init_s,
+        warmup_s=warmup_s,
+        first_update_s=first_update_s,
+        train_s=train_s,
+        eval_s=eval_s,
+        phase_s=dict(timer.seconds),
+        phase_events=dict(timer.counts),
+        context_events=timer.context_events,
+        phase_layers=PHASES,
+        iterations=iterations,
+        eval_returns=eval_returns,
+        episode_returns=list(collector.episodes.returns),
+        episode_end_steps=list(collector.episodes.end_steps),
+        synchronized=timer.synchronized,
+        steady_steps=steady_steps,
+        steady_s=train_s - warmup_s,
+        completed=completed,
+    )
     cb.on_train_end({"result": result})
     return result

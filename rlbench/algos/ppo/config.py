@@ -1,5 +1,4 @@
-"""PPO's configuration: one dataclass whose field help texts become ``rlbench run ppo-cartpole --help``.
-"""
+"""PPO's configuration: one dataclass whose field help texts become ``rlbench run ppo-cartpole --help``."""
 
 from __future__ import annotations
 

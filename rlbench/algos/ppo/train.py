@@ -77,8 +77,17 @@ def build_ppo(config: PPOConfig, device: torch.device, timer: PhaseTimer) -> PPO
     if config.collector == "async":
         from rlbench.components.collect.async_rollout import AsyncOnPolicyCollector
 
-        collector: Any = AsyncOnPolicyCollector(config.env, config.num_envs, policy, config.rollout_steps, config.gamma,
-                                                config.transport, timer, spec.low, spec.high)  # fmt: skip
+        collector: Any = AsyncOnPolicyCollector(
+            config.env,
+            config.num_envs,
+            policy,
+            config.rollout_steps,
+            config.gamma,
+            config.transport,
+            timer,
+            spec.low,
+            spec.high,
+        )
     else:
         collector = OnPolicyCollector(env, policy, config.rollout_steps, config.gamma, timer, spec.low, spec.high)
     hp = PPOHyperparams(
@@ -243,8 +252,9 @@ def train_ppo(config: PPOConfig, device: torch.device | None = None, callback: C
         episode_returns=list(collector.episodes.returns),
         episode_end_steps=list(collector.episodes.end_steps),
         steady_steps=steps_per_iter * len(steady),
-        steady_s=sum(it.phase_s.get("collect", 0.0) + it.phase_s.get("advantage", 0.0) + it.phase_s.get("update", 0.0)
-                     for it in steady),
+        steady_s=sum(
+            it.phase_s.get("collect", 0.0) + it.phase_s.get("advantage", 0.0) + it.phase_s.get("update", 0.0) for it in steady
+        ),
         synchronized=timer.synchronized,
         completed=completed,
         steps_to_threshold=steps_to_threshold,

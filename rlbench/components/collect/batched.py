@@ -135,8 +135,11 @@ class AsyncBatchedCollector:
             ctx = self._ctx
             from rlbench.components.inference.multiprocess import _shared, _view
 
-            specs = {"stop": _shared(ctx, (1,), np.uint8), "quota": _shared(ctx, (n,), np.int64),
-                     "failed": _shared(ctx, (n,), np.uint8)}  # fmt: skip
+            specs = {
+                "stop": _shared(ctx, (1,), np.uint8),
+                "quota": _shared(ctx, (n,), np.int64),
+                "failed": _shared(ctx, (n,), np.uint8),
+            }
             self._control = SimpleNamespace(**{k: _view(s) for k, s in specs.items()})
             self._control_specs = specs
             self._gates = [ctx.Semaphore(0) for _ in range(n)]

@@ -1,5 +1,4 @@
-"""Episode accounting shared by every collector: returns and lengths of finished episodes, per agent step.
-"""
+"""Episode accounting shared by every collector: returns and lengths of finished episodes, per agent step."""
 
 from __future__ import annotations
 

@@ -26,8 +26,16 @@ class GaussianNoise:
         seed: Seed of the noise generator.
     """
 
-    def __init__(self, num_envs: int, low: np.ndarray, high: np.ndarray, sigma_init: float = 0.1, sigma_end: float = 0.1,
-                 anneal_steps: int = 0, seed: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        num_envs: int,
+        low: np.ndarray,
+        high: np.ndarray,
+        sigma_init: float = 0.1,
+        sigma_end: float = 0.1,
+        anneal_steps: int = 0,
+        seed: int | None = None,
+    ) -> None:
         self.low, self.high = np.asarray(low, np.float32), np.asarray(high, np.float32)
         self.half = (self.high - self.low) / 2.0
         self.sigma_init, self.sigma_end, self.anneal_steps = sigma_init, sigma_end, anneal_steps
@@ -68,8 +76,18 @@ class OrnsteinUhlenbeckNoise(GaussianNoise):
         dt: Time step.
     """
 
-    def __init__(self, num_envs: int, low: np.ndarray, high: np.ndarray, sigma_init: float = 0.2, sigma_end: float = 0.2,
-                 anneal_steps: int = 0, seed: int | None = None, theta: float = 0.15, dt: float = 1e-2) -> None:  # fmt: skip
+    def __init__(
+        self,
+        num_envs: int,
+        low: np.ndarray,
+        high: np.ndarray,
+        sigma_init: float = 0.2,
+        sigma_end: float = 0.2,
+        anneal_steps: int = 0,
+        seed: int | None = None,
+        theta: float = 0.15,
+        dt: float = 1e-2,
+    ) -> None:
         super().__init__(num_envs, low, high, sigma_init, sigma_end, anneal_steps, seed)
         self.theta, self.dt = theta, dt
         self.state = np.zeros(self.shape, np.float32)

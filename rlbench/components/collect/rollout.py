@@ -59,6 +59,7 @@ class RolloutStorage:
             last_value=np.zeros(num_envs, dtype=np.float32),
         )
 
+
 class OnPolicyCollector:
     """Steps a :class:`VecEnv` with a policy and fills a :class:`RolloutStorage`.
 

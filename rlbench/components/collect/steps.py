@@ -34,8 +34,15 @@ class OffPolicyCollector:
         seed: Seed of the warm-up action generator.
     """
 
-    def __init__(self, env: VecEnv, buffer: Any, policy: Callable[[np.ndarray], np.ndarray], timer: PhaseTimer | None = None,
-                 noise: Any = None, seed: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        env: VecEnv,
+        buffer: Any,
+        policy: Callable[[np.ndarray], np.ndarray],
+        timer: PhaseTimer | None = None,
+        noise: Any = None,
+        seed: int | None = None,
+    ) -> None:
         spec = env.action_spec
         if spec.kind != "box":
             raise ValueError(f"off-policy actor-critics here need continuous (box) actions, got {spec.kind} actions")
@@ -118,9 +125,19 @@ class AsyncOffPolicyCollector:
         seed: Seed of the warm-up action generator.
     """
 
-    def __init__(self, env_id: str, num_envs: int, buffer: Any, policy: Callable[[np.ndarray], np.ndarray], transport: str,
-                 low: np.ndarray, high: np.ndarray, timer: PhaseTimer | None = None, noise: Any = None,
-                 seed: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        buffer: Any,
+        policy: Callable[[np.ndarray], np.ndarray],
+        transport: str,
+        low: np.ndarray,
+        high: np.ndarray,
+        timer: PhaseTimer | None = None,
+        noise: Any = None,
+        seed: int | None = None,
+    ) -> None:
         from rlbench.components.collect.batched import AsyncBatchedCollector
 
         self.buffer, self.policy, self.noise, self.num_envs = buffer, policy, noise, num_envs
@@ -130,8 +147,9 @@ class AsyncOffPolicyCollector:
         self.random = False
         self.episodes = EpisodeTracker(num_envs)
         self.env_steps = 0
-        self.inner = AsyncBatchedCollector(env_id, num_envs, self._act, transport=transport, action_low=self.low,
-                                           action_high=self.high)  # fmt: skip
+        self.inner = AsyncBatchedCollector(
+            env_id, num_envs, self._act, transport=transport, action_low=self.low, action_high=self.high
+        )
 
     def _act(self, obs: np.ndarray) -> np.ndarray:
         if self.random:
@@ -155,8 +173,9 @@ class AsyncOffPolicyCollector:
         t0 = now()
         d = self.inner.collect(self.num_envs)
         t1 = now()
-        self.buffer.add({"obs": d["obs"], "action": d["action"], "reward": d["reward"], "next_obs": d["next_obs"],
-                         "done": d["terminated"]})  # fmt: skip
+        self.buffer.add(
+            {"obs": d["obs"], "action": d["action"], "reward": d["reward"], "next_obs": d["next_obs"], "done": d["terminated"]}
+        )
         self.env_steps += self.num_envs
         self.episodes.add_step(d["reward"], d["terminated"] | d["truncated"], self.env_steps, envs=d["worker"])
         t2 = now()

@@ -1,5 +1,4 @@
-"""Transports by name: :func:`make_transport` builds any of them for N clients.
-"""
+"""Transports by name: :func:`make_transport` builds any of them for N clients."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ from rlbench.components.inference.multiprocess import MultiprocessTransport
 from rlbench.components.inference.threads import DirectTransport, LockTransport, SlotTransport
 
 TRANSPORTS = ("direct", "lock", "slot", "multiprocess")
+
 
 def make_transport(
     kind: str, num_actors: int, obs_shape: tuple[int, ...], outputs: OutputSpec | None = None, context: Any = None

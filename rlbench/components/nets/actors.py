@@ -1,5 +1,4 @@
-"""Off-policy actors: squashed-Gaussian (SAC) and deterministic (DDPG), and acting on NumPy weight views.
-"""
+"""Off-policy actors: squashed-Gaussian (SAC) and deterministic (DDPG), and acting on NumPy weight views."""
 
 from __future__ import annotations
 
@@ -104,6 +103,7 @@ class DeterministicActor(_Squash):
     def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
         """Same as :meth:`forward` (for a common acting interface)."""
         return self(obs)
+
 
 class NumpyActor:
     """Acting on the CPU with NumPy views of an actor's live weights: no torch dispatch, no weight copies.

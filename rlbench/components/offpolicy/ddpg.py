@@ -29,8 +29,14 @@ class DDPGUpdate(OffPolicyUpdate):
         compile: ``torch.compile`` the networks' forward passes.
     """
 
-    def __init__(self, actor: DeterministicActor, critic: nn.Module, hp: OffPolicyHyperparams, timer: PhaseTimer | None = None,
-                 compile: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        actor: DeterministicActor,
+        critic: nn.Module,
+        hp: OffPolicyHyperparams,
+        timer: PhaseTimer | None = None,
+        compile: bool = False,
+    ) -> None:
         super().__init__(actor, critic, hp, timer, compile)
         self.target_actor = frozen_copy(actor)
         self.target_actor_fn = torch.compile(self.target_actor) if compile else self.target_actor

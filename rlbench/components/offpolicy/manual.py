@@ -65,8 +65,9 @@ class ManualCritic:
             out.append(hs)
         return out
 
-    def backward(self, hs: list[torch.Tensor], e: int, g: torch.Tensor, grads: list[torch.Tensor] | None,
-                 input_grad: bool) -> torch.Tensor | None:  # fmt: skip
+    def backward(
+        self, hs: list[torch.Tensor], e: int, g: torch.Tensor, grads: list[torch.Tensor] | None, input_grad: bool
+    ) -> torch.Tensor | None:
         """Backpropagate ``g = dL/dq_e`` ``(B, 1)`` through member ``e``.
 
         Args:
@@ -155,8 +156,9 @@ def _min_member_grad(mc: ManualCritic, x: torch.Tensor, coef: float) -> tuple[to
 
 
 @torch.no_grad()
-def sac_actor_step(actor: SquashedGaussianActor, critic: EnsembleCritic, opt: Any, obs: torch.Tensor,
-                   noise: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def sac_actor_step(
+    actor: SquashedGaussianActor, critic: EnsembleCritic, opt: Any, obs: torch.Tensor, noise: torch.Tensor, alpha: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """SAC's actor loss ``mean(alpha log pi(a|s) - min_e Q_e(s, a))``, its gradient by hand, one Adam step.
 
     Returns:

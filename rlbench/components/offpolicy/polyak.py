@@ -23,6 +23,7 @@ def polyak_foreach(targets: list[torch.Tensor], sources: list[torch.Tensor], tau
     with torch.no_grad():
         torch._foreach_lerp_(targets, sources, tau)
 
+
 POLYAK: dict[str, Callable[[list[torch.Tensor], list[torch.Tensor], float], None]] = {
     "loop": polyak_loop,
     "foreach": polyak_foreach,

@@ -52,8 +52,15 @@ class SACUpdate(OffPolicyUpdate):
         compile: ``torch.compile`` the networks' forward passes.
     """
 
-    def __init__(self, actor: SquashedGaussianActor, critic: nn.Module, hp: SACHyperparams, timer: PhaseTimer | None = None,
-                 generator: torch.Generator | None = None, compile: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        actor: SquashedGaussianActor,
+        critic: nn.Module,
+        hp: SACHyperparams,
+        timer: PhaseTimer | None = None,
+        generator: torch.Generator | None = None,
+        compile: bool = False,
+    ) -> None:
         super().__init__(actor, critic, hp, timer, compile)
         self.sac_hp = hp
         device = next(actor.parameters()).device

@@ -23,6 +23,7 @@ from rlbench.instrument.timers import NullTimer, PhaseTimer
 
 PRECISIONS = ("fp32", "bf16")
 
+
 def frozen_copy(module: nn.Module) -> nn.Module:
     """A deep copy of ``module`` whose parameters require no gradient (a target network)."""
     target = copy.deepcopy(module)
@@ -98,8 +99,14 @@ class OffPolicyUpdate:
 
     target_actor: nn.Module | None = None
 
-    def __init__(self, actor: nn.Module, critic: nn.Module, hp: OffPolicyHyperparams, timer: PhaseTimer | None = None,
-                 compile: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        actor: nn.Module,
+        critic: nn.Module,
+        hp: OffPolicyHyperparams,
+        timer: PhaseTimer | None = None,
+        compile: bool = False,
+    ) -> None:
         if hp.polyak not in POLYAK:
             raise ValueError(f"unknown Polyak variant {hp.polyak!r}; expected one of {sorted(POLYAK)}")
         if hp.precision not in PRECISIONS:

@@ -172,16 +172,37 @@ class PPOUpdate:
             for k in range(epoch * n_mb - first, (epoch + 1) * n_mb - first):
                 t0 = now()
                 if self.manual:
-                    cache = ppo_manual.forward(model, mb_obs[k], mb_act[k], mb_logp[k], mb_adv[k], mb_ret[k], hp.clip_coef,
-                                               hp.vf_coef, hp.ent_coef, diagnostics=last_epoch)  # fmt: skip
+                    cache = ppo_manual.forward(
+                        model,
+                        mb_obs[k],
+                        mb_act[k],
+                        mb_logp[k],
+                        mb_adv[k],
+                        mb_ret[k],
+                        hp.clip_coef,
+                        hp.vf_coef,
+                        hp.ent_coef,
+                        diagnostics=last_epoch,
+                    )
                     terms = cache.terms
                     t1 = now()
                     ppo_manual.backward(model, cache)  # assigns every .grad: nothing to zero first
                 else:
                     with_entropy = want_entropy or last_epoch
                     new_logp, entropy, new_value = model.evaluate(mb_obs[k], mb_act[k], with_entropy=with_entropy)
-                    terms = ppo_loss(new_logp, mb_logp[k], mb_adv[k], new_value, mb_ret[k], entropy, hp.clip_coef, hp.vf_coef,
-                                     hp.ent_coef, normalize_advantages=False, diagnostics=last_epoch)  # fmt: skip
+                    terms = ppo_loss(
+                        new_logp,
+                        mb_logp[k],
+                        mb_adv[k],
+                        new_value,
+                        mb_ret[k],
+                        entropy,
+                        hp.clip_coef,
+                        hp.vf_coef,
+                        hp.ent_coef,
+                        normalize_advantages=False,
+                        diagnostics=last_epoch,
+                    )
                     t1 = now()
                     opt.zero_grad()
                     terms.loss.backward()

@@ -155,11 +155,13 @@ def kernels() -> ReplayKernels | None:
         _gather_rows = jit([f"void({w}[:, ::1], int64[::1], {w}[:, ::1])" for w in words])(_gather_rows)
     return ReplayKernels(
         jit([f"void({w}[:, ::1], int64, uint64[::1], int64[::1], {w}[:, ::1])" for w in words])(_uniform_gather),
-        jit([
-            f"void(float64[::1], int64, int64, float64, uint64[::1], {w}[:, ::1], int64[::1], float32[::1], {w}[:, ::1])"
-            for w in words
-        ])(_prioritized_sample),
-    )  # fmt: skip
+        jit(
+            [
+                f"void(float64[::1], int64, int64, float64, uint64[::1], {w}[:, ::1], int64[::1], float32[::1], {w}[:, ::1])"
+                for w in words
+            ]
+        )(_prioritized_sample),
+    )
 
 
 def new_state(rng: np.random.Generator) -> np.ndarray:

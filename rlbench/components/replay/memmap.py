@@ -1,5 +1,4 @@
-"""Disk-backed replay: the uniform ring buffer on ``numpy.memmap`` files that reopen intact.
-"""
+"""Disk-backed replay: the uniform ring buffer on ``numpy.memmap`` files that reopen intact."""
 
 from __future__ import annotations
 
@@ -70,8 +69,14 @@ class MemmapReplayBuffer(UniformReplayBuffer):
         for mm in self._maps:
             mm.flush()
         fields = {name: {"shape": list(shape), "dtype": dtype.str} for name, (shape, dtype) in self.specs.items()}
-        header = {"format": self.FORMAT, "version": self.VERSION, "capacity": self.capacity, "fields": fields,
-                  "cursor": self._cursor, "size": self._size}  # fmt: skip
+        header = {
+            "format": self.FORMAT,
+            "version": self.VERSION,
+            "capacity": self.capacity,
+            "fields": fields,
+            "cursor": self._cursor,
+            "size": self._size,
+        }
         tmp = self.path / (self.HEADER + ".tmp")
         tmp.write_text(json.dumps(header, indent=1))
         os.replace(tmp, self.path / self.HEADER)

@@ -1,5 +1,4 @@
-"""Prioritized replay (proportional, with importance weights) on a sum tree.
-"""
+"""Prioritized replay (proportional, with importance weights) on a sum tree."""
 
 from __future__ import annotations
 
@@ -97,8 +96,9 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
                 np.empty(n, np.int64),
                 np.empty(n, np.float32),
             )
-            self._kernels.prioritized_sample(self.tree.tree, self.tree.depth, self._size, self.beta, self._kstate,
-                                             self._words, idx, weights, words)  # fmt: skip
+            self._kernels.prioritized_sample(
+                self.tree.tree, self.tree.depth, self._size, self.beta, self._kstate, self._words, idx, weights, words
+            )
             rows = words.view(self._rec_dtype)[:, 0]
             out = {name: rows[name] for name in self.specs}
             out["indices"], out["weights"] = idx, weights

@@ -1,5 +1,4 @@
-"""Replay of sub-trajectories (episode crops) for TD(lambda) targets, never crossing an episode end.
-"""
+"""Replay of sub-trajectories (episode crops) for TD(lambda) targets, never crossing an episode end."""
 
 from __future__ import annotations
 

@@ -128,9 +128,12 @@ class UniformReplayBuffer:
             raise ValueError(f"negative dimension in obs_shape {obs_shape} or action_shape {action_shape}")
         odt, adt = np.dtype(obs_dtype), np.dtype(action_dtype)
         self.specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {
-            "obs": (obs_shape, odt), "action": (action_shape, adt), "reward": ((), np.dtype(np.float32)),
-            "next_obs": (obs_shape, odt), "done": ((), np.dtype(np.bool_)),
-        }  # fmt: skip
+            "obs": (obs_shape, odt),
+            "action": (action_shape, adt),
+            "reward": ((), np.dtype(np.float32)),
+            "next_obs": (obs_shape, odt),
+            "done": ((), np.dtype(np.bool_)),
+        }
         self._records, self._storage = self._allocate()  # records: (capacity, itemsize) bytes of all fields, or None
         self._items = tuple(self._storage.items())
         self._cursor = self._size = 0
@@ -260,9 +263,16 @@ class UniformReplayBuffer:
         if self._kernels is None:
             return None
         words = rows.base  # rows from new_rows(): a view of a C-contiguous word array, one row per record
-        if not (isinstance(words, np.ndarray) and words.dtype == self._words.dtype and words.ndim == 2
-                and words.shape[0] == rows.shape[0] and words.flags.c_contiguous and rows.strides == (words.strides[0],)
-                and words.ctypes.data == rows.ctypes.data and words.shape[1] == self._words.shape[1]):  # fmt: skip
+        if not (
+            isinstance(words, np.ndarray)
+            and words.dtype == self._words.dtype
+            and words.ndim == 2
+            and words.shape[0] == rows.shape[0]
+            and words.flags.c_contiguous
+            and rows.strides == (words.strides[0],)
+            and words.ctypes.data == rows.ctypes.data
+            and words.shape[1] == self._words.shape[1]
+        ):
             words = np.ascontiguousarray(rows).view(np.uint8).reshape(rows.shape[0], self._rec_dtype.itemsize)
             words = words.view(self._words.dtype)
             if words.ctypes.data % words.itemsize:  # rare: unaligned copy

@@ -1,5 +1,4 @@
-"""GRPO group-relative advantages ``(r - group mean) / (group std + eps)``: a plain reference, NumPy and torch.
-"""
+"""GRPO group-relative advantages ``(r - group mean) / (group std + eps)``: a plain reference, NumPy and torch."""
 
 from __future__ import annotations
 
@@ -107,6 +106,7 @@ def group_advantages_torch(
         if scale:
             dev /= torch.std(grouped, dim=1, correction=ddof, keepdim=True).add_(eps)
         return dev.reshape(rewards.shape)
+
 
 _Fn = Callable[..., np.ndarray]
 

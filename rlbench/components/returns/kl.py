@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
+
 class KLResult(NamedTuple):
     """Masked KL estimates: ``per_sequence`` token means, shape (batch,) (0 for a sequence without tokens), and
     ``batch_mean``, their mean over the sequences with at least one token (0.0 if none)."""
@@ -129,5 +130,6 @@ def kl_torch(logp: _ArrayOrTensor, ref_logp: _ArrayOrTensor, mask: _ArrayOrTenso
     counts = keep.sum(1)
     per_seq = torch.where(keep, k, 0.0).sum(1) / counts.clamp_min(1)
     return KLResult(per_seq, per_seq.sum() / (counts > 0).sum().clamp_min(1))
+
 
 KL_IMPLEMENTATIONS: dict[str, Callable[..., KLResult]] = {"reference": kl_reference, "numpy": kl_numpy, "torch": kl_torch}

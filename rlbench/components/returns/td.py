@@ -173,6 +173,7 @@ def td_lambda_numba(
     """
     return _numba_td_lambda()(*_as_inputs(rewards, values, dones, last_value), float(gamma), float(lam))
 
+
 _Fn = Callable[..., np.ndarray]
 TD0_IMPLEMENTATIONS: dict[str, Callable[..., tuple[np.ndarray, np.ndarray]]] = {"reference": td0_reference, "numpy": td0_numpy}
 TD_LAMBDA_IMPLEMENTATIONS: dict[str, _Fn] = {

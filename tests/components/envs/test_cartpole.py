@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlbench.components.envs import cartpole
+from rlbench.components.envs import cartpole, cartpole_kernels
 from rlbench.components.envs.base import ActionSpec, VecEnv
 from rlbench.components.envs.cartpole import NumpyCartPoleVecEnv
 
@@ -84,13 +84,13 @@ def test_matches_gymnasium_when_termination_and_truncation_coincide() -> None:
 
 def test_exact_without_the_vectorized_shortcuts(monkeypatch: pytest.MonkeyPatch) -> None:
     # The fallbacks used where array trig or the affine uniform draw would not be bit-exact.
-    monkeypatch.setattr(cartpole, "_fast_paths", (False, False))
+    monkeypatch.setattr(cartpole_kernels, "_fast_paths", (False, False))
     counts = run_lockstep(4, 300, seed=5, controlled=np.array([True, False, False, False]))
     assert counts["terminated"] > 10
 
 
 def test_vectorized_shortcuts_are_exact_here() -> None:
-    assert cartpole._fast_paths_are_exact() == (True, True)
+    assert cartpole_kernels._fast_paths_are_exact() == (True, True)
 
 
 def test_reset_matches_gymnasium_seeding_per_sub_env() -> None:
@@ -156,7 +156,7 @@ def test_step_before_reset_and_bad_arguments() -> None:
         NumpyCartPoleVecEnv(2).reset(seed=-1)
 
 
-numba_only = pytest.mark.skipif(cartpole._numba_kernel() is None, reason="numba missing or not bit-exact here")
+numba_only = pytest.mark.skipif(cartpole_kernels._numba_kernel() is None, reason="numba missing or not bit-exact here")
 
 
 @numba_only
@@ -174,7 +174,7 @@ def test_numba_kernel_matches_gymnasium_when_termination_and_truncation_coincide
 
 @numba_only
 def test_numba_kernel_exact_without_the_affine_uniform(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cartpole, "_fast_paths", (False, False))
+    monkeypatch.setattr(cartpole_kernels, "_fast_paths", (False, False))
     counts = run_lockstep(4, 300, seed=5, controlled=np.array([True, False, False, False]), kernel="numba")
     assert counts["terminated"] > 10
 

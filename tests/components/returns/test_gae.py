@@ -168,7 +168,7 @@ def test_get_gae_unknown_name_suggests() -> None:
 
 
 def test_import_does_not_import_numba_or_torch() -> None:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     code = "import sys, rlbench.components.returns.gae; print('numba' in sys.modules, 'torch' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, check=True)

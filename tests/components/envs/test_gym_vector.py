@@ -125,4 +125,4 @@ def test_importing_the_env_package_does_not_import_gymnasium() -> None:
         "envs.GymnasiumVecEnv('Pendulum-v1', 1).close()\n"
         "assert 'gymnasium' in sys.modules\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[3])
