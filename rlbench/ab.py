@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlbench.children import run_child, signals_deferred
 from rlbench.errors import RlbenchError, UsageError
 from rlbench.records import Record
 
@@ -113,6 +114,12 @@ def run_ab(
         paths = {}
         for side, sha in shas.items():
             _git(["worktree", "add", "--detach", str(trees[side]), sha], top)
+            if not (trees[side] / "rlbench" / "__init__.py").is_file():
+                rev = base_rev if side == "base" else head_rev
+                raise UsageError(
+                    f"revision {rev!r} ({sha[:12]}) has no rlbench package (rlbench/__init__.py): rlbench ab compares "
+                    "two revisions of rlbench's own repository; name revisions that contain it"
+                )
             paths[side] = _import_path(trees[side], work / f"meta-{side}")
         for k in range(rounds):
             for side in ("base", "head") if k % 2 == 0 else ("head", "base"):
@@ -126,10 +133,14 @@ def run_ab(
                 shutil.copytree(work / f"store-{side}", keep / f"store-{side}", dirs_exist_ok=True)
         return ABResult(shas["base"], shas["head"], base, head, rounds)
     finally:
-        for tree in trees.values():
-            if tree.exists():
-                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=top, capture_output=True, check=False)
-        shutil.rmtree(work, ignore_errors=True)
+        with signals_deferred():  # a second Ctrl-C or SIGTERM must not leave worktrees registered in the user's repo
+            for tree in trees.values():
+                if tree.exists():
+                    subprocess.run(
+                        ["git", "worktree", "remove", "--force", str(tree)], cwd=top, capture_output=True, check=False
+                    )
+            subprocess.run(["git", "worktree", "prune"], cwd=top, capture_output=True, check=False)
+            shutil.rmtree(work, ignore_errors=True)
 
 
 _EP_SECTION = re.compile(r'^\[project\.entry-points\."rlbench\.suites"\]\s*$(?P<body>.*?)(?=^\[|\Z)', re.M | re.S)
@@ -176,7 +187,7 @@ def _run_side(tree: Path, path: str, args: list[str], seed: int, store: Path, cw
         "--report",
         str(store / "last-report.md"),
     ]
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    proc = run_child(cmd, cwd=cwd, env=env)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise RlbenchError(f"run of {tree.name} ({shlex.join(cmd[3:])}) exited {proc.returncode}: {last}")

@@ -19,3 +19,13 @@ class DataError(RlbenchError):
 
 class StoreError(RlbenchError):
     """The results store cannot be written."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (CI runners and ``timeout`` send it): handled exactly like Ctrl-C, but exits 143.
+
+    Subclassing :class:`KeyboardInterrupt` makes every Ctrl-C path apply: finished repeats stay on disk, temporary
+    directories and git worktrees are removed, child processes are ended.
+    """
+
+    exit_code = 143

@@ -42,7 +42,10 @@ class Threshold:
         m = _THRESHOLD.match(text.strip())
         if not m:
             raise UsageError(f"malformed threshold {text!r}: use METRIC:PERCENT%, e.g. sps:5% or time/update:10%")
-        return cls(m["metric"], float(m["value"]) / 100.0)
+        fraction = float(m["value"]) / 100.0
+        if not math.isfinite(fraction):
+            raise UsageError(f"malformed threshold {text!r}: the percentage must be a finite number")
+        return cls(m["metric"], fraction)
 
 
 @dataclass
@@ -127,6 +130,11 @@ def evaluate(
                 )
             if r.case.direction not in ("higher", "lower"):
                 raise DataError(f"gate: metric {t.metric!r} has no better direction; it cannot be gated")
+            if r.case.direction == "higher" and t.fraction >= 1.0:
+                raise UsageError(
+                    f"--fail {t.metric}:{100 * t.fraction:g}%: {t.metric} is higher-is-better, so it can never get worse "
+                    "by 100% or more and this gate could never fail; choose a threshold below 100%"
+                )
             worse = _worse_by(r)
             failed = _significantly_worse(r) and worse > t.fraction
             if failed:

@@ -127,6 +127,12 @@ def to_github_action(records: list[Record], direction: str) -> list[dict[str, An
     return out
 
 
+def _number(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"not a number: {v!r}")
+    return float(v)
+
+
 def from_pytest_benchmark(data: Any, source: str = "pytest-benchmark JSON") -> list[Record]:
     """Records (metric ``time/call``, seconds, lower is better) from pytest-benchmark's ``--benchmark-json`` output.
 
@@ -166,7 +172,10 @@ def from_pytest_benchmark(data: Any, source: str = "pytest-benchmark JSON") -> l
             raise DataError(f"{source}: benchmark #{i} has no stats")
         raw = stats.get("data")
         has_raw = isinstance(raw, list) and bool(raw)
-        samples = [float(v) for v in raw] if has_raw else [float(stats["median"])]
+        try:
+            samples = [_number(v) for v in raw] if has_raw else [_number(stats["median"])]
+        except (TypeError, ValueError):
+            raise DataError(f"{source}: benchmark #{i} has a non-numeric timing in stats.data or stats.median") from None
         summary = {k: stats[k] for k in ("min", "max", "mean", "stddev", "median", "iqr", "rounds") if k in stats}
         meta = {"imported_from": "pytest-benchmark", "summary_only": not has_raw, "stats": summary}
         name = b.get("fullname") or b.get("name") or f"benchmark-{i}"

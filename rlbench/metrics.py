@@ -77,7 +77,7 @@ PhaseLayers = dict[str, str]
 """Phase name -> layer id, in timing order (parents before their children)."""
 
 _GUESSES = (  # whole-word matches, checked in order on the phase's last path component, then on the whole name
-    ("transfer", {"transfer", "copy", "h2d", "d2h", "sync", "to_device"}),
+    ("transfer", {"transfer", "copy", "h2d", "d2h", "sync", "device"}),
     ("replay", {"replay", "buffer", "rb", "sample", "store", "priority", "priorities"}),
     ("environment", {"env", "envs", "environment", "reset", "sim", "simulate"}),
     ("inference", {"policy", "inference", "infer", "act", "action", "actions"}),

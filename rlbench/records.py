@@ -80,15 +80,38 @@ def _json_safe(v: Any) -> Any:
     return v
 
 
+_STR_FIELDS = ("run_id", "timestamp", "benchmark", "definition_hash", "metric", "unit", "device")
+_DICT_FIELDS = ("params", "fingerprint", "meta")
+
+
+def _numbers(value: Any, name: str, where: str) -> list[float]:
+    """A JSON list of numbers (``null`` for a missing value) as floats, or a DataError naming the bad element."""
+    if not isinstance(value, list):
+        raise DataError(f"{where}: {name} must be a list of numbers, got {type(value).__name__}")
+    out = []
+    for i, v in enumerate(value):
+        if v is None:
+            out.append(math.nan)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out.append(float(v))
+        else:
+            raise DataError(f"{where}: {name}[{i}] must be a number or null, got {json.dumps(v)[:40]}")
+    return out
+
+
 def from_dict(data: Any, where: str = "record") -> Record:
     """Validate and upgrade a decoded JSON object into a :class:`Record`.
+
+    Every field is checked for its type (records are never trusted by type: a report, a comparison or the gate
+    must not meet a string where a number belongs), so a malformed record is refused here, naming its location.
 
     Args:
         data: A decoded JSON value.
         where: Location for error messages (``file:line``).
 
     Raises:
-        DataError: If the object is not an rlbench record, or was written by a newer schema.
+        DataError: If the object is not an rlbench record, has a field of the wrong type, or was written by a newer
+            schema.
     """
     if not isinstance(data, dict):
         raise DataError(f"{where}: not an rlbench record (expected a JSON object)")
@@ -96,32 +119,45 @@ def from_dict(data: Any, where: str = "record") -> Record:
     if missing:
         raise DataError(f"{where}: not an rlbench record (missing {', '.join(missing)})")
     version = data["schema"]
-    if not isinstance(version, int) or version < 1:
-        raise DataError(f"{where}: invalid schema version {version!r}")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise DataError(f"{where}: invalid schema version {json.dumps(version)[:40]}")
     if version > SCHEMA_VERSION:
         raise DataError(
             f"{where}: written by a newer rlbench (record schema {version}, this rlbench reads up to {SCHEMA_VERSION}); "
             "upgrade rlbench to read it"
         )
-    samples = data["samples"]
-    if not isinstance(samples, list):
-        raise DataError(f"{where}: samples must be a list")
     known = set(Record.__dataclass_fields__)
     kwargs = {k: v for k, v in data.items() if k in known}
-    kwargs["samples"] = [math.nan if v is None else float(v) for v in samples]
+    for name in _STR_FIELDS:
+        if name in kwargs and not isinstance(kwargs[name], str):
+            raise DataError(f"{where}: {name} must be a string, got {json.dumps(kwargs[name])[:40]}")
+    for name in _DICT_FIELDS:
+        if name in kwargs and not isinstance(kwargs[name], dict):
+            raise DataError(f"{where}: {name} must be a JSON object, got {type(kwargs[name]).__name__}")
+    for part in ("machine", "software", "git"):
+        if part in kwargs.get("fingerprint", {}) and not isinstance(kwargs["fingerprint"][part], dict):
+            raise DataError(f"{where}: fingerprint.{part} must be a JSON object")
+    repeat = kwargs.get("repeat", 0)
+    if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 0:
+        raise DataError(f"{where}: repeat must be a non-negative integer, got {json.dumps(repeat)[:40]}")
+    seed = kwargs.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise DataError(f"{where}: seed must be an integer or null, got {json.dumps(seed)[:40]}")
+    kwargs["samples"] = _numbers(data["samples"], "samples", where)
     if kwargs.get("x") is not None:
-        kwargs["x"] = [math.nan if v is None else float(v) for v in kwargs["x"]]
+        kwargs["x"] = _numbers(kwargs["x"], "x", where)
+        if len(kwargs["x"]) != len(kwargs["samples"]):
+            raise DataError(f"{where}: x has {len(kwargs['x'])} values for {len(kwargs['samples'])} samples")
     kwargs.setdefault("timestamp", "")
     kwargs.setdefault("params", {})
     kwargs.setdefault("definition_hash", "")
     kwargs.setdefault("unit", "")
     kwargs.setdefault("direction", "none")
     if kwargs["direction"] not in DIRECTIONS:
-        raise DataError(f"{where}: direction must be one of {', '.join(DIRECTIONS)}, got {kwargs['direction']!r}")
-    try:
-        return Record(**kwargs)
-    except TypeError as exc:  # wrong field types
-        raise DataError(f"{where}: malformed record ({exc})") from None
+        raise DataError(
+            f"{where}: direction must be one of {', '.join(DIRECTIONS)}, got {json.dumps(kwargs['direction'])[:40]}"
+        )
+    return Record(**kwargs)
 
 
 def definition_hash(benchmark: str, version: int, defaults: dict[str, Any]) -> str:

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from rlbench.errors import RlbenchError
+from rlbench.children import signals_deferred
+from rlbench.errors import RlbenchError, StoreError
 from rlbench.fingerprint import fingerprint
 from rlbench.metrics import Metric
 from rlbench.records import Record, definition_hash
@@ -31,7 +32,8 @@ class RunOutcome:
         metrics: Metrics per finished repeat.
         error: One-line description of the exception that ended the run, if any.
         error_log: File holding that exception's traceback.
-        interrupted: True when Ctrl-C ended the run.
+        interrupted: True when Ctrl-C or SIGTERM ended the run.
+        exit_code: What the CLI exits with for an interrupted run: 130 (Ctrl-C) or 143 (SIGTERM).
     """
 
     run_id: str
@@ -41,6 +43,7 @@ class RunOutcome:
     error: str | None = None
     error_log: Path | None = None
     interrupted: bool = False
+    exit_code: int = 0
 
 
 def params_of(config: Any) -> dict[str, Any]:
@@ -122,37 +125,79 @@ def run_benchmark(
         What was written and how the run ended.
     """
     outcome = RunOutcome(writer.run_id, writer.path)
-    fp = fingerprint()
     base_seed = getattr(config, "seed", 0)
     meta = dict(meta or {})
     meta.setdefault("repeats", repeats)
-    for k in range(repeats):
-        cfg = replace(config, seed=base_seed + k) if hasattr(config, "seed") else config
-        ctx = RunContext(device=device, callback=callback_factory(k) if callback_factory else None, profiler=profiler)
-        try:
-            if profiler is not None:
-                profiler.start()
-            try:
-                metrics = spec.run(cfg, ctx)
-            finally:
-                if profiler is not None:
-                    profiler.stop()
-        except KeyboardInterrupt:
-            outcome.interrupted = True
-            return outcome
-        except RlbenchError:  # the user's input, not a failing component: exit 2 with its message
-            raise
-        except Exception as exc:
-            outcome.error = f"repeat {k} (seed {getattr(cfg, 'seed', '?')}) raised {type(exc).__name__}: {exc}"
-            outcome.error_log = _write_traceback(writer, exc)
-            return outcome
-        if k == 0:  # the software fingerprint reads torch's thread setting once the run has set it
-            fp = fingerprint()
-            metrics = [*(first_repeat_extra or []), *metrics]
-        writer.write(to_records(spec, cfg, metrics, writer.run_id, k, str(device), fp, meta))
-        outcome.repeats_done += 1
-        outcome.metrics.append(metrics)
+    try:
+        for k in range(repeats):
+            if not _run_repeat(
+                spec,
+                config,
+                writer,
+                k,
+                base_seed + k,
+                device,
+                callback_factory,
+                profiler,
+                meta,
+                first_repeat_extra if k == 0 else None,
+                outcome,
+            ):
+                break
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (errors.Terminated), wherever it lands between repeats too
+        outcome.interrupted = True
+        outcome.exit_code = getattr(exc, "exit_code", 130)
     return outcome
+
+
+_FP: dict[str, Any] = {}
+
+
+def _run_repeat(
+    spec: BenchmarkSpec,
+    config: Any,
+    writer: RunWriter,
+    k: int,
+    seed: int,
+    device: Any,
+    callback_factory: Any,
+    profiler: Any,
+    meta: dict[str, Any],
+    extra: list[Metric] | None,
+    outcome: RunOutcome,
+) -> bool:
+    """One repeat, its records written; ``False`` when it failed (``outcome.error`` says why)."""
+    cfg = replace(config, seed=seed) if hasattr(config, "seed") else config
+    ctx = RunContext(device=device, callback=callback_factory(k) if callback_factory else None, profiler=profiler)
+    try:
+        if profiler is not None:
+            profiler.start()
+        try:
+            metrics = spec.run(cfg, ctx)
+        finally:
+            if profiler is not None:
+                profiler.stop()
+    except KeyboardInterrupt:
+        raise
+    except RlbenchError:  # the user's input, not a failing component: exit 2 with its message
+        raise
+    except Exception as exc:
+        outcome.error = f"repeat {k} (seed {getattr(cfg, 'seed', '?')}) raised {type(exc).__name__}: {exc}"
+        outcome.error_log = _write_traceback(writer, exc)
+        return False
+    if k == 0 or "fp" not in _FP:  # read after the first repeat: the software fingerprint holds the threads it chose
+        _FP["fp"] = fingerprint()
+    fp = _FP["fp"]
+    records = to_records(spec, cfg, [*(extra or []), *metrics], writer.run_id, k, str(device), fp, meta)
+    with signals_deferred():  # the records and the count of saved repeats change together
+        try:
+            writer.write(records)
+        except StoreError as exc:  # disk full, file size limit: say what is safe on disk
+            saved = f"repeats 0-{k - 1} are saved in {writer.path}" if k else "no repeat was saved"
+            raise StoreError(f"{exc} while saving repeat {k}; {saved}; free space or pass --store DIR") from None
+        outcome.repeats_done += 1
+        outcome.metrics.append([*(extra or []), *metrics])
+    return True
 
 
 def _write_traceback(writer: RunWriter, exc: BaseException) -> Path | None:

@@ -23,8 +23,10 @@ def test_one_comparison_alarms_only_on_a_real_slowdown() -> None:
 
 
 def test_render_counts_alarms() -> None:
-    rows = {label: {"inject": inj, "results": [{"alarm": inj > 0, "ratio": 1 + inj, "ci": [1, 1], "wall_s": 2.0}] * 4}
-            for label, inj in CONDITIONS}  # fmt: skip
+    rows = {
+        label: {"inject": inj, "results": [{"alarm": inj > 0, "ratio": 1 + inj, "ci": [1, 1], "wall_s": 2.0}] * 4}
+        for label, inj in CONDITIONS
+    }
     data = {"rounds": 8, "threshold_pct": 2.5, "benchmarks": {"b": {"metric": "m", "setup": "s", "conditions": rows}}}
     text = render(data, {"cpu": "cpu", "cores": 2, "id": "x"}, "cmd")
     assert "| A/A | 0/4 false alarms | 0% |" in text and "| +10% | 4/4 detected | 100% |" in text

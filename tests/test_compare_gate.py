@@ -43,8 +43,16 @@ def side(run: str, scale: float, seeds: int = 8, n: int = 30, sps_scale: float =
     out = []
     for s in range(seeds):
         out.append(rec(run, "time/update", list(scale * (1.0 + noise * rng.standard_normal(n))), seed=s))
-        out.append(rec(run, "sps", [sps_scale * 30_000 * (1 + noise * rng.standard_normal())], seed=s, direction="higher",
-                       unit="steps/s"))  # fmt: skip
+        out.append(
+            rec(
+                run,
+                "sps",
+                [sps_scale * 30_000 * (1 + noise * rng.standard_normal())],
+                seed=s,
+                direction="higher",
+                unit="steps/s",
+            )
+        )
         out.append(
             rec(run, "eval_return", list(ret + 20 * rng.standard_normal(10)), seed=s, direction="higher", unit="return")
         )

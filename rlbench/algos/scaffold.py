@@ -95,3 +95,9 @@ def check_env(env_id: str) -> None:
         make_vec_env(env_id, 1).close()
     except ValueError as exc:
         raise UsageError(f"--env: {exc}") from None
+    except Exception as exc:  # the env's own package is missing or broken (Box2D, MuJoCo, a module:Id that fails)
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(
+            f"--env {env_id}: gymnasium could not create it ({type(exc).__name__}: {reason}); install the package that "
+            "provides it, or choose another id"
+        ) from None

@@ -1,20 +1,26 @@
-"""The ``rlbench`` command line: ``list``, ``run``, ``report``.
+"""The ``rlbench`` command line: ``list``, ``run``, ``report``, ``compare``, ``gate``, ``ab``, ...
 
-The CLI is thin: it parses, calls the runner / store / report layers and renders with rich. Every
-user error ends as one line on stderr and exit code 2; a benchmark that raises ends with exit 1 and
-keeps finished repeats on disk; Ctrl-C exits 130, likewise keeping them.
+The CLI is thin: it parses, calls the runner / store / report layers and renders with rich. Exit codes:
+
+* 0 success; 1 only for "a regression" (``gate``, ``ab --fail``) or "a benchmark raised" (``run``, finished
+  repeats kept on disk);
+* 2 for everything else that goes wrong: bad input, unreadable records, an unwritable output, and any internal
+  error (one line; the traceback only with ``RLBENCH_DEBUG=1``), so an error can never pass for a regression;
+* 130 on Ctrl-C and 143 on SIGTERM, both keeping finished repeats and removing temporary files and worktrees.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
+import warnings
 
 _T0 = time.perf_counter()  # set as soon as the CLI module loads, before torch is imported
 
 from rlbench.cli.parser import Parser  # noqa: E402
-from rlbench.errors import RlbenchError  # noqa: E402
+from rlbench.errors import RlbenchError, Terminated  # noqa: E402
 
 USAGE_EPILOG = """examples:
   rlbench list
@@ -118,9 +124,22 @@ def _version() -> str:
         return "unknown"
 
 
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def _show_warning(
+    message: object, category: object, filename: str, lineno: int, file: object = None, line: object = None
+) -> None:
+    print(f"rlbench: warning: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rlbench`` console script; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    warnings.showwarning = _show_warning
     try:
         parser = build_parser()
         if argv and argv[0] == "run":
@@ -157,9 +176,23 @@ def main(argv: list[str] | None = None) -> int:
     except RlbenchError as exc:
         print(f"rlbench: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Terminated:
+        print("rlbench: terminated (SIGTERM)", file=sys.stderr)
+        return Terminated.exit_code
     except KeyboardInterrupt:
         print("rlbench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `rlbench list | head`: the reader left; not an error of ours (as git and pip do)
+        return 0
+    except Exception as exc:  # a bug of ours: one line and exit 2, never 1 (which means "regression")
+        if os.environ.get("RLBENCH_DEBUG"):
+            raise
+        print(
+            f"rlbench: error: internal error ({type(exc).__name__}: {exc}); rerun with RLBENCH_DEBUG=1 for the "
+            "traceback and report it",
+            file=sys.stderr,
+        )
+        return 2
 
 
 def console_main() -> None:

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from rlbench.cli.parser import Parser
+from rlbench.cli.parser import Parser, prepare_output, write_output
 from rlbench.errors import UsageError
 
 
@@ -58,6 +58,7 @@ def ab_command(argv: list[str]) -> int:
     split_run_args(run_argv)  # validate before any checkout
     thresholds = [Threshold.parse(t) for t in args.fail or []]
     drop = None if args.no_learning_check else Threshold.parse(f"eval_return:{args.learning_drop}").fraction
+    report, summary = prepare_output(args.report, "--report"), prepare_output(args.summary, "--summary")
 
     from rich.console import Console
 
@@ -89,14 +90,12 @@ def ab_command(argv: list[str]) -> int:
         from rlbench.report.comparison import comparison_markdown
 
         results = compare(result.base, result.head, min_effect=args.min_effect, metrics=args.metric)
-        Path(args.report).write_text(
-            comparison_markdown(results, result.base, result.head, notes, args.min_effect), encoding="utf-8"
-        )
+        write_output(report, comparison_markdown(results, result.base, result.head, notes, args.min_effect), "--report")
     if thresholds:
         outcome = evaluate(result.base, result.head, thresholds, learning_drop=drop)
         text = gate_markdown(outcome, notes)
         if args.summary:
-            Path(args.summary).write_text(text, encoding="utf-8")
+            write_output(summary, text, "--summary")
         if args.json:
             checks = [
                 {"metric": c.threshold.metric, "failed": c.failed, "reason": c.reason, **c.result.to_dict()}

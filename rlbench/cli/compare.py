@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from rlbench.cli.parser import prepare_output, write_output
 from rlbench.errors import DataError, UsageError
 from rlbench.records import Record
 
@@ -33,15 +34,14 @@ def add_side_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_side(spec: str, store: str) -> list[Record]:
     """Records of one run: from a file, the latest run of a directory, or a run id (prefix) in ``store``."""
-    from rlbench.report.data import select_run
-    from rlbench.store import read_records
+    from rlbench.store import read_run
 
     path = Path(spec)
     if path.exists():
-        return select_run(read_records(path))
+        return read_run(path)
     if not Path(store).is_dir():
         raise DataError(f"{spec!r} is neither a file nor a directory, and there is no store {store!r} to look it up in")
-    return select_run(read_records(store), spec)
+    return read_run(store, spec)
 
 
 def load_pair(args: argparse.Namespace) -> tuple[list[Record], list[Record], list[str]]:
@@ -64,6 +64,7 @@ def compare_command(args: argparse.Namespace) -> int:
 
     if not 0.0 <= args.min_effect < 1.0:
         raise UsageError(f"--min-effect must be a fraction in [0, 1), got {args.min_effect}")
+    report = prepare_output(args.report, "--report")
     base, cand, notes = load_pair(args)
     metrics = args.metric or None
     results = compare(base, cand, min_effect=args.min_effect, metrics=metrics, ignore_params=tuple(args.ignore_param))
@@ -72,7 +73,7 @@ def compare_command(args: argparse.Namespace) -> int:
     if args.report:
         from rlbench.report.comparison import comparison_markdown
 
-        Path(args.report).write_text(comparison_markdown(results, base, cand, notes, args.min_effect), encoding="utf-8")
+        write_output(report, comparison_markdown(results, base, cand, notes, args.min_effect), "--report")
     if args.json:
         print(json.dumps({"notes": notes, "cases": [r.to_dict() for r in results], "report": args.report}))
         return 0
@@ -93,11 +94,12 @@ def gate_command(args: argparse.Namespace) -> int:
         raise UsageError("no threshold: give at least one --fail METRIC:PERCENT%, e.g. --fail sps:5%")
     thresholds = [Threshold.parse(t) for t in args.fail]
     drop = None if args.no_learning_check else Threshold.parse(f"eval_return:{args.learning_drop}").fraction
+    summary = prepare_output(args.summary, "--summary")
     base, cand, notes = load_pair(args)
     outcome = evaluate(base, cand, thresholds, learning_drop=drop, ignore_params=tuple(args.ignore_param))
     text = gate_markdown(outcome, notes)
     if args.summary:
-        Path(args.summary).write_text(text, encoding="utf-8")
+        write_output(summary, text, "--summary")
     if args.json:
         print(
             json.dumps(

@@ -7,16 +7,17 @@ import json
 import sys
 from pathlib import Path
 
+from rlbench.cli.parser import prepare_output, write_output
 from rlbench.errors import DataError, UsageError
 
 
 def export_command(args: argparse.Namespace) -> int:
     """Write the latest run of ``args.records`` in the chosen format."""
     from rlbench.interop import to_github_action, to_pytest_benchmark
-    from rlbench.report.data import select_run
-    from rlbench.store import read_records
+    from rlbench.store import read_run
 
-    records = select_run(read_records(args.records))
+    output = prepare_output(args.output, "--output")
+    records = read_run(args.records)
     if args.format == "pytest-benchmark":
         payload = to_pytest_benchmark(records)
     else:
@@ -29,7 +30,7 @@ def export_command(args: argparse.Namespace) -> int:
     if args.output == "-":
         sys.stdout.write(text + "\n")
     else:
-        Path(args.output).write_text(text + "\n", encoding="utf-8")
+        write_output(output, text + "\n", "--output")
     return 0
 
 

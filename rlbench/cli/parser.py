@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import typing
 from dataclasses import MISSING, fields
+from pathlib import Path
 from typing import Any, NoReturn
 
 from rlbench.errors import UsageError
@@ -105,3 +107,39 @@ def config_overrides(args: argparse.Namespace, config: Any) -> dict[str, Any]:
     """The config fields given on the command line."""
     out = {f.name: getattr(args, f.name) for f in fields(config) if getattr(args, f.name, None) is not None}
     return {k: tuple(v) if isinstance(v, list) else v for k, v in out.items()}
+
+
+def prepare_output(path: str | None, flag: str) -> Path | None:
+    """Make sure an output file can be written before any work starts (its directory is created if missing).
+
+    Args:
+        path: The path given, or ``None`` / ``"-"`` (stdout): nothing to check.
+        flag: The option that named it, for the message.
+
+    Raises:
+        UsageError: If the directory cannot be created or the file cannot be written.
+    """
+    if path is None or path == "-":
+        return None
+    out = Path(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot create directory {str(out.parent)!r} ({exc.strerror or exc})") from None
+    if out.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory; give a file path")
+    if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise UsageError(f"{flag} {path}: not writable; choose another path")
+    return out
+
+
+def write_output(path: Path, text: str, flag: str) -> None:
+    """Write an output file prepared by :func:`prepare_output`.
+
+    Raises:
+        UsageError: If writing fails after all (disk full, removed directory).
+    """
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot write ({exc.strerror or exc})") from None

@@ -27,10 +27,9 @@ def write_report(
         The markdown text.
     """
     from rlbench.report import micro, training
-    from rlbench.report.data import select_run
-    from rlbench.store import read_records
+    from rlbench.store import read_run
 
-    records = select_run(read_records(records_path), run_id)
+    records = read_run(records_path, run_id)
     draw_charts = output is not None and chart
     if is_micro(records):
         text, charts = micro.render(records, output.stem if draw_charts else None)
@@ -85,10 +84,9 @@ def report_command(args: argparse.Namespace) -> int:
     if args.output:
         out = Path(args.output)
     elif src.is_dir():
-        from rlbench.report.data import select_run
-        from rlbench.store import read_records
+        from rlbench.store import read_run
 
-        run = select_run(read_records(src), args.run_id)[0].run_id
+        run = read_run(src, args.run_id)[0].run_id
         out = src / f"{run}.md"
     else:
         out = src.with_suffix(".md")

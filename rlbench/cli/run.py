@@ -70,6 +70,32 @@ def _since_start(t0: float) -> float:
     return time.perf_counter() - t0
 
 
+MAX_SEED = 2**31 - 1
+
+
+def check_common_options(config: Any, repeats: int) -> None:
+    """Checks every benchmark shares: seeds in range, no more threads than cores, a well-formed test knob.
+
+    Raises:
+        UsageError: Naming the option and the accepted range.
+    """
+    seed = getattr(config, "seed", 0)
+    if not 0 <= seed <= MAX_SEED - repeats:
+        raise UsageError(f"--seed must lie in [0, {MAX_SEED - repeats}] (repeats use seed..seed+{repeats - 1}), got {seed}")
+    threads, cores = getattr(config, "threads", 1), os.cpu_count() or 1
+    if threads > cores:
+        raise UsageError(
+            f"--threads {threads} exceeds this machine's {cores} cores: more threads than cores measures contention, "
+            f"not the code; use at most {cores}"
+        )
+    from rlbench.instrument.timers import INJECT_ENV, parse_injection
+
+    try:
+        parse_injection(os.environ.get(INJECT_ENV))
+    except ValueError as exc:
+        raise UsageError(f"{exc} (a test-only knob: unset {INJECT_ENV} for real measurements)") from None
+
+
 def _check_report_path(path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,6 +120,7 @@ def run_command(argv: list[str], t0: float) -> int:
         config.validate()
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    check_common_options(config, args.repeats)
     from rlbench.devices import validate_device_string
 
     device_spec = getattr(config, "device", "auto")
@@ -144,12 +171,13 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
             first_repeat_extra=[startup],
         )
     if outcome.interrupted:
+        what = "terminated (SIGTERM)" if outcome.exit_code == 143 else "interrupted"
         print(
-            f"rlbench: interrupted: {outcome.repeats_done} of {args.repeats} repeats saved in {outcome.records_path}"
+            f"rlbench: {what}: {outcome.repeats_done} of {args.repeats} repeats saved in {outcome.records_path}"
             + (f"; `rlbench report {outcome.records_path}` renders them" if outcome.repeats_done else ""),
             file=sys.stderr,
         )
-        return 130
+        return outcome.exit_code
     if outcome.error:
         saved = (
             f"{outcome.repeats_done} finished repeats saved in {outcome.records_path}"

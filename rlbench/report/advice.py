@@ -227,7 +227,7 @@ def findings(d: RunData, b: Breakdown, measured: dict[str, str] | None = None) -
             )
         )
     warm, per_iter = d.med(WARMUP_S), b.steady_s / b.iterations
-    if math.isfinite(warm) and warm > 2 * per_iter:
+    if math.isfinite(warm) and per_iter > 0 and warm > 2 * per_iter:
         train = d.med(TRAIN_S)
         out.append(
             Finding(

@@ -1,4 +1,7 @@
-"""Access to one run's records, shaped for reports (per-repeat values, medians, phase trees)."""
+"""Access to one run's records, shaped for reports (per-repeat values, medians, phase trees).
+
+:func:`select_run` is re-exported from :mod:`rlbench.store`, where run selection lives.
+"""
 
 from __future__ import annotations
 
@@ -7,29 +10,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlbench.errors import DataError
 from rlbench.records import Record
 from rlbench.stats import Summary, median, summarize
+from rlbench.store import select_run
 
-
-def select_run(records: list[Record], run_id: str | None = None) -> list[Record]:
-    """The records of one run: ``run_id`` (a unique prefix is enough) or the latest run.
-
-    Raises:
-        DataError: If there are no records or no run matches.
-    """
-    if not records:
-        raise DataError("no records to report on")
-    runs = sorted({r.run_id for r in records})
-    if run_id is None:
-        chosen = runs[-1]
-    else:
-        matches = [r for r in runs if r.startswith(run_id)]
-        if len(matches) != 1:
-            what = "no run" if not matches else f"{len(matches)} runs"
-            raise DataError(f"{what} match run id {run_id!r}; runs present: {', '.join(runs[-5:])}")
-        chosen = matches[0]
-    return [r for r in records if r.run_id == chosen]
+__all__ = ["RunData", "select_run"]
 
 
 @dataclass

@@ -136,7 +136,7 @@ def _update_table(d: RunData, b: Breakdown) -> list[str]:
     return [
         "## Gradient update, broken down",
         "",
-        f"Median over repeats of {int(updates):,} steady-state updates per run; µs per update. "
+        f"Median over repeats of {fmt(updates, 0)} steady-state updates per run; µs per update. "
         f"Collection costs {fmt(collect / steps * 1e6, 0) if steps else '–'} µs per agent step on top.",
         "",
         md_table(["Phase", "µs / update", "Share of update"], rows),
@@ -160,7 +160,7 @@ def _counters(d: RunData) -> list[str]:
         if vals:
             same = "yes" if len(set(vals)) == 1 else "**no**"
             label = "one collection step" if phase == "collect" else "one gradient update"
-            rows.append([label, f"{int(vals[0]):,}", same])
+            rows.append([label, fmt(vals[0], 0), same])
     if not rows:
         return []
     return [
@@ -183,7 +183,8 @@ def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, l
     base = [r for r in records if _variant(r) == BASELINE]
     d = RunData.from_records(base)
     b = breakdown(d)
-    chart_file = f"{chart_stem}-phases.png" if chart_stem else None
+    chart = phase_chart(d, b)
+    chart_file = f"{chart_stem}-phases.png" if chart_stem and chart.bars else None
     effects = variant_effects(records)
     sections = [
         training.header(d, chart_file),
@@ -199,4 +200,4 @@ def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, l
         training.profile_table(d),
     ]
     text = "\n\n".join("\n".join(s) for s in sections if s) + "\n"
-    return renumber_sections(text), [phase_chart(d, b)]
+    return renumber_sections(text), [chart] if chart.bars else []

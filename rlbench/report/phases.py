@@ -61,7 +61,8 @@ def breakdown(d: RunData, leaves: tuple[str, ...] | None = None) -> Breakdown:
     leaves = leaf_phases(d) if leaves is None else leaves
     steady = median([t - w for t, w in zip(d.per_repeat(TRAIN_S), d.per_repeat(WARMUP_S))])
     leaf = {p: d.med(TIME + p) for p in leaves if d.has(TIME + p)}
-    iters = int(d.med(ITERATIONS)) - 1 if d.has(ITERATIONS) else 0
+    n = d.med(ITERATIONS) if d.has(ITERATIONS) else math.nan
+    iters = int(n) - 1 if math.isfinite(n) else 0
     return Breakdown(steady, leaf, max(steady - sum(leaf.values()), 0.0), max(iters, 1))
 
 
@@ -136,7 +137,9 @@ def layer_table(d: RunData, b: Breakdown) -> list[str]:
 
 
 def phase_chart(d: RunData, b: Breakdown) -> Chart:
-    """Bars of leaf phases and the rest, as percent of steady-state time."""
+    """Bars of leaf phases and the rest, as percent of steady-state time (none when the run has no steady state)."""
     bars = [Bar(p, 100 * b.share(s)) for p, s in b.leaf_s.items()]
     bars.append(Bar(OTHER, 100 * b.share(b.other_s)))
+    if not all(math.isfinite(bar.value) for bar in bars):
+        bars = []
     return Chart("-phases.png", f"{d.first.benchmark}: share of steady-state time", bars, "% of steady-state time")

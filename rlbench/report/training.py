@@ -131,11 +131,11 @@ def timing(d: RunData, warmup: str = "Warm-up (first iteration)") -> list[str]:
     ]
     if not d.has(STARTUP_S):
         rows = rows[1:]
-    steps = int(d.med(ENV_STEPS)) if d.has(ENV_STEPS) else 0
+    steps = d.med(ENV_STEPS) if d.has(ENV_STEPS) else 0
     return [
         "## End-to-end timing",
         "",
-        f"{steps:,} agent steps (env transitions summed over envs).",
+        f"{fmt(steps, 0)} agent steps (env transitions summed over envs).",
         "",
         md_table(["Metric", "Median", "Spread (min–max over repeats)"], rows),
     ]
@@ -188,9 +188,9 @@ def overhead_table(d: RunData, b: Breakdown) -> list[str]:
     ctx = d.meta(TIMER_EVENTS, "context_events", 0) or 0
     mean_us = ov / events * 1e6 if events else math.nan
     rows = [
-        ["Boundary-clock event (hot loops)", fmt(d.med(TIMER_BOUNDARY_US), 3) + " µs", f"{int(events - ctx):,}"],
-        ["Context-manager event (coarse phases)", fmt(d.med(TIMER_CONTEXT_US), 3) + " µs", f"{int(ctx):,}"],
-        ["Mean over this run's events", fmt(mean_us, 3) + " µs", f"{int(events):,}"],
+        ["Boundary-clock event (hot loops)", fmt(d.med(TIMER_BOUNDARY_US), 3) + " µs", fmt(events - ctx, 0)],
+        ["Context-manager event (coarse phases)", fmt(d.med(TIMER_CONTEXT_US), 3) + " µs", fmt(ctx, 0)],
+        ["Mean over this run's events", fmt(mean_us, 3) + " µs", fmt(events, 0)],
     ]
     return [
         "## Timer overhead",
@@ -210,7 +210,7 @@ def _counters(d: RunData) -> list[str]:
     for phase in ("collect", "advantage", "update", "iteration"):
         vals = [d.per_repeat(f"{kind}/{phase}") for kind in ("ops", "syncs", "copies")]
         same = all(len(set(v)) <= 1 for v in vals)
-        cells = [f"{int(v[0]):,}" if v else "–" for v in vals]
+        cells = [fmt(v[0], 0) if v else "–" for v in vals]
         rows.append([f"`{phase}`" if phase != "iteration" else "**one iteration**", *cells, "yes" if same else "**no**"])
     return [
         "## Operation counters (noise-free)",
@@ -250,6 +250,8 @@ def render(records: list[Record], chart_file: str | None = None) -> tuple[str, l
     """
     d = RunData.from_records(records)
     b = breakdown(d)
+    chart = phase_chart(d, b)
+    chart_file = chart_file if chart.bars else None  # no steady state (e.g. no update happened): nothing to draw
     sections = [
         header(d, chart_file),
         timing(d),
@@ -262,7 +264,7 @@ def render(records: list[Record], chart_file: str | None = None) -> tuple[str, l
         profile_table(d),
     ]
     text = "\n\n".join("\n".join(s) for s in sections if s) + "\n"
-    return renumber_sections(text), [phase_chart(d, b)]
+    return renumber_sections(text), [chart] if chart.bars else []
 
 
 def render_external(records: list[Record]) -> str:

@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlbench.children import run_child
 from rlbench.errors import UsageError
 from rlbench.metrics import TIME_CALL, Metric
 from rlbench.options import option
@@ -116,7 +116,7 @@ def run_group_files(files: list[Path], config: MicroConfig, user_impls: dict[str
         env[USER_IMPLS_ENV] = json.dumps(user_impls)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH", "")) if p)
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(config.threads)  # torch's pool size, read at its start
-        proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, check=False)
+        proc = run_child(cmd, cwd=tmp, env=env)
         if proc.returncode not in (0,) or not out.is_file():
             tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
             raise RuntimeError(f"pytest-benchmark exited {proc.returncode}: {tail}")

@@ -10,8 +10,16 @@ from rlbench.algos.offpolicy.train import train_offpolicy
 from rlbench.algos.scaffold import evaluate_policy
 
 # small and quick: 64-unit MLPs, batch 64, learning rate 3e-3, 2,500 steps (2,200 updates)
-QUICK = {"total_steps": 2_500, "learning_starts": 300, "batch_size": 64, "hidden": (64, 64), "actor_lr": 3e-3,
-         "critic_lr": 3e-3, "eval_episodes": 5, "threads": 1}  # fmt: skip
+QUICK = {
+    "total_steps": 2_500,
+    "learning_starts": 300,
+    "batch_size": 64,
+    "hidden": (64, 64),
+    "actor_lr": 3e-3,
+    "critic_lr": 3e-3,
+    "eval_episodes": 5,
+    "threads": 1,
+}
 
 
 def _random_return() -> float:
@@ -28,6 +36,7 @@ def test_random_baseline_is_low() -> None:
     assert _random_return() < -1000  # uniform random torques never swing the pendulum up
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("config", "note"),
     [
@@ -44,6 +53,7 @@ def test_offpolicy_learns_pendulum_in_seconds(config, note: str) -> None:
     assert result.env_steps == 2_500 and result.updates == 2_200 and result.completed
 
 
+@pytest.mark.slow
 def test_sac_learns_the_same_through_the_async_collector() -> None:
     """Four env workers behind the slot transport feed SAC, and it learns (thread timing makes runs differ, not bitwise).
 

@@ -24,6 +24,7 @@ def test_random_baseline_is_low() -> None:
     assert _random_policy_return() < 40  # CartPole's random policy lasts ~20 steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 2])
 def test_ppo_cartpole_learns_in_seconds(seed: int) -> None:
     # measured on the reference machine at 24,576 steps: eval 211 (seed 0) and 144 (seed 2); random policy ~22
@@ -51,6 +52,7 @@ def test_box_actions_through_gymnasium() -> None:
     assert result.env_steps == 2048
 
 
+@pytest.mark.slow
 def test_torch_inference_backend_learns() -> None:
     result = train_ppo(PPOConfig(total_steps=24_576, seed=0, inference="torch"))
     assert np.mean(result.eval_returns) >= 100

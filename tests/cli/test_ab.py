@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # builds two worktrees and runs both revisions
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -23,8 +25,20 @@ def _has_git_history() -> bool:
 @pytest.mark.skipif(not _has_git_history(), reason="needs the rlbench git checkout")
 def test_ab_same_revision_passes_on_counters(tmp_path: Path) -> None:
     # two rounds: enough for exact counters; returns would need five (the learning check is off here)
-    ab = [sys.executable, "-m", "rlbench", "ab", "HEAD", "HEAD", "--rounds", "2", "--fail", "ops/iteration:0%", "--json",
-          "--no-learning-check"]  # fmt: skip
+    ab = [
+        sys.executable,
+        "-m",
+        "rlbench",
+        "ab",
+        "HEAD",
+        "HEAD",
+        "--rounds",
+        "2",
+        "--fail",
+        "ops/iteration:0%",
+        "--json",
+        "--no-learning-check",
+    ]
     cmd = [*ab, "--keep", str(tmp_path / "kept"), "--", "run", "ppo-cartpole", "--total-steps", "2048", "--eval-episodes", "3"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -42,8 +56,9 @@ def test_ab_same_revision_passes_on_counters(tmp_path: Path) -> None:
 @pytest.mark.skipif(not _has_git_history(), reason="needs the rlbench git checkout")
 def test_ab_bad_input(tmp_path: Path) -> None:
     def ab(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "rlbench", "ab", *args], cwd=REPO, capture_output=True, text=True,
-                              timeout=120, check=False)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "rlbench", "ab", *args], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+        )
 
     for args, needle in [
         (("no-such-rev", "--", "run", "ppo-cartpole"), "git rev-parse"),

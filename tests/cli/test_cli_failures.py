@@ -21,6 +21,7 @@ from rlbench.registry import BenchmarkSpec
 from rlbench.store import read_records
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_finished_repeats(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [

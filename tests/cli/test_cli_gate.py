@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from cli_helpers import run_cli
+
+pytestmark = pytest.mark.slow  # ten full ppo-cartpole runs (about 10 s)
 
 
 def test_faster_but_broken_variant_fails_the_gate(tmp_path: Path) -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from cli_helpers import one_line_error, run_cli
+
+pytestmark = pytest.mark.slow  # each test runs a micro-benchmark group in a subprocess (4-12 s)
 
 USER_MODULE = """
 import numpy as np
@@ -28,8 +31,23 @@ def test_gae_with_user_implementations(tmp_path: Path) -> None:
     err = one_line_error(proc)
     assert "differs from the reference by up to 0.5 at [t=3, i=1]" in err and "not timed" in err
     assert run_cli(["run", "gae", "--impl", "nosuchmodule:f"], tmp_path).returncode == 2
-    proc = run_cli(["run", "gae", "--impl", "myimpl:good", "--select", "user or numpy", "--max-time", "0.02", "--json",
-                    "--report", "gae.md"], tmp_path, timeout=300)  # fmt: skip
+    proc = run_cli(
+        [
+            "run",
+            "gae",
+            "--impl",
+            "myimpl:good",
+            "--select",
+            "user or numpy",
+            "--max-time",
+            "0.02",
+            "--json",
+            "--report",
+            "gae.md",
+        ],
+        tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     cases = json.loads(proc.stdout)["cases"]
     impls = {c["impl"] for c in cases}
@@ -86,8 +104,11 @@ def test_buffers_with_user_implementations(tmp_path: Path) -> None:
     assert "is not a stored transition" in err and "'reward'" in err and "not timed" in err
     err = one_line_error(run_cli(["run", "buffers", "--impl", "mybuf:Skewed"], tmp_path))
     assert "sampling is not uniform" in err and "chi-square" in err and "not timed" in err
-    proc = run_cli(["run", "buffers", "--impl", "mybuf:Good", "--select", "user and b256", "--max-time", "0.01", "--json"],
-                   tmp_path, timeout=300)  # fmt: skip
+    proc = run_cli(
+        ["run", "buffers", "--impl", "mybuf:Good", "--select", "user and b256", "--max-time", "0.01", "--json"],
+        tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     cases = json.loads(proc.stdout)["cases"]
     assert {c["impl"] for c in cases} == {"user:Good"} and {c["size"] for c in cases} == {"cap1e5-b256", "cap1e6-b256"}
@@ -97,8 +118,9 @@ def test_envs_with_user_implementations(tmp_path: Path) -> None:
     (tmp_path / "myenv.py").write_text(ENV_MODULE)
     err = one_line_error(run_cli(["run", "envs", "--impl", "myenv:bad"], tmp_path))
     assert "on CartPole-v1: step 0 reward differs from gymnasium's" in err and "not timed" in err
-    proc = run_cli(["run", "envs", "--impl", "myenv:good", "--select", "user", "--max-time", "0.01", "--json"], tmp_path,
-                   timeout=300)  # fmt: skip
+    proc = run_cli(
+        ["run", "envs", "--impl", "myenv:good", "--select", "user", "--max-time", "0.01", "--json"], tmp_path, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     cases = json.loads(proc.stdout)["cases"]
     assert {(c["impl"], c["size"]) for c in cases} == {("user:good", f"N={n}") for n in (8, 64, 512)}

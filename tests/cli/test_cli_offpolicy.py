@@ -5,18 +5,48 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from cli_helpers import one_line_error
 
 from rlbench.cli.report import write_report
 from rlbench.store import load
 
-TINY = ["--total-steps", "400", "--learning-starts", "200", "--batch-size", "32", "--hidden", "32,32",
-        "--eval-episodes", "1", "--log-every", "100", "--threads", "1"]  # fmt: skip
+pytestmark = pytest.mark.slow  # each test runs SAC or DDPG in subprocesses (4-8 s)
+
+TINY = [
+    "--total-steps",
+    "400",
+    "--learning-starts",
+    "200",
+    "--batch-size",
+    "32",
+    "--hidden",
+    "32,32",
+    "--eval-episodes",
+    "1",
+    "--log-every",
+    "100",
+    "--threads",
+    "1",
+]
 
 
 def test_sac_what_if_run_writes_baseline_and_variants(cli, tmp_path: Path) -> None:
-    proc = cli("run", "sac-pendulum", *TINY, "--repeats", "2", "--what-if", "polyak=loop", "--what-if", "critics=separate",
-               "--json", "--report", "sac.md", timeout=300)  # fmt: skip
+    proc = cli(
+        "run",
+        "sac-pendulum",
+        *TINY,
+        "--repeats",
+        "2",
+        "--what-if",
+        "polyak=loop",
+        "--what-if",
+        "critics=separate",
+        "--json",
+        "--report",
+        "sac.md",
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["env_steps"] == 400 and out["sps"] > 0 and out["time/update/critic"] > 0 and out["time/update/alpha"] > 0
@@ -25,8 +55,15 @@ def test_sac_what_if_run_writes_baseline_and_variants(cli, tmp_path: Path) -> No
     assert variants == {"baseline", "polyak=loop", "critics=separate"}
     assert set(df.loc[df["metric"] == "sps", "seed"]) == {0, 1}
     text = (tmp_path / "sac.md").read_text()
-    for needle in ("Gradient update, broken down", "`update/target`", "`update/polyak`", "What-ifs, measured",
-                   "`polyak=loop`", "`critics=separate`", "one gradient update"):  # fmt: skip
+    for needle in (
+        "Gradient update, broken down",
+        "`update/target`",
+        "`update/polyak`",
+        "What-ifs, measured",
+        "`polyak=loop`",
+        "`critics=separate`",
+        "one gradient update",
+    ):
         assert needle in text, needle
     assert (tmp_path / "sac-phases.png").is_file()
     chart_link = "![Share of steady-state time per phase](sac-phases.png)\n\n"

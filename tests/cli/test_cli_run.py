@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from cli_helpers import one_line_error
 
 from rlbench.cli.report import write_report
@@ -21,6 +22,7 @@ def test_list(cli) -> None:
     assert any(b["name"] == "ppo-cartpole" for b in listed)
 
 
+@pytest.mark.slow
 def test_run_json_records_and_report(cli, tmp_path: Path) -> None:
     proc = cli("run", "ppo-cartpole", *SMALL, "--repeats", "2", "--json", "--report", "out/report.md")
     assert proc.returncode == 0, proc.stderr
@@ -57,6 +59,7 @@ def test_run_json_records_and_report(cli, tmp_path: Path) -> None:
     assert again.read_text().replace("again-phases.png", "report-phases.png") == report.read_text()
 
 
+@pytest.mark.slow
 def test_report_command_rerenders(cli, tmp_path: Path) -> None:
     assert cli("run", "ppo-cartpole", *SMALL, "--quiet", "--store", "st").returncode == 0
     proc = cli("report", "st", "-o", "-")
@@ -65,6 +68,7 @@ def test_report_command_rerenders(cli, tmp_path: Path) -> None:
     assert len(read_records(tmp_path / "st")) > 20
 
 
+@pytest.mark.slow
 def test_quiet_prints_nothing_and_summary_prints_table(cli) -> None:
     quiet = cli("run", "ppo-cartpole", *SMALL, "--quiet")
     assert quiet.returncode == 0 and quiet.stdout == ""
@@ -107,6 +111,7 @@ def test_absent_device(cli, tmp_path: Path) -> None:
     assert not (tmp_path / ".rlbench").exists()
 
 
+@pytest.mark.slow
 def test_unwritable_store_and_unknown_env(cli, tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x")
     proc = cli("run", "ppo-cartpole", "--store", "afile/store")

@@ -4,15 +4,46 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.slow
 def test_transports_quick_run_writes_report(cli, tmp_path: Path) -> None:
-    proc = cli("run", "transports", "--quick", "--duration", "0.15", "--warmup", "0.05", "--transports", "slot",
-               "--transports", "direct", "--transports", "multiprocess", "--stress-requests", "3000",
-               "--store", "rec", "--report", "out/transports.md", "--quiet", timeout=180)  # fmt: skip
+    proc = cli(
+        "run",
+        "transports",
+        "--quick",
+        "--duration",
+        "0.15",
+        "--warmup",
+        "0.05",
+        "--transports",
+        "slot",
+        "--transports",
+        "direct",
+        "--transports",
+        "multiprocess",
+        "--stress-requests",
+        "3000",
+        "--store",
+        "rec",
+        "--report",
+        "out/transports.md",
+        "--quiet",
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr
     text = (tmp_path / "out" / "transports.md").read_text()
-    for needle in ("# rlbench transports report", "## Against TorchRL", "### tiny, env step 0 µs", "## Where batching pays",
-                   "## Winner per case", "Verdict: **passed**", "Machine", "torch threads 1"):  # fmt: skip
+    for needle in (
+        "# rlbench transports report",
+        "## Against TorchRL",
+        "### tiny, env step 0 µs",
+        "## Where batching pays",
+        "## Winner per case",
+        "Verdict: **passed**",
+        "Machine",
+        "torch threads 1",
+    ):
         assert needle in text, needle
     assert (tmp_path / "out" / "transports-tiny-env0.png").stat().st_size > 1000
     again = cli("report", "rec", "-o", "-")

@@ -7,9 +7,18 @@ from rlbench.report.micro import render
 
 
 def _rec(impl: str, size: str, elements: int, samples: list[float]) -> Record:
-    return Record(run_id="r", timestamp="t", benchmark="gae", params={"group": "gae", "impl": impl, "size": size},
-                  definition_hash="h", metric="time/call", unit="s", direction="lower", samples=samples,
-                  meta={"elements": elements})  # fmt: skip
+    return Record(
+        run_id="r",
+        timestamp="t",
+        benchmark="gae",
+        params={"group": "gae", "impl": impl, "size": size},
+        definition_hash="h",
+        metric="time/call",
+        unit="s",
+        direction="lower",
+        samples=samples,
+        meta={"elements": elements},
+    )
 
 
 def test_table_speedups_and_stars() -> None:

@@ -76,7 +76,8 @@ def test_findings_ranked_by_amdahl_bound() -> None:
     assert found[0].bound == pytest.approx(1 / (1 - 1.0 / 1.71))
     assert all(a.bound >= b_.bound for a, b_ in zip(found, found[1:]))
     # evidence quotes the measured figures: 1.0 s over 1280 calls = 781.2 µs per batched step of 8 envs
-    assert "58.5% of steady time: `collect/env` 781.2 µs per call for 8 envs (97.66 µs per env transition)" in found[0].evidence
+    expected = "58.5% of steady time: `collect/env` 781.2 µs per call for 8 envs (97.66 µs per env transition)"
+    assert expected in found[0].evidence
 
 
 def test_small_parts_trigger_nothing() -> None:

@@ -18,6 +18,7 @@ def test_missing_stable_baselines3_is_a_usage_error(monkeypatch: pytest.MonkeyPa
         SB3SACConfig().validate()
 
 
+@pytest.mark.slow  # trains SB3's SAC (seconds)
 @pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None, reason="stable-baselines3 not installed")
 def test_sb3_sac_runs_and_reports_sps() -> None:
     import torch

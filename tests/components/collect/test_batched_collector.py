@@ -54,8 +54,9 @@ def test_async_rollout_equals_sync_rollout(env_id: str, transport: str, steps: i
     spec = env.action_spec
     sync = OnPolicyCollector(env, policy, steps, gamma, action_low=spec.low, action_high=spec.high)
     sync.reset(5)
-    with AsyncBatchedCollector(env_id, n, policy.act, transport, value_fn=policy.value, gamma=gamma,
-                               action_low=spec.low, action_high=spec.high) as coll:  # fmt: skip
+    with AsyncBatchedCollector(
+        env_id, n, policy.act, transport, value_fn=policy.value, gamma=gamma, action_low=spec.low, action_high=spec.high
+    ) as coll:
         coll.start(5)
         for _ in range(2):  # the second rollout continues from where the first stopped
             a = sync.collect()
@@ -114,6 +115,7 @@ def test_worker_failure_is_reported_not_hung() -> None:
     assert not coll._workers
 
 
+@pytest.mark.slow
 def test_ppo_with_async_collector_learns() -> None:
     """Same budget as the sync learning test (tests/test_learning.py: eval 211 / 144 there)."""
     from rlbench.algos.ppo.config import PPOConfig

@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlbench.components.envs import cartpole, cartpole_kernels
+from rlbench.components.envs import cartpole_kernels
 from rlbench.components.envs.base import ActionSpec, VecEnv
 from rlbench.components.envs.cartpole import NumpyCartPoleVecEnv
 

@@ -321,8 +321,12 @@ def test_bf16_autocast_update_tracks_the_fp32_update() -> None:
         upd = SACUpdate(a, c, hp, generator=torch.Generator().manual_seed(0))
         diag = upd.update(batch)
         assert all(p.dtype == torch.float32 for p in [*a.parameters(), *c.parameters()])
-        delta = torch.cat([(p - q).flatten() for p, q in zip([*a.parameters(), *c.parameters()],
-                                                             [*actor.parameters(), *critic.parameters()])])  # fmt: skip
+        delta = torch.cat(
+            [
+                (p - q).flatten()
+                for p, q in zip([*a.parameters(), *c.parameters()], [*actor.parameters(), *critic.parameters()])
+            ]
+        )
         runs[precision] = (diag, delta.detach())
     (d32, step32), (d16, step16) = runs["fp32"], runs["bf16"]
     assert float(d16["critic_loss"]) == pytest.approx(float(d32["critic_loss"]), rel=0.05)
@@ -331,6 +335,7 @@ def test_bf16_autocast_update_tracks_the_fp32_update() -> None:
     assert cos > 0.9, f"bf16 step direction differs from fp32: cosine {float(cos):.3f}"
 
 
+@pytest.mark.slow
 def test_compiled_update_equals_the_eager_update() -> None:
     """``torch.compile`` of the networks changes how, not what: same losses and parameters after a step."""
     torch.manual_seed(2)

@@ -1,0 +1,61 @@
+"""Child processes that never outlive rlbench: ended on Ctrl-C, SIGTERM, a timeout or any error of ours.
+
+:func:`run_child` is :func:`subprocess.run` with a gentler exit: when anything interrupts the wait, the child gets
+SIGTERM first (so an rlbench child can keep its finished work and remove its own temporary files), then SIGKILL
+if it has not exited within ``grace_s``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+
+def end_child(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
+    """Terminate ``proc`` (SIGTERM, then SIGKILL after ``grace_s``) and reap it."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_child(
+    cmd: Sequence[str], *, timeout: float | None = None, grace_s: float = 10.0, **popen: Any
+) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` to completion with its output captured as text; end it on timeout or interruption.
+
+    Args:
+        cmd: The command.
+        timeout: Seconds to wait before ending the child and raising :class:`subprocess.TimeoutExpired`.
+        grace_s: Seconds between SIGTERM and SIGKILL when the child must be ended.
+        **popen: Further :class:`subprocess.Popen` arguments (``cwd``, ``env``).
+    """
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException:
+            end_child(proc, grace_s)
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block ends (a record written whole, a cleanup finished), then deliver them."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

@@ -1,0 +1,229 @@
+"""Bad input, unwritable outputs, signals and legitimate-but-odd data: one line, the right exit code, nothing lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import one_line_error, record, rlbench
+
+from rlbench.store import read_records
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["--total-steps", "1024", "--eval-episodes", "1", "--quiet"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--seed", "-1"],
+        ["--seed", str(2**70)],
+        ["--threads", "10000"],
+    ],
+)
+def test_out_of_range_common_options_are_bad_input(tmp_path: Path, args: list[str]) -> None:
+    err = one_line_error(rlbench(["run", "ppo-cartpole", *SMALL, *args], tmp_path))
+    assert args[0] in err
+    assert not (tmp_path / ".rlbench").exists() or not list((tmp_path / ".rlbench").glob("*.jsonl"))
+
+
+def test_malformed_test_knob_is_bad_input(tmp_path: Path) -> None:
+    env = {**os.environ, "RLBENCH_INJECT_DELAY": "update:x"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlbench", "run", "ppo-cartpole", *SMALL],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "RLBENCH_INJECT_DELAY" in one_line_error(proc)
+
+
+@pytest.mark.parametrize("env_id", ["LunarLander-v3", "nosuchpkg:Foo-v0"])
+def test_env_that_fails_to_import_is_bad_input(tmp_path: Path, env_id: str) -> None:
+    assert env_id in one_line_error(rlbench(["run", "sac-pendulum", "--env", env_id, "--quiet"], tmp_path))
+
+
+def _two_runs(tmp_path: Path) -> tuple[Path, Path]:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for path, run in ((a, "20260101T000000Z-aaaaaa"), (b, "20260101T000001Z-bbbbbb")):
+        path.write_text("".join(record(run, samples=[100.0 + k], repeat=k, seed=k).to_json() + "\n" for k in range(6)))
+    return a, b
+
+
+def test_outputs_are_checked_before_any_work(tmp_path: Path) -> None:
+    a, b = _two_runs(tmp_path)
+    (tmp_path / "plain-file").write_text("x")
+    bad = str(tmp_path / "plain-file" / "out.md")  # its directory cannot exist
+    for args in (
+        ["compare", str(a), str(b), "--report", bad],
+        ["gate", str(a), str(b), "--fail", "sps:5%", "--summary", bad],
+        ["export", str(a), "--format", "pytest-benchmark", "-o", bad],
+    ):
+        proc = rlbench(args, tmp_path)
+        assert "cannot create directory" in one_line_error(proc), args
+        assert proc.stdout == "", args  # nothing printed before the error: no PASS followed by a failure
+    # a missing directory is created, as `rlbench run --report` does
+    ok = rlbench(["gate", str(a), str(b), "--fail", "sps:5%", "--summary", str(tmp_path / "new" / "dir" / "s.md")], tmp_path)
+    assert ok.returncode == 0 and (tmp_path / "new" / "dir" / "s.md").is_file(), ok.stderr
+
+
+def test_a_threshold_that_can_never_fail_is_refused(tmp_path: Path) -> None:
+    a, b = _two_runs(tmp_path)
+    assert "can never get worse" in one_line_error(rlbench(["gate", str(a), str(b), "--fail", "sps:500%"], tmp_path))
+
+
+def test_import_of_non_numeric_timings_is_bad_input(tmp_path: Path) -> None:
+    data = {"benchmarks": [{"name": "t", "stats": {"median": 1.0, "data": ["fast", 1.0]}}]}
+    (tmp_path / "b.json").write_text(json.dumps(data))
+    assert "non-numeric" in one_line_error(rlbench(["import", "b.json"], tmp_path))
+
+
+def test_sac_with_no_update_writes_records_and_a_report(tmp_path: Path) -> None:
+    proc = rlbench(
+        [
+            "run",
+            "sac-pendulum",
+            "--total-steps",
+            "300",
+            "--learning-starts",
+            "1000",
+            "--eval-episodes",
+            "1",
+            "--quiet",
+            "--json",
+        ],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    report = tmp_path / out["report"]
+    assert report.is_file() and "300 agent steps" in report.read_text()
+
+
+def _children(pid: int) -> list[int]:
+    """Live child processes of ``pid`` (from /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _leftovers(before: set[str]) -> set[str]:
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    return {p.name for p in tmp.glob("rlbench-*")} - before
+
+
+def _signal_mid_run(tmp_path: Path, args: list[str], sig: int, wait_for: str) -> tuple[subprocess.CompletedProcess, set]:
+    """Start `rlbench ARGS`, send `sig` once a file matching `wait_for` (under tmp_path) has data, wait for the end."""
+    before = {p.name for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("rlbench-*")}
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlbench", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(h.stat().st_size > 0 for h in tmp_path.glob(wait_for)):
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before the signal could be sent"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    time.sleep(0.2)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), _leftovers(before)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_during_training_keeps_finished_repeats(tmp_path: Path, sig: int, code: int) -> None:
+    done, left = _signal_mid_run(
+        tmp_path,
+        ["run", "ppo-cartpole", "--total-steps", "16384", "--repeats", "50", "--quiet", "--store", "s"],
+        sig,
+        "s/*.jsonl",
+    )
+    assert done.returncode == code, done.stderr
+    assert "repeats saved in" in done.stderr and "Traceback" not in done.stderr
+    repeats = sorted({r.repeat for r in read_records(tmp_path / "s")})
+    assert repeats == list(range(len(repeats))) and 1 <= len(repeats) < 50
+    assert not left
+
+
+def test_sigterm_during_micro_leaves_no_child_and_no_temp_dir(tmp_path: Path) -> None:
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlbench", "run", "gae", "--max-time", "0.5", "--quiet"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline, pytest_child = time.monotonic() + 120, None
+    while time.monotonic() < deadline and pytest_child is None:
+        for child in _children(proc.pid):  # the chart worker, then the pytest-benchmark subprocess
+            try:
+                if "benchmark-json" in Path(f"/proc/{child}/cmdline").read_text():
+                    pytest_child = child
+            except OSError:
+                pass
+        time.sleep(0.01)
+    assert pytest_child is not None, "the micro run never started its pytest-benchmark child"
+    tmp_dirs = [Path(os.readlink(f"/proc/{pytest_child}/cwd"))]  # the child runs in the micro run's temporary directory
+    assert tmp_dirs[0].name.startswith("rlbench-micro-")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert not Path(f"/proc/{pytest_child}").exists(), "the pytest child outlived rlbench"
+    assert not [p for p in tmp_dirs if p.exists()], "the micro run's temporary directory was left behind"
+
+
+def test_sigterm_during_ab_removes_worktrees(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    if not (repo / ".git").exists():
+        pytest.skip("needs rlbench's own git checkout")
+    before = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
+    args = ["ab", "HEAD", "HEAD", "--rounds", "5", "--", "run", "ppo-cartpole", "--total-steps", "16384"]
+    env_tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlbench", *args], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    before_tmp = {p.name for p in env_tmp.glob("rlbench-ab-*")}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(env_tmp.glob("rlbench-ab-*/store-*/*.jsonl")):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    after = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
+    assert after == before
+    assert {p.name for p in env_tmp.glob("rlbench-ab-*")} <= before_tmp
+    assert subprocess.run(["pgrep", "-f", "rlbench-ab-"], capture_output=True, text=True).stdout.strip() == ""
+
+
+def test_ab_on_a_revision_without_rlbench_is_bad_input(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "x.txt").write_text("x")
+    subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qam", "x"], cwd=tmp_path, check=False)
+    subprocess.run(["git", "add", "x.txt"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x"], cwd=tmp_path, check=True)
+    proc = rlbench(["ab", "HEAD", "HEAD", "--rounds", "5", "--", "run", "ppo-cartpole"], tmp_path)
+    assert "has no rlbench package" in one_line_error(proc)
+    assert subprocess.run(["git", "worktree", "list"], cwd=tmp_path, capture_output=True, text=True).stdout.count("\n") == 1

@@ -1,0 +1,89 @@
+"""Fingerprints: the hardware id hashes the hardware, versions and thread settings are read, the commit is found."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import types
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from rlbench import fingerprint as fpmod
+
+
+def test_machine_fingerprint_fields_and_id() -> None:
+    info = fpmod.machine_fingerprint()
+    assert set(info) == {"cpu", "cores", "memory_gib", "arch", "os", "gpus", "id"}
+    assert info["cores"] == os.cpu_count() and isinstance(info["cpu"], str) and info["cpu"]
+    hardware = {k: info[k] for k in ("cpu", "cores", "memory_gib", "arch", "gpus")}
+    assert info["id"] == hashlib.sha256(json.dumps(hardware, sort_keys=True).encode()).hexdigest()[:12]
+    if Path("/proc/meminfo").exists():
+        assert info["memory_gib"] > 0
+    assert fpmod.machine_fingerprint() is info  # computed once per process
+
+
+def test_gpus_asks_torch_only_when_it_is_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert fpmod._gpus() == []
+    cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2, get_device_name=lambda i: f"GPU {i}")
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    assert fpmod._gpus() == ["GPU 0", "GPU 1"]
+
+
+def test_software_fingerprint_versions_threads_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLBENCH_INJECT_DELAY", "update:0.05")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(get_num_threads=lambda: 3))
+    sw = fpmod.software_fingerprint()
+    assert sw["packages"]["rlbench"] == metadata.version("rlbench")
+    assert set(sw["packages"]) == set(fpmod._PACKAGES)
+    assert sw["torch_threads"] == 3
+    assert sw["env"]["RLBENCH_INJECT_DELAY"] == "update:0.05" and sw["env"]["OMP_NUM_THREADS"] is None
+    assert sw["python"].count(".") == 2
+    monkeypatch.delitem(sys.modules, "torch")
+    assert fpmod.software_fingerprint()["torch_threads"] is None  # never imports torch itself
+
+
+def test_missing_package_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fpmod, "_PACKAGES", ("rlbench", "surely-not-an-installed-package-xyz"))
+    assert fpmod.software_fingerprint()["packages"]["surely-not-an-installed-package-xyz"] is None
+
+
+def test_git_prefers_the_package_checkout_then_the_working_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    package_dir = Path(fpmod.__file__).resolve().parent
+    asked: list[Path] = []
+
+    def fake_git(args: list[str], cwd: Path) -> str | None:
+        asked.append(Path(cwd))
+        if Path(cwd) != tmp_path:
+            return None  # the package is not in a repository (an installed wheel)
+        return {
+            "rev-parse HEAD": "c0ffee",
+            "status --porcelain --untracked-files=no": " M x.py",
+            "rev-parse --show-toplevel": str(tmp_path / "proj"),
+        }[" ".join(args)]
+
+    monkeypatch.setattr(fpmod, "_git", fake_git)
+    assert fpmod.git_fingerprint(tmp_path) == {"commit": "c0ffee", "dirty": True, "repo": "proj"}
+    assert asked[0] == package_dir
+    monkeypatch.setattr(fpmod, "_git", lambda args, cwd: None)
+    assert fpmod.git_fingerprint(tmp_path) == {"commit": None, "dirty": None, "repo": None}
+
+
+def test_git_of_a_real_repository(tmp_path: Path) -> None:
+    commit = fpmod._git(["rev-parse", "HEAD"], Path(fpmod.__file__).resolve().parent)
+    if commit is None:
+        pytest.skip("rlbench is not imported from a git checkout")
+    g = fpmod.git_fingerprint(tmp_path)
+    assert g["commit"] == commit and len(commit) == 40 and isinstance(g["dirty"], bool) and g["repo"]
+    assert fpmod._git(["rev-parse", "HEAD"], tmp_path / "does-not-exist") is None  # a failing git is None, not an error
+
+
+def test_fingerprint_has_all_three_parts() -> None:
+    fp = fpmod.fingerprint()
+    assert set(fp) == {"machine", "software", "git"}
+    json.dumps(fp)  # stored in every record: must be JSON
