@@ -102,8 +102,11 @@ class CaseResult:
 
     @property
     def improvement(self) -> float:
-        """Signed relative improvement: positive is better (ratio above 1 for higher-is-better metrics)."""
-        if not math.isfinite(self.ratio):
+        """Signed relative improvement: positive is better (ratio above 1 for higher-is-better metrics).
+
+        Infinite when a noise-free count rises from zero (``-inf`` for a lower-is-better counter: infinitely worse).
+        """
+        if math.isnan(self.ratio):
             return math.nan
         return self.ratio - 1.0 if self.case.direction == "higher" else 1.0 - self.ratio
 
@@ -214,7 +217,11 @@ def compare_case(case: Case, min_effect: float = 0.05, confidence: float = 0.95,
     constant = b.size > 0 and c.size > 0 and np.ptp(b) == 0 and np.ptp(c) == 0
     exact = constant and (case.unit == "count" or min(b.size, c.size) >= 2)
     insufficient = not paired and min(b.size, c.size) < MIN_SAMPLES and not exact
-    if insufficient:
+    if exact:  # noise-free: the ratio is known exactly, also from zero (0 -> 2,048 syncs is an infinite increase)
+        mb, mc = float(b[0]), float(c[0])
+        ratio = mc / mb if mb != 0 else (1.0 if mc == 0 else math.copysign(math.inf, mc))
+        low = high = ratio
+    elif insufficient:
         ratio = float(np.median(c) / np.median(b)) if b.size and c.size and np.median(b) != 0 else math.nan
         low = high = math.nan
     elif paired:
@@ -246,7 +253,7 @@ def compare_case(case: Case, min_effect: float = 0.05, confidence: float = 0.95,
 
 
 def _verdict(case: Case, ratio: float, significant: bool, min_effect: float) -> str:
-    if not math.isfinite(ratio) or not significant or abs(ratio - 1.0) < min_effect:
+    if math.isnan(ratio) or not significant or abs(ratio - 1.0) < min_effect:
         return "no change"
     if case.direction == "none":
         return "changed"

@@ -121,7 +121,7 @@ def evaluate(
                 "nothing to compare (a gate never passes on missing data)"
             )
         for r in found:
-            if r.n_base == 0 or r.n_cand == 0 or not math.isfinite(r.ratio):
+            if r.n_base == 0 or r.n_cand == 0 or math.isnan(r.ratio):
                 raise DataError(f"gate: metric {t.metric!r} has no usable samples (baseline {r.n_base}, candidate {r.n_cand})")
             if r.insufficient:
                 raise DataError(
@@ -137,7 +137,10 @@ def evaluate(
                 )
             worse = _worse_by(r)
             failed = _significantly_worse(r) and worse > t.fraction
-            if failed:
+            if math.isinf(worse):
+                change = "rose" if r.cand_median > r.base_median else "fell"
+                reason = f"{change} from {r.base_median:,.0f} to {r.cand_median:,.0f} (noise-free count, exact)"
+            elif failed:
                 reason = (
                     f"worse by {100 * worse:.1f}% (> {100 * t.fraction:g}%), 95% CI of ratio [{r.ci_low:.3f}, {r.ci_high:.3f}]"
                 )

@@ -204,3 +204,19 @@ def test_gate_on_future_schema_is_exit_2(tmp_path: Path, capsys: pytest.CaptureF
     future.write_text(json.dumps(data) + "\n")
     assert main(["gate", str(good.path), str(future), "--fail", "sps:5%"]) == 2
     assert "newer rlbench" in capsys.readouterr().err
+
+
+def test_a_counter_rising_from_zero_is_an_exact_regression() -> None:
+    """0 -> 2,048 syncs per iteration: an infinite, exact increase; the gate fails it instead of refusing it."""
+
+    def side(run: str, value: float) -> list[Record]:
+        return [
+            Record(run, "t", "b", {}, "h", "syncs/iteration", "count", "lower", [value], repeat=k, seed=k) for k in range(3)
+        ]
+
+    base, cand = side("r1", 0.0), side("r2", 2048.0)
+    (r,) = compare(base, cand)
+    assert r.ratio == math.inf and r.verdict == "worse" and r.significant
+    outcome = evaluate(base, cand, [Threshold.parse("syncs/iteration:0%")], learning_drop=None)
+    assert outcome.exit_code == 1 and "rose from 0 to 2,048" in outcome.checks[0].reason
+    assert evaluate(base, base, [Threshold.parse("syncs/iteration:0%")], learning_drop=None).exit_code == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rlbench.compare import CaseResult
 from rlbench.gate import GateOutcome
 from rlbench.records import Record
 
@@ -18,8 +19,8 @@ def comparison_markdown(results: list, base: list[Record], cand: list[Record], n
     lines += [f"> **{n}**" for n in notes]
     lines += [
         "",
-        f"Baseline run `{base[0].run_id}` vs candidate run `{cand[0].run_id}`. Ratio = candidate median / baseline median; "
-        f"95% bootstrap interval; a verdict needs a significant change of at least {100 * min_effect:g}%.",
+        f"Baseline run `{base[0].run_id}` vs candidate run `{cand[0].run_id}`. {RATIO_LEGEND} 95% bootstrap interval; a "
+        f"verdict needs a significant change of at least {100 * min_effect:g}%.",
         "",
         "| Benchmark | Metric | Baseline | Candidate | Ratio | 95% CI | n | Verdict |",
         "|---|---|---|---|---|---|---|---|",
@@ -34,19 +35,41 @@ def comparison_markdown(results: list, base: list[Record], cand: list[Record], n
     return "\n".join(lines) + "\n"
 
 
+RATIO_LEGEND = (
+    "Ratio: candidate / baseline. Unpaired rows: the ratio of the two medians shown. Rows marked *paired* (both sides "
+    "ran the same seeds): the median of the per-seed ratios, which cancels drift between rounds and can differ from "
+    "the ratio of the pooled medians beside it."
+)
+
+
+def case_label(r: CaseResult, several: bool) -> str:
+    """The benchmark of a row, with its parameters when the same benchmark appears with several parameter sets."""
+    return f"{r.case.benchmark} {r.case.params}" if several else r.case.benchmark
+
+
 def gate_markdown(outcome: GateOutcome, notes: list[str] | None = None) -> str:
-    """A markdown table of the checks, fit for a CI job summary."""
+    """A markdown table of the checks, fit for a CI job summary (a Case column when several cases are gated)."""
     status = "FAIL: regression" if outcome.exit_code else "PASS"
     lines = [f"## rlbench gate: {status}", ""]
     lines += [f"> {n}" for n in notes or []]
     if notes:
         lines.append("")
-    lines += ["| Metric | Limit | Baseline | Candidate | Ratio | 95% CI | Result |", "|---|---|---|---|---|---|---|"]
+    cases = {(c.result.case.benchmark, c.result.case.params) for c in outcome.checks}
+    benchmarks = {b for b, _ in cases}
+    show = len(cases) > 1
+    head = ["Case"] * show + ["Metric", "Limit", "Baseline", "Candidate", "Ratio", "95% CI", "Result"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in outcome.checks:
         r = c.result
-        lines.append(
-            f"| `{c.threshold.metric}` | {100 * c.threshold.fraction:g}% | {fmt_value(r.base_median)} | "
-            f"{fmt_value(r.cand_median)} | {r.ratio:.3f} | [{r.ci_low:.3f}, {r.ci_high:.3f}] | "
-            f"{'❌ ' if c.failed else '✅ '}{c.reason} |"
-        )
-    return "\n".join(lines) + "\n"
+        case = [case_label(r, len(cases) > len(benchmarks))] * show
+        cells = [
+            f"`{c.threshold.metric}`",
+            f"{100 * c.threshold.fraction:g}%",
+            fmt_value(r.base_median),
+            fmt_value(r.cand_median),
+            f"{r.ratio:.3f}" + (" (paired)" if r.paired else ""),
+            f"[{r.ci_low:.3f}, {r.ci_high:.3f}]",
+            f"{'❌ ' if c.failed else '✅ '}{c.reason}",
+        ]
+        lines.append("| " + " | ".join(case + cells) + " |")
+    return "\n".join([*lines, "", RATIO_LEGEND]) + "\n"

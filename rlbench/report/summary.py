@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlbench.metrics import EVAL_RETURN, SPS, SPS_STEADY, TRAIN_S, WARMUP_S
+from rlbench.metrics import EVAL_RETURN, INIT_S, SPS, SPS_STEADY, TIME, TRAIN_S, WARMUP, WARMUP_S
 from rlbench.report.format import fmt, fmt_s
+
+
+def leaf_phase_times(summary: dict[str, Any]) -> list[tuple[str, float]]:
+    """``(phase, seconds)`` of the run's leaf phases (no recorded child; warm-up apart), largest first."""
+    phases = {k[len(TIME) :]: v for k, v in summary.items() if k.startswith(TIME) and isinstance(v, (int, float))}
+    phases.pop(WARMUP, None)
+    leaves = [(p, v) for p, v in phases.items() if not any(q.startswith(p + "/") for q in phases)]
+    return sorted(leaves, key=lambda pv: -pv[1])
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -22,13 +30,12 @@ def print_summary(summary: dict[str, Any]) -> None:
     table.add_row("Training SPS (agent steps/s)", fmt(get(SPS), 0))
     table.add_row("Steady-state SPS", fmt(get(SPS_STEADY), 0))
     table.add_row("Training time", fmt_s(get(TRAIN_S)))
-    table.add_row("Init / warm-up", f"{fmt_s(get('init_s'))} / {fmt_s(get('warmup_s'))}")
+    table.add_row("Init / warm-up", f"{fmt_s(get(INIT_S))} / {fmt_s(get(WARMUP_S))}")
     table.add_row("Eval return (deterministic)", fmt(get(EVAL_RETURN), 1))
     steady = (get(TRAIN_S) or 0.0) - (get(WARMUP_S) or 0.0)
-    for phase in ("collect/env", "collect/policy", "advantage", "update"):
-        s = get(f"time/{phase}")
-        if s is not None and steady > 0:
-            table.add_row(f"  {phase}", f"{fmt_s(s)}  ({100 * s / steady:.1f}%)")
+    for phase, seconds in leaf_phase_times(summary)[:8]:  # whatever the run timed, largest first
+        if steady > 0 and seconds >= 0.01 * steady:
+            table.add_row(f"  {phase}", f"{fmt_s(seconds)}  ({100 * seconds / steady:.1f}%)")
     table.add_row("Wall, CLI start to report written", fmt_s(get("cli_wall_s")))
     console = Console()
     console.print(table)
@@ -83,13 +90,15 @@ def print_comparison(results: list, base: list, cand: list, notes: list[str]) ->
     for n in notes:
         console.print(f"[bold red]{n}[/]")
     table = Table(title=f"{base[0].run_id} → {cand[0].run_id}")
-    for col in ("Metric", "Baseline", "Candidate", "Ratio", "95% CI", "Verdict"):
-        table.add_column(col, justify="left" if col in ("Metric", "Verdict") else "right")
+    several = len({r.case.benchmark for r in results}) > 1
+    for col in ("Benchmark",) * several + ("Metric", "Baseline", "Candidate", "Ratio", "95% CI", "Verdict"):
+        table.add_column(col, justify="left" if col in ("Benchmark", "Metric", "Verdict") else "right")
     colors = {"faster": "green", "better": "green", "slower": "red", "worse": "red"}
     for r in results:
         color = colors.get(r.verdict, "")
         verdict = f"[{color}]{r.verdict}[/]" if color else r.verdict
         table.add_row(
+            *((r.case.benchmark,) if several else ()),
             r.case.metric,
             fmt_value(r.base_median),
             fmt_value(r.cand_median),

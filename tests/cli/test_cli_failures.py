@@ -21,6 +21,12 @@ from rlbench.registry import BenchmarkSpec
 from rlbench.store import read_records
 
 
+def foreground_signals() -> None:
+    """In the child: Ctrl-C and SIGTERM as a foreground command has them (a background shell job ignores SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_ctrl_c_keeps_finished_repeats(tmp_path: Path) -> None:
     proc = subprocess.Popen(
@@ -44,6 +50,7 @@ def test_ctrl_c_keeps_finished_repeats(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=foreground_signals,
     )
     deadline = time.monotonic() + 90
     try:

@@ -1,52 +1,10 @@
-"""Fixtures of the fault-injection tests: the real `rlbench` command in a subprocess, records to corrupt."""
+"""Fixtures of the fault-injection tests."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-from rlbench.records import Record
-
-
-def rlbench(args: list[str], cwd: Path, timeout: float = 180, **kw: object) -> subprocess.CompletedProcess[str]:
-    """Run `python -m rlbench ARGS` in `cwd` and wait for it."""
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "rlbench", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, **kw
-    )
-
-
-def one_line_error(proc: subprocess.CompletedProcess[str], code: int = 2) -> str:
-    """The process exited ``code`` with exactly one line on stderr, starting ``rlbench: error:``."""
-    err = proc.stderr.strip()
-    assert proc.returncode == code, (proc.returncode, proc.stderr[-2000:])
-    assert "Traceback" not in proc.stderr and err.count("\n") == 0, proc.stderr[-2000:]
-    assert err.startswith("rlbench: error:"), err
-    return err
-
-
-def record(run_id: str = "20260101T000000Z-aaaaaa", metric: str = "sps", samples: list | None = None, **kw: object) -> Record:
-    """A valid record (override any field)."""
-    base = dict(
-        run_id=run_id,
-        timestamp="2026-01-01T00:00:00+00:00",
-        benchmark="bench",
-        params={"n": 1},
-        definition_hash="h",
-        metric=metric,
-        unit="steps/s",
-        direction="higher",
-        samples=[1.0, 2.0] if samples is None else samples,
-        repeat=0,
-        seed=0,
-        fingerprint={"machine": {"id": "m"}, "software": {}, "git": {}},
-    )
-    base.update(kw)
-    return Record(**base)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import one_line_error, record, rlbench
+from fault_helpers import foreground_signals, one_line_error, record, rlbench
 
 from rlbench.store import read_records
 
@@ -138,6 +138,7 @@ def _signal_mid_run(tmp_path: Path, args: list[str], sig: int, wait_for: str) ->
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=foreground_signals,
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
@@ -175,6 +176,7 @@ def test_sigterm_during_micro_leaves_no_child_and_no_temp_dir(tmp_path: Path) ->
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=foreground_signals,
     )
     deadline, pytest_child = time.monotonic() + 120, None
     while time.monotonic() < deadline and pytest_child is None:
@@ -203,7 +205,12 @@ def test_sigterm_during_ab_removes_worktrees(tmp_path: Path) -> None:
     args = ["ab", "HEAD", "HEAD", "--rounds", "5", "--", "run", "ppo-cartpole", "--total-steps", "16384"]
     env_tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rlbench", *args], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "rlbench", *args],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=foreground_signals,
     )
     before_tmp = {p.name for p in env_tmp.glob("rlbench-ab-*")}
     deadline = time.monotonic() + 120

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import one_line_error, record, rlbench
+from fault_helpers import one_line_error, record, rlbench
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

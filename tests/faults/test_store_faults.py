@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import one_line_error, record, rlbench
+from fault_helpers import one_line_error, record, rlbench
 
 from rlbench.errors import DataError, StoreError
 from rlbench.store import RecordsWarning, RunWriter, read_file, read_records, read_run
@@ -62,7 +62,7 @@ def test_append_is_all_or_nothing_at_the_file_size_limit(tmp_path: Path) -> None
     code = f"""
 import resource, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
-from conftest import record
+from fault_helpers import record
 from rlbench.store import RunWriter
 from rlbench.errors import StoreError
 w = RunWriter({str(tmp_path)!r}, "20260101T000000Z-aaaaaa")
