@@ -59,3 +59,15 @@ def signals_deferred() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def child_pythonpath(env: dict[str, str] | None = None) -> str:
+    """``PYTHONPATH`` for a child that runs elsewhere: the working directory first, every entry made absolute.
+
+    As under pytest, modules in the directory rlbench was started from (``mygae.py``) are importable by the code
+    rlbench runs for the user, and a relative ``PYTHONPATH`` keeps meaning what it meant where the user typed it.
+    """
+    import os
+
+    entries = [os.getcwd(), *((env or os.environ).get("PYTHONPATH", "").split(os.pathsep))]
+    return os.pathsep.join(dict.fromkeys(os.path.abspath(p) for p in entries if p))

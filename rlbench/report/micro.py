@@ -74,13 +74,18 @@ def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, l
         if isinstance(n, (int, float)):
             elements[(group, op)][size] = float(n)
     lines = _header(records[0], records[0].run_id)
-    notes = sorted({str(n) for r in records for n in (r.meta.get("notes") or [])})
+    all_notes = sorted({str(n) for r in records for n in (r.meta.get("notes") or [])})
+    failed = [n for n in all_notes if " failed: " in n]
+    notes = [n for n in all_notes if n not in failed]
     if notes:
         lines += [
             "",
             "Device matrix: torch variants run on every available device (rows `impl@device`; CPU rows unsuffixed). "
             "Not measured here: " + "; ".join(notes) + ".",
         ]
+    if failed:
+        lines += ["", "**Failed, not timed** (the other implementations' timings stand):", ""]
+        lines += [f"- `{n.partition(' failed: ')[0]}`: {n.partition(' failed: ')[2]}" for n in failed]
     charts = []
     for (group, op), by_impl in sorted(cells.items()):
         sizes = sorted({s for per in by_impl.values() for s in per}, key=lambda s: (elements[(group, op)].get(s, math.inf), s))

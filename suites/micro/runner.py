@@ -17,13 +17,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlbench.children import run_child
+from rlbench.children import child_pythonpath, run_child
 from rlbench.errors import UsageError
 from rlbench.metrics import TIME_CALL, Metric
 from rlbench.options import option
@@ -38,6 +40,7 @@ GROUPS = {
     "estimators": ("test_estimators.py", "TD(lambda), group-relative advantages, token-level KL estimators"),
 }
 USER_IMPLS_ENV = "RLBENCH_USER_IMPLS"
+USER_TIMEOUT_ENV = "RLBENCH_USER_TIMEOUT"  # seconds per benchmark of a user implementation (conftest.py enforces it)
 
 
 @dataclass
@@ -52,6 +55,11 @@ class MicroConfig:
         "microsecond calls slowed numba GAE 3.6 -> 6.1 us and NumPy GAE 36 -> 57 us)",
         default=1,
     )
+    timeout: float = option(
+        "seconds your implementation (--impl) may take for its import and correctness check, and for each of its "
+        "benchmarks; past it, it fails (named in the report) and the other implementations keep their timings",
+        default=60.0,
+    )
     seed: int = option("unused by micro-benchmarks (inputs are fixed); kept for repeat numbering", default=0)
 
     def validate(self) -> None:
@@ -62,6 +70,8 @@ class MicroConfig:
         """
         if not self.max_time > 0:
             raise UsageError(f"--max-time must be positive, got {self.max_time}")
+        if not self.timeout > 0:
+            raise UsageError(f"--timeout must be positive, got {self.timeout}")
         if self.threads < 1:
             raise UsageError(f"--threads must be at least 1, got {self.threads}")
 
@@ -80,6 +90,14 @@ def skip_notes(output: str) -> list[str]:
         if m.group(2).endswith(SKIP_SUFFIX):
             counts[m.group(2)] = counts.get(m.group(2), 0) + int(m.group(1))
     return [f"{reason} ({n} case{'s' if n > 1 else ''} skipped)" for reason, n in sorted(counts.items())]
+
+
+def failed_tests(output: str) -> list[str]:
+    """``"<test id> failed: <error>"`` for each benchmark pytest reports as failed (its ``-rf`` summary)."""
+    out = []
+    for m in re.finditer(r"^FAILED \S+?::(\S+)(?: - (.*))?$", output, re.MULTILINE):
+        out.append(f"{m.group(1)} failed: {m.group(2) or 'see pytest output'}")
+    return out
 
 
 def run_group_files(files: list[Path], config: MicroConfig, user_impls: dict[str, str]) -> dict[str, Any]:
@@ -104,7 +122,7 @@ def run_group_files(files: list[Path], config: MicroConfig, user_impls: dict[str
             # harness's per-round cost (a Python call and two timer reads, ~1-2 µs here) is not in the figure
             "--benchmark-min-time=0.00005",
             "-q",
-            "-rs",
+            "-rfs",
             "-p",
             "no:cacheprovider",
             "--rootdir",
@@ -114,14 +132,24 @@ def run_group_files(files: list[Path], config: MicroConfig, user_impls: dict[str
             cmd += ["-k", config.select]
         env = dict(os.environ)
         env[USER_IMPLS_ENV] = json.dumps(user_impls)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = child_pythonpath()  # the working directory and a relative PYTHONPATH still import
+        env[USER_TIMEOUT_ENV] = str(config.timeout)
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(config.threads)  # torch's pool size, read at its start
-        proc = run_child(cmd, cwd=tmp, env=env)
-        if proc.returncode not in (0,) or not out.is_file():
+        # a backstop for code that hangs where the per-benchmark alarm cannot reach it (inside a C call)
+        backstop = 3600 + 20 * config.timeout * max(len(user_impls), 1)
+        try:
+            proc = run_child(cmd, cwd=tmp, env=env, timeout=backstop)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"pytest-benchmark did not finish within {backstop:g} s and was ended") from None
+        failures = failed_tests(proc.stdout)
+        # exit 1 = some benchmarks failed: keep the others' timings and name the failures; anything else is fatal
+        if proc.returncode not in (0, 1) or not out.is_file() or (proc.returncode == 1 and not failures):
             tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
             raise RuntimeError(f"pytest-benchmark exited {proc.returncode}: {tail}")
         data = json.loads(out.read_text())
-        data["rlbench_notes"] = skip_notes(proc.stdout)
+        data["rlbench_notes"] = skip_notes(proc.stdout) + failures
+        for line in failures:
+            warnings.warn(line, stacklevel=2)
         return data
 
 
@@ -153,7 +181,7 @@ def make_run(groups: list[str]):
         present = [g for g in groups if g in available_groups()]
         if not present:
             raise UsageError(f"no suite file for {', '.join(groups)} in this installation")
-        user = check_user_impls(config.impl, present)
+        user = check_user_impls(config.impl, present, config.timeout)
         data = run_group_files([MICRO_DIR / GROUPS[g][0] for g in present], config, user)
         metrics = metrics_from_json(data)
         if not metrics:

@@ -24,7 +24,9 @@ Contract per group (``rlbench run GROUP --impl package.module:function``):
   50 more steps must keep the shapes.
 
 An implementation that cannot be imported, or that fails its check, is rejected before anything is
-timed, with a one-line error naming what failed (for GAE the largest difference).
+timed, with a one-line error naming what failed (for GAE the largest difference). The import and the check run
+in a child process under ``--timeout``: user code that hangs, exits or crashes the interpreter is reported as
+such, and cannot take rlbench down. Modules in the working directory are importable, as under pytest.
 """
 
 from __future__ import annotations
@@ -85,11 +87,12 @@ def check_gae(spec: str, fn: Callable[..., Any]) -> None:
         )
 
 
-def check_user_impls(specs: tuple[str, ...], groups: list[str]) -> dict[str, str]:
-    """Validate every ``--impl`` for the groups being run; return ``{display name: spec}``.
+def check_user_impls(specs: tuple[str, ...], groups: list[str], timeout: float = 60.0) -> dict[str, str]:
+    """Validate every ``--impl`` for the groups being run, each in a child process; return ``{display name: spec}``.
 
     Raises:
-        UsageError: For a group without a user-implementation contract, or an import / correctness failure.
+        UsageError: For a group without a user-implementation contract, or an import / correctness failure, a
+            check that does not finish within ``timeout`` seconds, or one that exits or crashes.
     """
     if not specs:
         return {}
@@ -98,15 +101,57 @@ def check_user_impls(specs: tuple[str, ...], groups: list[str]) -> dict[str, str
         raise UsageError(f"--impl is supported for {', '.join(SUPPORTED)}; not for {', '.join(unsupported)} (run one group)")
     if len(groups) > 1:
         raise UsageError(f"--impl needs a single group (its contract depends on the group), got {', '.join(groups)}")
-    from rlbench.suites.micro.user_checks import check_buffer, check_env
-
-    check = {"gae": check_gae, "buffers": check_buffer, "envs": check_env}[groups[0]]
     out = {}
     for spec in specs:
-        fn = load_callable(spec)
-        check(spec, fn)
+        check_in_child(groups[0], spec, timeout)
         out[f"user:{spec.rpartition(':')[2]}"] = spec
     return out
+
+
+def check_in_child(group: str, spec: str, timeout: float) -> None:
+    """Import and check one implementation in a child process (see :func:`main`).
+
+    Raises:
+        UsageError: Saying what went wrong: the check's own message, a timeout, an exit code or a crash.
+    """
+    import os
+    import subprocess
+    import sys
+
+    from rlbench.children import child_pythonpath, run_child
+
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
+    cmd = [sys.executable, "-m", "rlbench.suites.micro.user_impls", group, spec]
+    try:
+        proc = run_child(cmd, env=env, timeout=timeout, grace_s=2.0)
+    except subprocess.TimeoutExpired:
+        raise UsageError(
+            f"--impl {spec}: its import and correctness check did not finish within {timeout:g} s (--timeout); not timed"
+        ) from None
+    if proc.returncode == 0:
+        return
+    lines = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()]
+    if proc.returncode == 2 and lines and lines[-1].startswith("--impl "):
+        raise UsageError(lines[-1])
+    how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with code {proc.returncode}"
+    last = f" ({lines[-1][:200]})" if lines else ""
+    raise UsageError(f"--impl {spec}: {how} during its import or correctness check{last}; not timed")
+
+
+def main(argv: list[str]) -> int:
+    """Child side of :func:`check_in_child`: ``GROUP SPEC``; exit 0 when the implementation passes its check."""
+    import sys
+
+    from rlbench.suites.micro.user_checks import check_buffer, check_env
+
+    group, spec = argv
+    check = {"gae": check_gae, "buffers": check_buffer, "envs": check_env}[group]
+    try:
+        check(spec, load_callable(spec))
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return 0
 
 
 def user_cases(env_value: str | None) -> dict[str, Callable[..., Any]]:
@@ -116,3 +161,9 @@ def user_cases(env_value: str | None) -> dict[str, Callable[..., Any]]:
     if not env_value:
         return {}
     return {name: load_callable(spec) for name, spec in json.loads(env_value).items()}
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
