@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rlbench.metrics import MACHINE, MACHINE_OTHER_CPU
 from rlbench.records import Record
 
 RATE_OR_TIME_UNITS = ("s", "steps/s", "us", "ms", "ops/s", "req/s")
@@ -157,6 +158,8 @@ def match_cases(
         for r in records:
             if metrics is not None and r.metric not in metrics:
                 continue
+            if r.metric.startswith(MACHINE):  # context of a measurement, not a measurement to compare
+                continue
             k = _key(r, ignore)
             case = sides.get(k)
             if case is None:
@@ -275,6 +278,59 @@ def compare(
     """Compare every case present on both sides (see the module docstring)."""
     cases = match_cases(base, cand, metrics, ignore_params)
     return [compare_case(c, min_effect, confidence, n_boot) for c in cases]
+
+
+BUSY_DIFFERENCE = 0.10
+"""Sides whose other-process CPU shares differ by this much (10% of the machine) can explain a timing effect."""
+
+
+def side_load(records: list[Record]) -> float | None:
+    """Median over repeats of the share of CPU capacity other processes used (``None`` if not recorded)."""
+    values = [v for r in records if r.metric == MACHINE_OTHER_CPU for v in r.samples if math.isfinite(v)]
+    return float(np.median(values)) if values else None
+
+
+@dataclass
+class LoadCheck:
+    """What else the machine was doing on each side, and whether that can explain a timing verdict."""
+
+    base: float | None
+    cand: float | None
+
+    @property
+    def note(self) -> str | None:
+        """A line for the top of a comparison (``None`` when neither side recorded its load)."""
+        if self.base is None and self.cand is None:
+            return None
+
+        def pct(v: float | None) -> str:
+            return "not recorded" if v is None else f"{100 * v:.0f}%"
+
+        return (
+            f"machine load (CPU capacity used by other processes, median over repeats): baseline {pct(self.base)}, "
+            f"candidate {pct(self.cand)}"
+        )
+
+    def explains(self, r: CaseResult) -> bool:
+        """Whether the load difference could have produced this timing result's direction.
+
+        A candidate that looks worse on a busier candidate side, or better on a busier baseline side, is not
+        evidence: the other processes' load alone pushes the result that way. A result against the load's push
+        stands (if anything it was understated).
+        """
+        if self.base is None or self.cand is None or abs(self.cand - self.base) < BUSY_DIFFERENCE:
+            return False
+        if r.case.unit not in RATE_OR_TIME_UNITS or r.case.direction not in ("higher", "lower") or math.isnan(r.ratio):
+            return False
+        if r.ratio == 1.0:
+            return False
+        looks_worse = r.improvement < 0
+        return looks_worse == (self.cand > self.base)
+
+
+def load_check(base: list[Record], cand: list[Record]) -> LoadCheck:
+    """Both sides' recorded machine load."""
+    return LoadCheck(side_load(base), side_load(cand))
 
 
 def mismatches(base: list[Record], cand: list[Record]) -> list[str]:

@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from rlbench.compare import CaseResult, compare
+from rlbench.compare import CaseResult, compare, load_check
 from rlbench.errors import DataError, UsageError
 from rlbench.metrics import EVAL_RETURN
 from rlbench.records import Record
@@ -88,6 +88,7 @@ def evaluate(
     learning_drop: float | None = 0.10,
     confidence: float = 0.95,
     ignore_params: tuple[str, ...] = (),
+    allow_busy: bool = False,
 ) -> GateOutcome:
     """Apply the thresholds (and the learning check) to the comparison of ``base`` and ``cand``.
 
@@ -153,4 +154,21 @@ def evaluate(
             else:
                 reason = f"{'better' if worse < 0 else 'worse'} by {100 * abs(worse):.1f}% (limit {100 * t.fraction:g}%)"
             checks.append(Check(t, r, failed, reason))
+    refuse_if_busy(base, cand, [c.result for c in checks], allow_busy)
     return GateOutcome(checks)
+
+
+def refuse_if_busy(base: list[Record], cand: list[Record], results: list[CaseResult], allow_busy: bool) -> None:
+    """Refuse verdicts that the two sides' different machine load could have produced on its own.
+
+    Raises:
+        DataError: Unless ``allow_busy``, when a significant timing result leans the way the load difference pushes.
+    """
+    load = load_check(base, cand)
+    busy = [r for r in results if r.significant and load.explains(r)]
+    if busy and not allow_busy:
+        names = ", ".join(sorted({r.case.metric for r in busy})[:4])
+        raise DataError(
+            f"machine was busy: {load.note}; the difference alone could explain the result for {names}. Rerun on a quiet "
+            "machine or use `rlbench ab` (interleaved rounds), or pass --allow-busy to get the verdict anyway"
+        )

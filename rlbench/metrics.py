@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlbench.instrument.callbacks import IterationInfo
+from rlbench.instrument.machine_load import MachineLoad
 from rlbench.instrument.timers import estimate_overhead_s
 
 # --- metric names -------------------------------------------------------------------------------------------------
@@ -56,6 +57,13 @@ TIME = "time/"  #: prefix: seconds per phase over the run (``meta``: ``events``,
 ITER_TIME = "iter_time/"  #: prefix: seconds per phase, one sample per steady iteration
 DIAG = "diag/"  #: prefix: update diagnostics per iteration (losses, KL, ...)
 COUNTERS = ("ops", "syncs", "copies")  #: prefixes of noise-free counts per phase (``ops/iteration`` ...)
+
+MACHINE = "machine/"  #: prefix: what else the machine was doing during a repeat (context, never compared as a case)
+MACHINE_OTHER_CPU = "machine/other_cpu"  #: share of CPU capacity other processes used during the repeat
+MACHINE_STEAL = "machine/steal"
+MACHINE_LOADAVG = "machine/loadavg"
+MACHINE_CPU_MHZ = "machine/cpu_mhz"
+MACHINE_THROTTLE = "machine/throttle_events"
 
 VARIANT = "variant"  #: parameter naming the what-if variant of a record
 BASELINE = "baseline"  #: the variant label of the setting as given
@@ -266,3 +274,15 @@ def counter_metrics(counts: dict[str, dict[str, int]]) -> list[Metric]:
         for kind, per_phase in counts.items()
         for phase, n in per_phase.items()
     ]
+
+
+def load_metrics(load: MachineLoad) -> list[Metric]:
+    """One repeat's :class:`~rlbench.instrument.machine_load.MachineLoad` as ``machine/*`` metrics (readable ones)."""
+    values = [
+        (MACHINE_OTHER_CPU, "fraction", load.other_cpu),
+        (MACHINE_STEAL, "fraction", load.steal),
+        (MACHINE_LOADAVG, "load", load.loadavg),
+        (MACHINE_CPU_MHZ, "MHz", load.cpu_mhz),
+        (MACHINE_THROTTLE, "count", None if load.throttle is None else float(load.throttle)),
+    ]
+    return [Metric(name, unit, "none", [float(v)], meta={"wall_s": load.wall_s}) for name, unit, v in values if v is not None]

@@ -15,7 +15,8 @@ from typing import Any
 from rlbench.children import signals_deferred
 from rlbench.errors import RlbenchError, StoreError
 from rlbench.fingerprint import fingerprint
-from rlbench.metrics import Metric
+from rlbench.instrument.machine_load import LoadProbe
+from rlbench.metrics import Metric, load_metrics
 from rlbench.records import Record, definition_hash
 from rlbench.registry import BenchmarkSpec, RunContext
 from rlbench.store import RunWriter, utc_now
@@ -169,6 +170,7 @@ def _run_repeat(
     """One repeat, its records written; ``False`` when it failed (``outcome.error`` says why)."""
     cfg = replace(config, seed=seed) if hasattr(config, "seed") else config
     ctx = RunContext(device=device, callback=callback_factory(k) if callback_factory else None, profiler=profiler)
+    probe = LoadProbe()
     try:
         if profiler is not None:
             profiler.start()
@@ -188,6 +190,7 @@ def _run_repeat(
     if k == 0 or "fp" not in _FP:  # read after the first repeat: the software fingerprint holds the threads it chose
         _FP["fp"] = fingerprint()
     fp = _FP["fp"]
+    metrics = [*metrics, *load_metrics(probe.stop())]  # what else the machine did during this repeat
     records = to_records(spec, cfg, [*(extra or []), *metrics], writer.run_id, k, str(device), fp, meta)
     with signals_deferred():  # the records and the count of saved repeats change together
         try:

@@ -220,3 +220,36 @@ def test_a_counter_rising_from_zero_is_an_exact_regression() -> None:
     outcome = evaluate(base, cand, [Threshold.parse("syncs/iteration:0%")], learning_drop=None)
     assert outcome.exit_code == 1 and "rose from 0 to 2,048" in outcome.checks[0].reason
     assert evaluate(base, base, [Threshold.parse("syncs/iteration:0%")], learning_drop=None).exit_code == 0
+
+
+def _timed_side(run: str, seconds: float, other_cpu: float) -> list[Record]:
+    recs = []
+    for k in range(6):
+        recs.append(Record(run, "t", "b", {}, "h", "time/update", "s", "lower", [seconds * (1 + 0.001 * k)], repeat=k, seed=k))
+        recs.append(Record(run, "t", "b", {}, "h", "machine/other_cpu", "fraction", "none", [other_cpu], repeat=k, seed=k))
+    return recs
+
+
+def test_a_verdict_the_load_difference_could_explain_is_refused() -> None:
+    """20% slower on a candidate side whose machine was 60% busy with other work: no verdict without --allow-busy."""
+    base, busy_cand = _timed_side("r1", 1.0, 0.02), _timed_side("r2", 1.2, 0.62)
+    threshold = [Threshold.parse("time/update:5%")]
+    with pytest.raises(DataError, match=r"machine was busy: .*baseline 2%, candidate 62%.*time/update.*--allow-busy"):
+        evaluate(base, busy_cand, threshold, learning_drop=None)
+    assert evaluate(base, busy_cand, threshold, learning_drop=None, allow_busy=True).exit_code == 1
+    # slower on a busier *baseline*: the load pushed the other way, so the regression stands
+    assert evaluate(_timed_side("r1", 1.0, 0.62), _timed_side("r2", 1.2, 0.02), threshold, learning_drop=None).exit_code == 1
+    # same load on both sides: an ordinary verdict
+    assert evaluate(base, _timed_side("r2", 1.2, 0.03), threshold, learning_drop=None).exit_code == 1
+    # machine context is never compared as a case
+    assert {r.case.metric for r in compare(base, busy_cand)} == {"time/update"}
+
+
+def test_faster_on_a_quieter_candidate_is_not_a_verdict_either() -> None:
+    from rlbench.gate import refuse_if_busy
+
+    base, cand = _timed_side("r1", 1.0, 0.7), _timed_side("r2", 0.8, 0.0)
+    results = compare(base, cand)
+    assert results[0].verdict == "faster"
+    with pytest.raises(DataError, match="machine was busy"):
+        refuse_if_busy(base, cand, results, allow_busy=False)

@@ -82,9 +82,13 @@ def test_every_repeat_written_with_its_seed(tmp_path: Path) -> None:
     assert [ctx.callback for _, ctx in seen] == ["cb0", "cb1", "cb2"] and all(ctx.device == "cpu" for _, ctx in seen)
     assert outcome.records_path == writer.path and outcome.run_id == writer.run_id
     recs = read_records(writer.path)
-    assert sorted((r.repeat, r.seed, r.metric) for r in recs) == sorted(
+    measured = [r for r in recs if not r.metric.startswith("machine/")]
+    assert sorted((r.repeat, r.seed, r.metric) for r in measured) == sorted(
         [(0, 5, "startup_s")] + [(k, 5 + k, m) for k in range(3) for m in ("sps", "time/call")]
     )
+    # every repeat also says what else the machine was doing during it
+    load = [r for r in recs if r.metric == "machine/other_cpu"]
+    assert sorted(r.repeat for r in load) == [0, 1, 2] and all(0.0 <= r.samples[0] <= 1.0 for r in load)
     assert all(r.meta["repeats"] == 3 and r.meta["command"] == "t" and r.run_id == writer.run_id for r in recs)
     assert [m[0].name for m in outcome.metrics] == ["startup_s", "sps", "sps"]
 

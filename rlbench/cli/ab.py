@@ -33,6 +33,11 @@ def build_ab_parser() -> Parser:
     )
     p.add_argument("--metric", action="append", help="comparison: only this metric (repeatable)")
     p.add_argument("--allow-mismatch", action="store_true", help="compare even if benchmark definitions differ")
+    p.add_argument(
+        "--allow-busy",
+        action="store_true",
+        help="gate even when the two sides' machine load differs enough to explain the result (rare: rounds interleave)",
+    )
     p.add_argument("--summary", metavar="PATH", help="write the gate's markdown table here (e.g. $GITHUB_STEP_SUMMARY)")
     p.add_argument("--report", metavar="PATH", help="write the markdown comparison report here")
     p.add_argument("--keep", metavar="DIR", help="keep both sides' records in DIR/store-base and DIR/store-head")
@@ -92,7 +97,7 @@ def ab_command(argv: list[str]) -> int:
         results = compare(result.base, result.head, min_effect=args.min_effect, metrics=args.metric)
         write_output(report, comparison_markdown(results, result.base, result.head, notes, args.min_effect), "--report")
     if thresholds:
-        outcome = evaluate(result.base, result.head, thresholds, learning_drop=drop)
+        outcome = evaluate(result.base, result.head, thresholds, learning_drop=drop, allow_busy=args.allow_busy)
         text = gate_markdown(outcome, notes)
         if args.summary:
             write_output(summary, text, "--summary")

@@ -22,6 +22,12 @@ def add_side_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="compare even records from different machines, software or benchmark definitions (flagged on top)",
     )
+    p.add_argument(
+        "--allow-busy",
+        action="store_true",
+        help="give verdicts even when the two sides' machine load (other processes' CPU use, recorded per repeat) "
+        "differs enough to explain them (flagged on top)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of tables")
     p.add_argument(
         "--ignore-param",
@@ -46,7 +52,7 @@ def load_side(spec: str, store: str) -> list[Record]:
 
 def load_pair(args: argparse.Namespace) -> tuple[list[Record], list[Record], list[str]]:
     """Both sides, plus the notes to print on top; refuses mismatched records unless allowed."""
-    from rlbench.compare import mismatches
+    from rlbench.compare import load_check, mismatches
 
     base, cand = load_side(args.base, args.store), load_side(args.cand, args.store)
     diffs = mismatches(base, cand)
@@ -55,7 +61,8 @@ def load_pair(args: argparse.Namespace) -> tuple[list[Record], list[Record], lis
             "refusing to compare records that differ in " + "; ".join(diffs) + " (pass --allow-mismatch to compare anyway)"
         )
     notes = [f"MISMATCH (compared anyway, --allow-mismatch): {d}" for d in diffs]
-    return base, cand, notes
+    load = load_check(base, cand).note
+    return base, cand, notes + ([load] if load else [])
 
 
 def compare_command(args: argparse.Namespace) -> int:
@@ -70,6 +77,9 @@ def compare_command(args: argparse.Namespace) -> int:
     results = compare(base, cand, min_effect=args.min_effect, metrics=metrics, ignore_params=tuple(args.ignore_param))
     if not results:
         raise DataError("no case (benchmark, parameters, metric) is present on both sides: nothing to compare")
+    from rlbench.gate import refuse_if_busy
+
+    refuse_if_busy(base, cand, [r for r in results if r.verdict != "no change"], args.allow_busy)
     if args.report:
         from rlbench.report.comparison import comparison_markdown
 
@@ -96,7 +106,9 @@ def gate_command(args: argparse.Namespace) -> int:
     drop = None if args.no_learning_check else Threshold.parse(f"eval_return:{args.learning_drop}").fraction
     summary = prepare_output(args.summary, "--summary")
     base, cand, notes = load_pair(args)
-    outcome = evaluate(base, cand, thresholds, learning_drop=drop, ignore_params=tuple(args.ignore_param))
+    outcome = evaluate(
+        base, cand, thresholds, learning_drop=drop, ignore_params=tuple(args.ignore_param), allow_busy=args.allow_busy
+    )
     text = gate_markdown(outcome, notes)
     if args.summary:
         write_output(summary, text, "--summary")
