@@ -280,6 +280,64 @@ def compare(
     return [compare_case(c, min_effect, confidence, n_boot) for c in cases]
 
 
+DRIFT = 0.10  # halves of a side's samples whose medians differ by more than this, and whose IQRs do not overlap
+BIMODAL = 0.555  # Sarle's bimodality coefficient of a uniform distribution: more suggests two modes
+MIN_FLAG_SAMPLES = 20
+
+
+def _chronological(case: Case, side: str) -> np.ndarray:
+    values = [v for vs in getattr(case, side).values() for v in vs]
+    arr = np.asarray(values, dtype=float)
+    return arr[np.isfinite(arr)]
+
+
+def drift(samples: np.ndarray) -> float | None:
+    """Relative change from the first half's median to the second's, when it is clear (else ``None``)."""
+    if samples.size < MIN_FLAG_SAMPLES:
+        return None
+    a, b = np.array_split(samples, 2)
+    mid = float(np.median(samples))
+    if mid == 0:
+        return None
+    change = (float(np.median(b)) - float(np.median(a))) / abs(mid)
+    qa, qb = np.percentile(a, [25, 75]), np.percentile(b, [25, 75])
+    separated = qa[1] < qb[0] or qb[1] < qa[0]
+    return change if abs(change) > DRIFT and separated else None
+
+
+def bimodality(samples: np.ndarray) -> float | None:
+    """Sarle's bimodality coefficient of the samples, when above :data:`BIMODAL` (else ``None``)."""
+    n = samples.size
+    if n < MIN_FLAG_SAMPLES or np.ptp(samples) == 0:
+        return None
+    z = (samples - samples.mean()) / samples.std()
+    skew, kurt = float(np.mean(z**3)), float(np.mean(z**4)) - 3.0
+    coefficient = (skew**2 + 1.0) / (kurt + 3.0 * (n - 1) ** 2 / ((n - 2) * (n - 3)))
+    return coefficient if coefficient > BIMODAL else None
+
+
+def sample_flags(results: list[CaseResult]) -> list[str]:
+    """Notes on samples that drift over a run or look bimodal (two machine states), per compared timing case."""
+    out = []
+    for r in results:
+        if r.case.unit not in RATE_OR_TIME_UNITS:
+            continue
+        for side, name in (("base", "baseline"), ("cand", "candidate")):
+            samples = _chronological(r.case, side)
+            d, b = drift(samples), bimodality(samples)
+            if d is not None:
+                out.append(
+                    f"FLAG `{r.case.metric}`: the {name}'s samples drift {100 * d:+.0f}% from the first half to "
+                    "the second (the machine's speed changed during the run?)"
+                )
+            if b is not None:
+                out.append(
+                    f"FLAG `{r.case.metric}`: the {name}'s samples look bimodal (bimodality coefficient {b:.2f} > "
+                    f"{BIMODAL}): two machine states?"
+                )
+    return out
+
+
 BUSY_DIFFERENCE = 0.10
 """Sides whose other-process CPU shares differ by this much (10% of the machine) can explain a timing effect."""
 

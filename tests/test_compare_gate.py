@@ -253,3 +253,22 @@ def test_faster_on_a_quieter_candidate_is_not_a_verdict_either() -> None:
     assert results[0].verdict == "faster"
     with pytest.raises(DataError, match="machine was busy"):
         refuse_if_busy(base, cand, results, allow_busy=False)
+
+
+def test_drifting_and_bimodal_samples_are_flagged() -> None:
+    from rlbench.compare import bimodality, drift, sample_flags
+
+    rng = np.random.default_rng(0)
+    steady = 1.0 + 0.01 * rng.standard_normal(40)
+    slowing = np.concatenate([1.0 + 0.01 * rng.standard_normal(20), 1.3 + 0.01 * rng.standard_normal(20)])
+    two_states = rng.permutation(np.concatenate([1.0 + 0.01 * rng.standard_normal(20), 1.5 + 0.01 * rng.standard_normal(20)]))
+    assert drift(steady) is None and bimodality(steady) is None
+    assert drift(slowing) == pytest.approx(0.26, abs=0.05)
+    assert drift(two_states) is None and bimodality(two_states) > 0.555
+
+    def side(run: str, samples: np.ndarray) -> list[Record]:
+        return [Record(run, "t", "b", {}, "h", "time/update", "s", "lower", list(map(float, samples)), repeat=0, seed=0)]
+
+    flags = sample_flags(compare(side("r1", steady), side("r2", slowing)))
+    assert any("candidate's samples drift +" in f for f in flags)  # a step change is also two modes: both may show
+    assert not any("baseline" in f for f in flags)

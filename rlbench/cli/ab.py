@@ -98,6 +98,9 @@ def ab_command(argv: list[str]) -> int:
         write_output(report, comparison_markdown(results, result.base, result.head, notes, args.min_effect), "--report")
     if thresholds:
         outcome = evaluate(result.base, result.head, thresholds, learning_drop=drop, allow_busy=args.allow_busy)
+        from rlbench.compare import sample_flags
+
+        notes = notes + sample_flags([c.result for c in outcome.checks])
         text = gate_markdown(outcome, notes)
         if args.summary:
             write_output(summary, text, "--summary")

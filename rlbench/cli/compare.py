@@ -80,6 +80,9 @@ def compare_command(args: argparse.Namespace) -> int:
     from rlbench.gate import refuse_if_busy
 
     refuse_if_busy(base, cand, [r for r in results if r.verdict != "no change"], args.allow_busy)
+    from rlbench.compare import sample_flags
+
+    notes = notes + sample_flags(results)
     if args.report:
         from rlbench.report.comparison import comparison_markdown
 
@@ -109,6 +112,9 @@ def gate_command(args: argparse.Namespace) -> int:
     outcome = evaluate(
         base, cand, thresholds, learning_drop=drop, ignore_params=tuple(args.ignore_param), allow_busy=args.allow_busy
     )
+    from rlbench.compare import sample_flags
+
+    notes = notes + sample_flags([c.result for c in outcome.checks])
     text = gate_markdown(outcome, notes)
     if args.summary:
         write_output(summary, text, "--summary")
