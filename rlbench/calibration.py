@@ -21,17 +21,18 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from rlbench.compare import side_load
+from rlbench.errors import DataError
 from rlbench.gate import Threshold, evaluate
+from rlbench.instrument.machine_load import LoadProbe
 from rlbench.instrument.timers import INJECT_ENV, PhaseTimer
-from rlbench.metrics import TIME_CALL
+from rlbench.metrics import MACHINE_OTHER_CPU, TIME_CALL
 from rlbench.records import Record
-
-CONDITIONS = (("A/A", 0.0), ("+5%", 0.05), ("+10%", 0.10))
 
 
 def _records(run: str, metric: str, unit: str, samples: list[float], seed: int) -> Record:
@@ -91,27 +92,98 @@ def gae_side(seed: int, inject: float, calls: int) -> list[float]:
     return samples
 
 
-def one_comparison(side: Any, metric: str, inject: float, rounds: int, size: int, threshold: Threshold) -> dict[str, Any]:
-    """Interleaved rounds of A and B, then the gate; returns its verdict and cost."""
+class CPUHog:
+    """``n`` processes spinning on the CPU, started and stopped on demand (a busy neighbour on a shared machine)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.procs = n, []
+
+    def start(self) -> None:
+        import subprocess
+        import sys
+
+        spin = "import time\nwhile True: pass\n"
+        self.procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(self.n)]
+
+    def stop(self) -> None:
+        from rlbench.children import end_child
+
+        for proc in self.procs:
+            end_child(proc, grace_s=2.0)
+        self.procs = []
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One calibration condition.
+
+    Attributes:
+        label: How the report names it.
+        inject: Fraction by which side B's timed phase is slowed (0 for A/A).
+        hog: Start a CPU hog (one spinning process per core) halfway through the rounds.
+        interleave: Rounds alternate A B, B A (``rlbench ab``); ``False`` runs every A round, then every B round
+            (two separate ``rlbench run`` invocations compared afterwards), so a hog started halfway hits B alone.
+    """
+
+    label: str
+    inject: float = 0.0
+    hog: bool = False
+    interleave: bool = True
+
+
+CONDITIONS = (
+    Condition("A/A"),
+    Condition("+5%", 0.05),
+    Condition("+10%", 0.10),
+    Condition("A/A, CPU hog from halfway, interleaved", hog=True),
+    Condition("A/A, CPU hog from halfway, A then B", hog=True, interleave=False),
+)
+
+
+def one_comparison(side: Any, metric: str, cond: Condition, rounds: int, size: int, threshold: Threshold) -> dict[str, Any]:
+    """Rounds of A and B (each run's machine load recorded), then the gate with and without its load check."""
     t0 = time.perf_counter()
     base, cand = [], []
-    for k in range(rounds):
-        order = (("a", 0.0), ("b", inject)) if k % 2 == 0 else (("b", inject), ("a", 0.0))
-        for name, frac in order:
-            rec = _records(name, metric, "s", side(k, frac, size), k)
-            (base if name == "a" else cand).append(rec)
-    outcome = evaluate(base, cand, [threshold], learning_drop=None)
-    check = outcome.checks[0]
+    if cond.interleave:
+        plan = [pair for k in range(rounds) for pair in ((("a", k), ("b", k)) if k % 2 == 0 else (("b", k), ("a", k)))]
+    else:
+        plan = [("a", k) for k in range(rounds)] + [("b", k) for k in range(rounds)]
+    hog = CPUHog(os.cpu_count() or 1) if cond.hog else None
+    try:
+        for i, (name, k) in enumerate(plan):
+            if hog is not None and i == len(plan) // 2:
+                hog.start()
+            probe = LoadProbe()
+            samples = side(k, cond.inject if name == "b" else 0.0, size)
+            load = probe.stop()
+            out = base if name == "a" else cand
+            out.append(_records(name, metric, "s", samples, k))
+            if load.other_cpu is not None:
+                out.append(replace(_records(name, MACHINE_OTHER_CPU, "fraction", [load.other_cpu], k), direction="none"))
+    finally:
+        if hog is not None:
+            hog.stop()
+    unchecked = evaluate(base, cand, [threshold], learning_drop=None, allow_busy=True).checks[0]
+    try:
+        evaluate(base, cand, [threshold], learning_drop=None)
+        refused = False
+    except DataError:
+        refused = True
     return {
-        "alarm": check.failed,
-        "ratio": check.result.ratio,
-        "ci": [check.result.ci_low, check.result.ci_high],
+        "alarm": unchecked.failed and not refused,
+        "refused": refused,
+        "alarm_without_load_check": unchecked.failed,
+        "ratio": unchecked.result.ratio,
+        "ci": [unchecked.result.ci_low, unchecked.result.ci_high],
+        "load": [side_load(base), side_load(cand)],
         "wall_s": time.perf_counter() - t0,
     }
 
 
-def calibrate(comparisons: int, rounds: int, threshold_pct: float, ppo_steps: int, gae_calls: int) -> dict[str, Any]:
-    """Every benchmark x condition x comparison; returns the raw outcomes."""
+def calibrate(
+    comparisons: int, rounds: int, threshold_pct: float, ppo_steps: int, gae_calls: int, hog_comparisons: int | None = None
+) -> dict[str, Any]:
+    """Every benchmark x condition x comparison; returns the raw outcomes (``hog_comparisons`` for the hog conditions)."""
     import torch
 
     torch.set_num_threads(1)
@@ -123,10 +195,11 @@ def calibrate(comparisons: int, rounds: int, threshold_pct: float, ppo_steps: in
     for name, (side, metric, size, what) in benches.items():
         threshold = Threshold(metric, threshold_pct / 100.0)
         rows = {}
-        for label, inject in CONDITIONS:
-            results = [one_comparison(side, metric, inject, rounds, size, threshold) for _ in range(comparisons)]
-            rows[label] = {"inject": inject, "results": results}
-            alarms = sum(r["alarm"] for r in results)
-            print(f"{name} {label}: {alarms}/{comparisons} alarms", flush=True)
+        for cond in CONDITIONS:
+            n = hog_comparisons if cond.hog and hog_comparisons else comparisons
+            results = [one_comparison(side, metric, cond, rounds, size, threshold) for _ in range(n)]
+            rows[cond.label] = {"inject": cond.inject, "hog": cond.hog, "interleave": cond.interleave, "results": results}
+            alarms, refused = sum(r["alarm"] for r in results), sum(r["refused"] for r in results)
+            print(f"{name} {cond.label}: {alarms}/{n} alarms, {refused} refused (machine busy)", flush=True)
         out["benchmarks"][name] = {"metric": metric, "setup": what, "conditions": rows}
     return out

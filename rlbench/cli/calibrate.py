@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
+
+from rlbench.cli.parser import prepare_output, write_output
 
 
 def build_calibrate_parser(p: argparse.ArgumentParser) -> None:
@@ -14,6 +15,9 @@ def build_calibrate_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threshold", type=float, default=2.5, help="gate threshold in percent (default 2.5)")
     p.add_argument("--ppo-steps", type=int, default=8192, help="agent steps per ppo-cartpole run (default 8192)")
     p.add_argument("--gae-calls", type=int, default=300, help="timed gae calls per run (default 300)")
+    p.add_argument(
+        "--hog-comparisons", type=int, default=None, help="comparisons per CPU-hog condition (default: --comparisons)"
+    )
     p.add_argument("--out", default="reports/gate-calibration.md", help="markdown report to write")
 
 
@@ -23,11 +27,11 @@ def calibrate_command(args: argparse.Namespace) -> int:
     from rlbench.fingerprint import machine_fingerprint
     from rlbench.report.calibration import render
 
-    data = calibrate(args.comparisons, args.rounds, args.threshold, args.ppo_steps, args.gae_calls)
-    command = "rlbench calibrate " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(data, machine_fingerprint(), command), encoding="utf-8")
+    out = prepare_output(args.out, "--out")
+    data = calibrate(args.comparisons, args.rounds, args.threshold, args.ppo_steps, args.gae_calls, args.hog_comparisons)
+    options = {k: v for k, v in vars(args).items() if k not in ("out", "command") and v is not None}
+    command = "rlbench calibrate " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in options.items())
+    write_output(out, render(data, machine_fingerprint(), command), "--out")
     out.with_suffix(".json").write_text(json.dumps(data, indent=1), encoding="utf-8")
     print(f"report: {out}")
     return 0
