@@ -108,7 +108,8 @@ def run_ab(
         side: _git(["rev-parse", "--verify", f"{rev}^{{commit}}"], top)
         for side, rev in (("base", base_rev), ("head", head_rev))
     }
-    work = Path(tempfile.mkdtemp(prefix="rlbench-ab-"))
+    _remove_orphans(top)
+    work = Path(tempfile.mkdtemp(prefix=f"rlbench-ab-{os.getpid()}-"))
     trees = {side: work / side for side in shas}
     try:
         paths = {}
@@ -141,6 +142,34 @@ def run_ab(
                     )
             subprocess.run(["git", "worktree", "prune"], cwd=top, capture_output=True, check=False)
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _remove_orphans(top: Path) -> None:
+    """Remove what an ``rlbench ab`` killed with SIGKILL left behind: its worktrees in this repo and its directory.
+
+    Work directories are named ``rlbench-ab-<pid>-*``; one whose process is gone is an orphan (no cleanup code can
+    run after ``kill -9``, so the next ``ab`` does it).
+    """
+    lines = _git(["worktree", "list", "--porcelain"], top).splitlines()
+    trees = [Path(line.split(" ", 1)[1]) for line in lines if line.startswith("worktree ")]
+    for tree in trees:
+        work = tree.parent
+        m = re.match(r"rlbench-ab-(\d+)-", work.name)
+        if not m or _alive(int(m.group(1))):
+            continue
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=top, capture_output=True, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+    subprocess.run(["git", "worktree", "prune"], cwd=top, capture_output=True, check=False)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 _EP_SECTION = re.compile(r'^\[project\.entry-points\."rlbench\.suites"\]\s*$(?P<body>.*?)(?=^\[|\Z)', re.M | re.S)

@@ -102,8 +102,10 @@ class CPUHog:
         import subprocess
         import sys
 
+        from rlbench.children import die_with_parent
+
         spin = "import time\nwhile True: pass\n"
-        self.procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(self.n)]
+        self.procs = [subprocess.Popen([sys.executable, "-c", spin], preexec_fn=die_with_parent) for _ in range(self.n)]
 
     def stop(self) -> None:
         from rlbench.children import end_child

@@ -8,11 +8,27 @@ if it has not exited within ``grace_s``.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
+
+
+def die_with_parent() -> None:
+    """In a child, before exec: get SIGTERM when the parent dies, even by SIGKILL (Linux; elsewhere a no-op).
+
+    Used as ``preexec_fn`` so that ``kill -9`` of rlbench leaves no benchmark child running on its own.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def end_child(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
@@ -38,6 +54,7 @@ def run_child(
         grace_s: Seconds between SIGTERM and SIGKILL when the child must be ended.
         **popen: Further :class:`subprocess.Popen` arguments (``cwd``, ``env``).
     """
+    popen.setdefault("preexec_fn", die_with_parent)
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen) as proc:
         try:
             out, err = proc.communicate(timeout=timeout)
@@ -71,3 +88,32 @@ def child_pythonpath(env: dict[str, str] | None = None) -> str:
 
     entries = [os.getcwd(), *((env or os.environ).get("PYTHONPATH", "").split(os.pathsep))]
     return os.pathsep.join(dict.fromkeys(os.path.abspath(p) for p in entries if p))
+
+
+def remove_orphan_dirs(prefix: str) -> list[str]:
+    """Remove ``<tmp>/<prefix><pid>-*`` directories whose process is gone (left by a ``kill -9``); return their names.
+
+    rlbench names its temporary directories after the pid that owns them, so the next run can tell an orphan from
+    a directory another live rlbench is using.
+    """
+    import os
+    import re
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    removed = []
+    for d in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        m = re.match(rf"{re.escape(prefix)}(\d+)-", d.name)
+        if not m or not d.is_dir():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue  # its owner is alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d.name)
+    return removed

@@ -272,3 +272,28 @@ def test_drifting_and_bimodal_samples_are_flagged() -> None:
     flags = sample_flags(compare(side("r1", steady), side("r2", slowing)))
     assert any("candidate's samples drift +" in f for f in flags)  # a step change is also two modes: both may show
     assert not any("baseline" in f for f in flags)
+
+
+def test_several_runs_per_side_are_merged_by_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rlbench.store import RunWriter
+
+    store = tmp_path / "s"
+
+    def run(run_id: str, seeds: range, seconds: float) -> None:
+        RunWriter(store, run_id).write(
+            Record(run_id, "t", "b", {}, "h", "time/update", "s", "lower", [seconds * (1 + 0.001 * k)], repeat=k, seed=k)
+            for k in seeds
+        )
+
+    run("20260101T000000Z-aaaaaa", range(0, 3), 1.0)
+    run("20260101T000001Z-bbbbbb", range(3, 6), 1.0)
+    run("20260101T000002Z-cccccc", range(0, 6), 1.2)
+    args = ["--store", str(store), "--fail", "time/update:5%", "--no-learning-check", "--json"]
+    # one baseline run alone has 3 seeds: too few for a verdict
+    assert main(["gate", "20260101T000000Z-aaaaaa", "20260101T000002Z-cccccc", *args]) == 2
+    capsys.readouterr()
+    # both baseline runs, merged by seed: 6 paired seeds, and the 20% regression is found
+    assert main(["gate", "20260101T000000Z-aaaaaa,20260101T000001Z-bbbbbb", "20260101T000002Z-cccccc", *args]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["checks"][0]["n_base"] == 6 and out["checks"][0]["paired"]
+    assert main(["gate", "20260101T000000Z-aaaaaa,20260101T000000Z-aaaaaa", "20260101T000002Z-cccccc", *args]) == 2

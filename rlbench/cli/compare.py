@@ -14,7 +14,11 @@ from rlbench.records import Record
 
 def add_side_arguments(p: argparse.ArgumentParser) -> None:
     """BASE, CAND and the options both commands share."""
-    p.add_argument("base", help="baseline: a records file, a store directory (its latest run) or a run id in --store")
+    p.add_argument(
+        "base",
+        help="baseline: a records file, a store directory (its latest run) or a run id in --store; several, joined by "
+        "commas (RUN1,RUN2), are merged by seed",
+    )
     p.add_argument("cand", help="candidate: same forms as BASE")
     p.add_argument("--store", default=".rlbench", help="store where run ids are looked up (default: .rlbench)")
     p.add_argument(
@@ -39,7 +43,27 @@ def add_side_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def load_side(spec: str, store: str) -> list[Record]:
-    """Records of one run: from a file, the latest run of a directory, or a run id (prefix) in ``store``."""
+    """Records of one side: one run or several, comma-separated, merged (cases pool their samples by seed).
+
+    Each part is a records file, a store directory (its latest run) or a run id (unique prefix) in ``store``.
+
+    Raises:
+        DataError: If a part names nothing readable, or the same run twice.
+    """
+    parts = [p for p in spec.split(",") if p.strip()] if "," in spec and not Path(spec).exists() else [spec]
+    records: list[Record] = []
+    runs: set[str] = set()
+    for part in parts:
+        found = _load_run(part.strip(), store)
+        run = found[0].run_id
+        if run in runs:
+            raise DataError(f"{spec!r} names run {run} twice; list each run once")
+        runs.add(run)
+        records += found
+    return records
+
+
+def _load_run(spec: str, store: str) -> list[Record]:
     from rlbench.store import read_run
 
     path = Path(spec)

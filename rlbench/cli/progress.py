@@ -71,6 +71,17 @@ class TrainingProgress:
             self.progress.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def discard(self) -> None:
+        """Remove the bars when the display stops: a failed or interrupted run ends with its one-line message only."""
+        if self.progress is None:
+            return
+        if self.progress.console.is_terminal:
+            self.progress.live.transient = True  # erase the bars
+        else:
+            self.progress.console.quiet = True  # a log, not a screen: print nothing more (not even an empty line)
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         if self.progress is not None:
+            if exc_type is not None:
+                self.discard()
             self.progress.stop()

@@ -170,6 +170,8 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
             meta={"command": command},
             first_repeat_extra=[startup],
         )
+        if outcome.error or outcome.interrupted:
+            progress.discard()
     if outcome.interrupted:
         what = "terminated (SIGTERM)" if outcome.exit_code == 143 else "interrupted"
         print(

@@ -19,7 +19,7 @@ def comparison_markdown(results: list, base: list[Record], cand: list[Record], n
     lines += [f"> **{n}**" for n in notes]
     lines += [
         "",
-        f"Baseline run `{base[0].run_id}` vs candidate run `{cand[0].run_id}`. {RATIO_LEGEND} 95% bootstrap interval; a "
+        f"Baseline {_runs(base)} vs candidate {_runs(cand)}. {RATIO_LEGEND} 95% bootstrap interval; a "
         f"verdict needs a significant change of at least {100 * min_effect:g}%.",
         "",
         "| Benchmark | Metric | Baseline | Candidate | Ratio | 95% CI | n | Verdict |",
@@ -33,6 +33,11 @@ def comparison_markdown(results: list, base: list[Record], cand: list[Record], n
             f"{fmt_value(r.ratio)} | [{fmt_value(r.ci_low)}, {fmt_value(r.ci_high)}] | {n} | {r.verdict} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _runs(records: list[Record]) -> str:
+    runs = sorted({r.run_id for r in records})
+    return ("run " if len(runs) == 1 else "runs (merged by seed) ") + ", ".join(f"`{r}`" for r in runs)
 
 
 RATIO_LEGEND = (

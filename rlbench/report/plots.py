@@ -15,6 +15,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from rlbench.children import die_with_parent
 from rlbench.report.charts import Bar, Chart
 from rlbench.report.micro import Line, ScalingChart
 
@@ -93,6 +94,7 @@ class ChartWorker:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
+                preexec_fn=die_with_parent,  # never outlives rlbench, even after kill -9
             )
         except OSError:
             self.proc = None

@@ -89,7 +89,11 @@ def print_comparison(results: list, base: list, cand: list, notes: list[str]) ->
     console = Console()
     for n in notes:
         console.print(f"[bold red]{n}[/]")
-    table = Table(title=f"{base[0].run_id} → {cand[0].run_id}")
+
+    def runs(records: list) -> str:
+        return " + ".join(sorted({r.run_id for r in records}))
+
+    table = Table(title=f"{runs(base)} → {runs(cand)}")
     several = len({r.case.benchmark for r in results}) > 1
     for col in ("Benchmark",) * several + ("Metric", "Baseline", "Candidate", "Ratio", "95% CI", "Verdict"):
         table.add_column(col, justify="left" if col in ("Benchmark", "Metric", "Verdict") else "right")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlbench.children import child_pythonpath, run_child
+from rlbench.children import child_pythonpath, remove_orphan_dirs, run_child
 from rlbench.errors import UsageError
 from rlbench.metrics import TIME_CALL, Metric
 from rlbench.options import option
@@ -106,7 +106,8 @@ def run_group_files(files: list[Path], config: MicroConfig, user_impls: dict[str
     Raises:
         RuntimeError: If pytest fails or collects nothing (its last output lines are in the message).
     """
-    with tempfile.TemporaryDirectory(prefix="rlbench-micro-") as tmp:
+    remove_orphan_dirs("rlbench-micro-")  # what a kill -9 of an earlier run could not remove
+    with tempfile.TemporaryDirectory(prefix=f"rlbench-micro-{os.getpid()}-") as tmp:
         out = Path(tmp) / "bench.json"
         cmd = [
             sys.executable,

@@ -234,3 +234,38 @@ def test_ab_on_a_revision_without_rlbench_is_bad_input(tmp_path: Path) -> None:
     proc = rlbench(["ab", "HEAD", "HEAD", "--rounds", "5", "--", "run", "ppo-cartpole"], tmp_path)
     assert "has no rlbench package" in one_line_error(proc)
     assert subprocess.run(["git", "worktree", "list"], cwd=tmp_path, capture_output=True, text=True).stdout.count("\n") == 1
+
+
+BROKEN_ENV = """
+import gymnasium as gym
+import numpy as np
+
+
+class Broken(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+    action_space = gym.spaces.Box(-2, 2, (1,), np.float32)
+
+    def __init__(self):
+        self.t = 0
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
+
+    def step(self, a):
+        self.t += 1
+        if self.t > 150:
+            raise RuntimeError("the env broke")
+        return np.zeros(3, np.float32), 0.0, False, self.t % 50 == 0, {}
+
+
+gym.register("Broken-v0", entry_point="brokenenv:Broken")
+"""
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["progress-on", "quiet"])
+def test_a_benchmark_that_raises_ends_with_one_line_even_with_progress_on(tmp_path: Path, quiet: bool) -> None:
+    (tmp_path / "brokenenv.py").write_text(BROKEN_ENV)
+    args = ["run", "sac-pendulum", "--env", "brokenenv:Broken-v0", "--total-steps", "400", "--learning-starts", "100"]
+    err = one_line_error(rlbench(args + ["--quiet"] * quiet, tmp_path), code=1)
+    assert "raised RuntimeError: the env broke" in err and "traceback in" in err
