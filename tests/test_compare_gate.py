@@ -297,3 +297,14 @@ def test_several_runs_per_side_are_merged_by_seed(tmp_path: Path, capsys: pytest
     out = json.loads(capsys.readouterr().out)
     assert out["checks"][0]["n_base"] == 6 and out["checks"][0]["paired"]
     assert main(["gate", "20260101T000000Z-aaaaaa,20260101T000000Z-aaaaaa", "20260101T000002Z-cccccc", *args]) == 2
+
+
+def test_paired_ratios_are_labelled_as_such() -> None:
+    """A paired row's ratio is the median of per-seed ratios: the tables say so instead of calling it a ratio of medians."""
+    from rlbench.report.comparison import RATIO_LEGEND, comparison_markdown, gate_markdown
+
+    base, cand = _timed_side("r1", 1.0, 0.0), _timed_side("r2", 1.2, 0.0)
+    outcome = evaluate(base, cand, [Threshold.parse("time/update:5%")], learning_drop=None)
+    assert outcome.checks[0].result.paired and "(paired)" in gate_markdown(outcome)
+    text = comparison_markdown(compare(base, cand), base, cand, [], 0.05)
+    assert RATIO_LEGEND in text and "median of the per-seed ratios" in RATIO_LEGEND and "paired" in text

@@ -269,3 +269,18 @@ def test_a_benchmark_that_raises_ends_with_one_line_even_with_progress_on(tmp_pa
     args = ["run", "sac-pendulum", "--env", "brokenenv:Broken-v0", "--total-steps", "400", "--learning-starts", "100"]
     err = one_line_error(rlbench(args + ["--quiet"] * quiet, tmp_path), code=1)
     assert "raised RuntimeError: the env broke" in err and "traceback in" in err
+
+
+def test_report_of_imported_pytest_benchmark_records(tmp_path: Path) -> None:
+    """A plain pytest-benchmark file (no rlbench extra_info, a NaN-free summary only) imports and renders."""
+    data = {
+        "benchmarks": [
+            {"name": "test_a", "fullname": "t.py::test_a", "params": None, "stats": {"median": 1e-3, "rounds": 5}},
+            {"name": "test_b", "fullname": "t.py::test_b", "stats": {"median": 2e-3, "data": [2e-3, 2.1e-3]}},
+        ]
+    }
+    (tmp_path / "b.json").write_text(json.dumps(data))
+    assert rlbench(["import", "b.json", "--store", "s"], tmp_path).returncode == 0
+    proc = rlbench(["report", "s", "-o", "-"], tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "# rlbench micro-benchmark report" in proc.stdout and "t.py::test_b" in proc.stdout
