@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlbench.children import run_child, signals_deferred
+from rlbench.children import pid_alive, run_child, signals_deferred
 from rlbench.errors import RlbenchError, UsageError
 from rlbench.records import Record
 
@@ -155,21 +155,11 @@ def _remove_orphans(top: Path) -> None:
     for tree in trees:
         work = tree.parent
         m = re.match(r"rlbench-ab-(\d+)-", work.name)
-        if not m or _alive(int(m.group(1))):
+        if not m or pid_alive(int(m.group(1))):
             continue
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=top, capture_output=True, check=False)
         shutil.rmtree(work, ignore_errors=True)
     subprocess.run(["git", "worktree", "prune"], cwd=top, capture_output=True, check=False)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 _EP_SECTION = re.compile(r'^\[project\.entry-points\."rlbench\.suites"\]\s*$(?P<body>.*?)(?=^\[|\Z)', re.M | re.S)

@@ -20,12 +20,15 @@ Writes the markdown report and a JSON file of every comparison beside it.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from rlbench.children import die_with_parent, end_child
 from rlbench.compare import side_load
 from rlbench.errors import DataError
 from rlbench.gate import Threshold, evaluate
@@ -99,17 +102,10 @@ class CPUHog:
         self.n, self.procs = n, []
 
     def start(self) -> None:
-        import subprocess
-        import sys
-
-        from rlbench.children import die_with_parent
-
         spin = "import time\nwhile True: pass\n"
         self.procs = [subprocess.Popen([sys.executable, "-c", spin], preexec_fn=die_with_parent) for _ in range(self.n)]
 
     def stop(self) -> None:
-        from rlbench.children import end_child
-
         for proc in self.procs:
             end_child(proc, grace_s=2.0)
         self.procs = []

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -84,10 +89,19 @@ def child_pythonpath(env: dict[str, str] | None = None) -> str:
     As under pytest, modules in the directory rlbench was started from (``mygae.py``) are importable by the code
     rlbench runs for the user, and a relative ``PYTHONPATH`` keeps meaning what it meant where the user typed it.
     """
-    import os
-
     entries = [os.getcwd(), *((env or os.environ).get("PYTHONPATH", "").split(os.pathsep))]
     return os.pathsep.join(dict.fromkeys(os.path.abspath(p) for p in entries if p))
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one owned by another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def remove_orphan_dirs(prefix: str) -> list[str]:
@@ -96,23 +110,10 @@ def remove_orphan_dirs(prefix: str) -> list[str]:
     rlbench names its temporary directories after the pid that owns them, so the next run can tell an orphan from
     a directory another live rlbench is using.
     """
-    import os
-    import re
-    import shutil
-    import tempfile
-    from pathlib import Path
-
     removed = []
     for d in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
         m = re.match(rf"{re.escape(prefix)}(\d+)-", d.name)
-        if not m or not d.is_dir():
-            continue
-        try:
-            os.kill(int(m.group(1)), 0)
-            continue  # its owner is alive
-        except ProcessLookupError:
-            pass
-        except PermissionError:
+        if not m or not d.is_dir() or pid_alive(int(m.group(1))):
             continue
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d.name)

@@ -129,9 +129,10 @@ def run_benchmark(
     base_seed = getattr(config, "seed", 0)
     meta = dict(meta or {})
     meta.setdefault("repeats", repeats)
+    fp: dict[str, Any] | None = None  # read after the first repeat: it holds the thread setting the run chose
     try:
         for k in range(repeats):
-            if not _run_repeat(
+            fp = _run_repeat(
                 spec,
                 config,
                 writer,
@@ -143,15 +144,14 @@ def run_benchmark(
                 meta,
                 first_repeat_extra if k == 0 else None,
                 outcome,
-            ):
+                fp,
+            )
+            if fp is None:
                 break
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (errors.Terminated), wherever it lands between repeats too
         outcome.interrupted = True
         outcome.exit_code = getattr(exc, "exit_code", 130)
     return outcome
-
-
-_FP: dict[str, Any] = {}
 
 
 def _run_repeat(
@@ -166,8 +166,10 @@ def _run_repeat(
     meta: dict[str, Any],
     extra: list[Metric] | None,
     outcome: RunOutcome,
-) -> bool:
-    """One repeat, its records written; ``False`` when it failed (``outcome.error`` says why)."""
+    fp: dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    """One repeat, its records written; returns the fingerprint used (``fp``, or a fresh one when ``None``), or
+    ``None`` when the repeat failed (``outcome.error`` says why)."""
     cfg = replace(config, seed=seed) if hasattr(config, "seed") else config
     ctx = RunContext(device=device, callback=callback_factory(k) if callback_factory else None, profiler=profiler)
     probe = LoadProbe()
@@ -186,10 +188,8 @@ def _run_repeat(
     except Exception as exc:
         outcome.error = f"repeat {k} (seed {getattr(cfg, 'seed', '?')}) raised {type(exc).__name__}: {exc}"
         outcome.error_log = _write_traceback(writer, exc)
-        return False
-    if k == 0 or "fp" not in _FP:  # read after the first repeat: the software fingerprint holds the threads it chose
-        _FP["fp"] = fingerprint()
-    fp = _FP["fp"]
+        return None
+    fp = fp if fp is not None else fingerprint()
     metrics = [*metrics, *load_metrics(probe.stop())]  # what else the machine did during this repeat
     records = to_records(spec, cfg, [*(extra or []), *metrics], writer.run_id, k, str(device), fp, meta)
     with signals_deferred():  # the records and the count of saved repeats change together
@@ -200,7 +200,7 @@ def _run_repeat(
             raise StoreError(f"{exc} while saving repeat {k}; {saved}; free space or pass --store DIR") from None
         outcome.repeats_done += 1
         outcome.metrics.append([*(extra or []), *metrics])
-    return True
+    return fp
 
 
 def _write_traceback(writer: RunWriter, exc: BaseException) -> Path | None:
