@@ -15,17 +15,40 @@ from typing import Any
 from rlbench.cli.parser import Parser, add_config_options, config_overrides
 from rlbench.errors import UsageError
 from rlbench.metrics import PROFILE_SELF_S, STARTUP_S, Metric
-from rlbench.registry import BenchmarkSpec, all_specs, get_spec
+from rlbench.registry import BenchmarkSpec, all_specs, display_path, resolve_target, user_pytest_files
 
 
 def _run_help() -> str:
-    names = "\n".join(f"  {s.name:<16} {s.summary}" for s in all_specs())
+    rows = [(s.name, s.summary) for s in all_specs()]
+    rows += [(p.stem, f"pytest-benchmark file {display_path(p)}") for p in user_pytest_files()]
+    names = "\n".join(f"  {name:<16} {summary}" for name, summary in rows)
     return (
-        "usage: rlbench run BENCHMARK [options]\n\n"
+        "usage: rlbench run TARGET [options]\n\n"
         "Run a benchmark, store its records and write its bottleneck report.\n\n"
+        "TARGET is a benchmark name (below; ./suites/*.py of the working directory included), or\n"
+        "  path/to/file.py:NAME        NAME in that file: a BenchmarkSpec, an @rlbench.benchmark function, BENCHMARKS\n"
+        "  package.module:NAME         likewise, imported with the working directory on sys.path\n"
+        "  path/to/file.py             the file's one benchmark, or a pytest-benchmark file (test_*.py) timed\n"
+        "                              as a micro-benchmark\n\n"
         f"benchmarks:\n{names}\n\n"
-        "`rlbench run BENCHMARK --help` lists every option of that benchmark.\n"
+        "`rlbench run TARGET --help` lists every option of that benchmark.\n"
     )
+
+
+def _pytest_file_spec(path: Path) -> BenchmarkSpec:
+    """The spec that runs a user's pytest-benchmark file as a micro-benchmark (imported only for such a file)."""
+    from rlbench.suites.micro.runner import file_spec
+
+    return file_spec(path, display_path(path))
+
+
+def resolve_run_target(target: str) -> BenchmarkSpec:
+    """The benchmark ``rlbench run TARGET`` runs: a name, ``FILE.py[:NAME]`` or ``package.module:NAME``.
+
+    Raises:
+        UsageError: With one line saying what to do when the target cannot be run.
+    """
+    return resolve_target(target, pytest_file=_pytest_file_spec)
 
 
 def build_run_parser(spec: BenchmarkSpec, config: Any) -> Parser:
@@ -112,9 +135,11 @@ def run_command(argv: list[str], t0: float) -> int:
         return 0
     if argv[0].startswith("-"):
         raise UsageError("missing BENCHMARK: `rlbench run BENCHMARK [options]` (see `rlbench list`)")
-    spec = get_spec(argv[0])
+    spec = resolve_run_target(argv[0])
     defaults = spec.config_factory()
-    args = build_run_parser(spec, defaults).parse_args(argv[1:])
+    parser = build_run_parser(spec, defaults)
+    parser.prog = f"rlbench run {argv[0]}"  # a file or module target: its --help and errors name it as typed
+    args = parser.parse_args(argv[1:])
     config = replace(defaults, **config_overrides(args, defaults))
     if hasattr(config, "validate"):
         config.validate()

@@ -7,6 +7,9 @@ directory); every benchmark in it sets ``extra_info`` with ``group``, ``impl``, 
 the CLI's own state; its ``--benchmark-json`` output (raw timings included) becomes one record per
 (group, impl, size), metric ``time/call`` in seconds.
 
+``rlbench run path/to/test_x.py`` runs a user's own pytest-benchmark file the same way (:func:`file_spec`): its
+benchmark is named after the file, its cases come from ``extra_info`` when set, else from the test names.
+
 User implementations (``--impl package.module:function``, repeatable) join a group's comparison after a
 correctness check against the group's reference; one that disagrees is rejected, with the largest
 difference, and not timed. Contracts per group are in :mod:`rlbench.suites.micro.user_impls`.
@@ -100,11 +103,29 @@ def failed_tests(output: str) -> list[str]:
     return out
 
 
-def run_group_files(files: list[Path], config: MicroConfig, user_impls: dict[str, str]) -> dict[str, Any]:
+def run_group_files(
+    files: list[Path],
+    config: MicroConfig | FileConfig,
+    user_impls: dict[str, str],
+    *,
+    rootdir: Path = MICRO_DIR,
+    cwd: Path | None = None,
+) -> dict[str, Any]:
     """Run pytest-benchmark on ``files`` in a subprocess; return its JSON (device skip notes under ``"rlbench_notes"``).
 
+    Args:
+        files: The pytest-benchmark files.
+        config: Options (``max_time``, ``select``, ``threads``; ``timeout`` for users' implementations).
+        user_impls: ``--impl`` implementations that passed their check, passed to the group files.
+        rootdir: pytest's rootdir: the micro suites' directory, or a user's file's directory (its ``conftest.py`` then
+            applies).
+        cwd: The child's working directory (default: a temporary directory).
+
+    Returns:
+        pytest-benchmark's JSON; its ``"benchmarks"`` list is empty when no benchmark ran (none collected or selected).
+
     Raises:
-        RuntimeError: If pytest fails or collects nothing (its last output lines are in the message).
+        RuntimeError: If pytest fails (its last output lines are in the message).
     """
     remove_orphan_dirs("rlbench-micro-")  # what a kill -9 of an earlier run could not remove
     with tempfile.TemporaryDirectory(prefix=f"rlbench-micro-{os.getpid()}-") as tmp:
@@ -127,22 +148,25 @@ def run_group_files(files: list[Path], config: MicroConfig, user_impls: dict[str
             "-p",
             "no:cacheprovider",
             "--rootdir",
-            str(MICRO_DIR),
+            str(rootdir),
         ]
         if config.select:
             cmd += ["-k", config.select]
         env = dict(os.environ)
         env[USER_IMPLS_ENV] = json.dumps(user_impls)
         env["PYTHONPATH"] = child_pythonpath()  # the working directory and a relative PYTHONPATH still import
-        env[USER_TIMEOUT_ENV] = str(config.timeout)
+        timeout = getattr(config, "timeout", 60.0)
+        env[USER_TIMEOUT_ENV] = str(timeout)
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(config.threads)  # torch's pool size, read at its start
         # a backstop for code that hangs where the per-benchmark alarm cannot reach it (inside a C call)
-        backstop = 3600 + 20 * config.timeout * max(len(user_impls), 1)
+        backstop = 3600 + 20 * timeout * max(len(user_impls), 1)
         try:
-            proc = run_child(cmd, cwd=tmp, env=env, timeout=backstop)
+            proc = run_child(cmd, cwd=str(cwd or tmp), env=env, timeout=backstop)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"pytest-benchmark did not finish within {backstop:g} s and was ended") from None
         failures = failed_tests(proc.stdout)
+        if (proc.returncode == 0 and not out.is_file()) or proc.returncode == 5:  # nothing ran: all skipped or deselected
+            return {"benchmarks": [], "rlbench_notes": skip_notes(proc.stdout)}
         # exit 1 = some benchmarks failed: keep the others' timings and name the failures; anything else is fatal
         if proc.returncode not in (0, 1) or not out.is_file() or (proc.returncode == 1 and not failures):
             tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
@@ -154,14 +178,26 @@ def run_group_files(files: list[Path], config: MicroConfig, user_impls: dict[str
         return data
 
 
-def metrics_from_json(data: dict[str, Any]) -> list[Metric]:
-    """One ``time/call`` metric per benchmark, with its group, impl and size as case parameters."""
+def metrics_from_json(data: dict[str, Any], fallback_group: str | None = None) -> list[Metric]:
+    """One ``time/call`` metric per benchmark, with its group, impl and size as case parameters.
+
+    Args:
+        data: pytest-benchmark's JSON.
+        fallback_group: For files that set no ``extra_info`` (a user's): the cases are then filled in, group from
+            pytest-benchmark's own group or else this name, impl from the test function's name, size from the
+            parametrization id or ``"-"``.
+    """
     metrics = []
     for b in data.get("benchmarks", []):
         info = b.get("extra_info") or {}
         stats = b.get("stats") or {}
         samples = stats.get("data") or [stats.get("median")]
         params = {"group": info.get("group"), "impl": info.get("impl"), "size": info.get("size") or b.get("param")}
+        if fallback_group is not None:
+            test = str(b.get("name") or "").partition("[")[0]
+            params["group"] = params["group"] or b.get("group") or fallback_group
+            params["impl"] = params["impl"] or test or "-"
+            params["size"] = str(params["size"]) if params["size"] not in (None, "") else "-"
         for key in ("op", "device"):
             if key in info:
                 params[key] = info[key]
@@ -190,6 +226,61 @@ def make_run(groups: list[str]):
         return metrics
 
     return run
+
+
+@dataclass
+class FileConfig:
+    """Options of a user's pytest-benchmark file run by ``rlbench run path/to/test_x.py``."""
+
+    select: str = option("pytest -k expression selecting benchmarks of the file", default="")
+    max_time: float = option("seconds pytest-benchmark spends per benchmark (more: tighter medians)", default=0.3)
+    threads: int = option("torch/OpenMP intra-op threads in the benchmark process", default=1)
+    seed: int = option("unused by pytest-benchmark files; kept for repeat numbering", default=0)
+
+    def validate(self) -> None:
+        """Check values.
+
+        Raises:
+            UsageError: On a non-positive ``max_time`` or ``threads``.
+        """
+        if not self.max_time > 0:
+            raise UsageError(f"--max-time must be positive, got {self.max_time}")
+        if self.threads < 1:
+            raise UsageError(f"--threads must be at least 1, got {self.threads}")
+
+
+def file_spec(path: Path, source: str | None = None) -> BenchmarkSpec:
+    """The benchmark of a user's pytest-benchmark file: named after its stem, timed like a micro group.
+
+    pytest runs in a subprocess from the working directory with the file's directory as rootdir (its ``conftest.py``
+    applies); cases come from the benchmarks' ``extra_info`` (``group``, ``impl``, ``size``, ``elements``) when set,
+    else from the file and test names (see :func:`metrics_from_json`).
+
+    Args:
+        path: The file.
+        source: How ``rlbench list`` and its messages name it (default: the path as given).
+    """
+    resolved = path.resolve()
+    shown = source or str(path)
+
+    def run(config: FileConfig, ctx: RunContext) -> list[Metric]:
+        data = run_group_files([resolved], config, {}, rootdir=resolved.parent, cwd=Path.cwd())
+        metrics = metrics_from_json(data, fallback_group=resolved.stem)
+        if not metrics:
+            raise UsageError(
+                f"pytest-benchmark ran no benchmark in {shown}: its tests must take the `benchmark` fixture"
+                + (" (check --select)" if config.select else "")
+            )
+        return metrics
+
+    return BenchmarkSpec(
+        name=resolved.stem,
+        summary=f"pytest-benchmark file {shown}",
+        config_factory=FileConfig,
+        run=run,
+        report="micro",
+        source=shown,
+    )
 
 
 BENCHMARKS = [
