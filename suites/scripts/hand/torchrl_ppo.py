@@ -1,0 +1,175 @@
+"""Hand-instrumented copy of ../torchrl_ppo.py: the same training, with time.perf_counter() accumulators per phase.
+
+The collector hides the env loop, so its own iteration (next(iterator)) is timed as collect, and inside it the TorchRL
+env's step_and_maybe_reset/reset (what the collector calls) are timed as env and the actor instance's forward as inference
+(both only while the collector is iterating; ClipPPOLoss reaches the actor through get_dist, not forward). Outside
+collect: advantage is the GAE module call, replay is rb.extend and rb.sample, forward is loss_module(sub) plus summing the
+losses, backward is loss.backward(), optimizer is zero_grad + clip_grad_norm_ + step. loop_s runs from just before the
+iterator over the collector is created to the end of the last batch. With RLBENCH_HAND_OUT set, the totals are written
+there as JSON.
+
+Run: python torchrl_ppo.py --seed 1 --total-frames 20000
+"""
+
+import argparse
+import json
+import os
+import time
+
+import torch
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.data import LazyTensorStorage, ReplayBuffer
+from torchrl.data.replay_buffers.samplers import SamplerWithoutReplacement
+from torchrl.envs import Compose, InitTracker, RewardSum, StepCounter, TransformedEnv
+from torchrl.envs.libs.gym import GymEnv
+from torchrl.modules import OneHotCategorical, ProbabilisticActor, ValueOperator
+from torchrl.objectives import ClipPPOLoss
+from torchrl.objectives.value import GAE
+
+try:  # torchrl >= 0.12 calls the single-process collector Collector
+    from torchrl.collectors import Collector
+except ImportError:  # older torchrl
+    from torchrl.collectors import SyncDataCollector as Collector
+
+FRAMES_PER_BATCH = 512
+MINIBATCH_SIZE = 128
+NUM_EPOCHS = 4
+LEARNING_RATE = 3e-4
+MAX_GRAD_NORM = 0.5
+
+PHASE_S = dict.fromkeys(("env", "inference", "forward", "backward", "optimizer", "advantage", "replay", "collect"), 0.0)
+COLLECTING = False  # True while the collector is producing a batch
+
+
+def timed_while_collecting(fn, phase):
+    """fn, booking the wall time of the calls made while the collector iterates to PHASE_S[phase]."""
+
+    def wrapper(*args, **kwargs):
+        if not COLLECTING:
+            return fn(*args, **kwargs)
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            PHASE_S[phase] += time.perf_counter() - t0
+
+    return wrapper
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=1, help="seed of the experiment")
+    parser.add_argument("--total-frames", type=int, default=20000, help="total environment frames to collect")
+    parser.add_argument("--torch-threads", type=int, default=1, help="torch.set_num_threads")
+    return parser.parse_args()
+
+
+def mlp(in_features, out_features):
+    return nn.Sequential(nn.Linear(in_features, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, out_features))
+
+
+def main():
+    global COLLECTING
+    args = parse_args()
+    torch.set_num_threads(args.torch_threads)
+    torch.manual_seed(args.seed)
+
+    env = TransformedEnv(GymEnv("CartPole-v1"), Compose(InitTracker(), StepCounter(), RewardSum()))
+    env.set_seed(args.seed)
+    n_obs = env.observation_spec["observation"].shape[-1]
+    n_act = env.action_spec.shape[-1]  # one-hot actions
+
+    actor = ProbabilisticActor(
+        TensorDictModule(mlp(n_obs, n_act), in_keys=["observation"], out_keys=["logits"]),
+        spec=env.action_spec,
+        in_keys=["logits"],
+        distribution_class=OneHotCategorical,
+        return_log_prob=True,
+    )
+    value = ValueOperator(mlp(n_obs, 1), in_keys=["observation"])
+    # env stepping as the collector sees it: TorchRL's own env calls (TensorDict packing and transforms included)
+    env.step_and_maybe_reset = timed_while_collecting(env.step_and_maybe_reset, "env")
+    env.reset = timed_while_collecting(env.reset, "env")
+    actor.forward = timed_while_collecting(actor.forward, "inference")  # the collector calls this very instance
+
+    collector = Collector(env, actor, frames_per_batch=FRAMES_PER_BATCH, total_frames=args.total_frames, device="cpu")
+    advantage = GAE(gamma=0.99, lmbda=0.95, value_network=value, average_gae=True)
+    loss_module = ClipPPOLoss(
+        actor_network=actor,
+        critic_network=value,
+        clip_epsilon=0.2,
+        entropy_bonus=True,
+        entropy_coeff=0.01,
+        critic_coeff=0.5,
+        loss_critic_type="smooth_l1",
+    )
+    rb = ReplayBuffer(storage=LazyTensorStorage(FRAMES_PER_BATCH), sampler=SamplerWithoutReplacement())
+    optim = torch.optim.Adam(loss_module.parameters(), lr=LEARNING_RATE)
+
+    frames = 0
+    episode_returns = []
+    loop_t0 = time.perf_counter()
+    iterator = iter(collector)
+    i = -1
+    while True:
+        t0 = time.perf_counter()
+        COLLECTING = True
+        try:
+            data = next(iterator)
+        except StopIteration:
+            break
+        finally:
+            COLLECTING = False
+            PHASE_S["collect"] += time.perf_counter() - t0
+        i += 1
+        frames += data.numel()
+        for _epoch in range(NUM_EPOCHS):
+            t0 = time.perf_counter()
+            advantage(data)
+            PHASE_S["advantage"] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            rb.extend(data.reshape(-1))
+            PHASE_S["replay"] += time.perf_counter() - t0
+            for _ in range(FRAMES_PER_BATCH // MINIBATCH_SIZE):
+                t0 = time.perf_counter()
+                sub = rb.sample(MINIBATCH_SIZE)
+                PHASE_S["replay"] += time.perf_counter() - t0
+                t0 = time.perf_counter()
+                loss_vals = loss_module(sub)
+                loss = loss_vals["loss_objective"] + loss_vals["loss_critic"] + loss_vals["loss_entropy"]
+                PHASE_S["forward"] += time.perf_counter() - t0
+                t0 = time.perf_counter()
+                optim.zero_grad()
+                PHASE_S["optimizer"] += time.perf_counter() - t0
+                t0 = time.perf_counter()
+                loss.backward()
+                PHASE_S["backward"] += time.perf_counter() - t0
+                t0 = time.perf_counter()
+                torch.nn.utils.clip_grad_norm_(loss_module.parameters(), MAX_GRAD_NORM)
+                optim.step()
+                PHASE_S["optimizer"] += time.perf_counter() - t0
+        collector.update_policy_weights_()
+
+        done = data["next", "done"].squeeze(-1)
+        episode_returns.extend(data["next", "episode_reward"][done].squeeze(-1).tolist())
+        if (i + 1) % 10 == 0:
+            recent = episode_returns[-10:]
+            mean_recent = sum(recent) / len(recent) if recent else float("nan")
+            print(f"batch={i + 1} frames={frames} mean_return_last10={mean_recent:.1f}", flush=True)
+
+    loop_s = time.perf_counter() - loop_t0
+
+    collector.shutdown()
+    last10 = episode_returns[-10:]
+    mean_last10 = sum(last10) / len(last10) if last10 else float("nan")
+    print(f"final: episodes={len(episode_returns)} mean_return_last10={mean_last10:.2f} global_step={frames}", flush=True)
+
+    out_path = os.environ.get("RLBENCH_HAND_OUT")
+    if out_path:
+        with open(out_path, "w") as f:
+            json.dump({"loop_s": loop_s, "steps": frames, "phases": PHASE_S, "script": "torchrl_ppo"}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

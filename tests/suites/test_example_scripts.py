@@ -1,0 +1,133 @@
+"""The example user scripts in rlbench.suites.scripts run as plain programs, and their hand-instrumented copies train the same
+way and write phase timings that add up."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import rlbench.suites.scripts
+
+SCRIPTS_DIR = Path(rlbench.suites.scripts.__file__).parent
+HAND_DIR = SCRIPTS_DIR / "hand"
+FINAL_LINE = re.compile(r"^final: episodes=(\d+) mean_return_last10=(nan|-?\d+(?:\.\d+)?) global_step=(\d+)$")
+LEAF_PHASES = ("env", "inference", "forward", "backward", "optimizer", "advantage", "transfer")
+TINY = "1024"  # two rollouts/batches of 512 steps in every script
+
+# script name -> (budget flag, library it needs, phases its hand copy books, {parent phase: the phases nested in it})
+SCRIPTS = {
+    "cleanrl_ppo": (
+        "--total-timesteps",
+        None,
+        {"env", "inference", "forward", "backward", "optimizer", "advantage", "transfer"},
+        {},
+    ),
+    "sb3_ppo": (
+        "--total-timesteps",
+        "stable_baselines3",
+        {"env", "inference", "forward", "backward", "optimizer", "advantage", "collect", "train"},
+        {"collect": ("env", "inference", "advantage"), "train": ("forward", "backward", "optimizer")},
+    ),
+    "torchrl_ppo": (
+        "--total-frames",
+        "torchrl",
+        {"env", "inference", "forward", "backward", "optimizer", "advantage", "replay", "collect"},
+        {"collect": ("env", "inference")},
+    ),
+}
+
+
+def _script_files() -> list[Path]:
+    return sorted(p for p in [*SCRIPTS_DIR.glob("*.py"), *HAND_DIR.glob("*.py")] if p.name not in ("__init__.py", "accuracy.py"))
+
+
+def _add_argument_calls(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
+    ]
+    return [ast.dump(call) for call in calls]
+
+
+def _run(path: Path, flag: str, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(
+        [sys.executable, str(path), flag, TINY, "--seed", "1"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, f"{path.name} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+    lines = result.stdout.strip().splitlines()
+    assert lines, f"{path.name} printed nothing; stderr:\n{result.stderr[-2000:]}"
+    assert FINAL_LINE.match(lines[-1]), f"{path.name}: unexpected last line {lines[-1]!r}"
+    return lines[-1]
+
+
+def test_every_script_has_a_hand_copy_with_the_same_flags() -> None:
+    assert {p.stem for p in SCRIPTS_DIR.glob("*.py")} - {"__init__", "accuracy"} == set(SCRIPTS)
+    for name in SCRIPTS:
+        original, hand = SCRIPTS_DIR / f"{name}.py", HAND_DIR / f"{name}.py"
+        assert hand.is_file(), f"no hand-instrumented copy of {name}"
+        assert _add_argument_calls(original) == _add_argument_calls(hand), f"{name}: the hand copy's flags differ"
+
+
+@pytest.mark.parametrize("path", _script_files(), ids=lambda p: str(p.relative_to(SCRIPTS_DIR)))
+def test_scripts_do_not_import_rlbench(path: Path) -> None:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        else:
+            continue
+        assert not any(n == "rlbench" or n.startswith("rlbench.") for n in names), f"{path.name} imports {names}"
+
+
+def _check_script_and_hand_copy(name: str, tmp_path: Path) -> None:
+    flag, library, phases, nested = SCRIPTS[name]
+    if library is not None and importlib.util.find_spec(library) is None:
+        pytest.skip(f"{library} not installed")
+
+    final = _run(SCRIPTS_DIR / f"{name}.py", flag)
+
+    out = tmp_path / f"{name}.json"
+    hand_final = _run(HAND_DIR / f"{name}.py", flag, env={**os.environ, "RLBENCH_HAND_OUT": str(out)})
+    assert hand_final == final, "the hand copy trained differently from the script with the same seed"
+
+    record = json.loads(out.read_text(encoding="utf-8"))
+    assert record["script"] == name
+    assert record["steps"] == int(FINAL_LINE.match(final).group(3)) >= int(TINY)
+    loop_s, booked = record["loop_s"], record["phases"]
+    assert loop_s > 0
+    assert phases <= set(booked), f"missing phases: {sorted(phases - set(booked))}"
+    assert all(seconds >= 0 for seconds in booked.values()), booked
+    assert all(booked[p] > 0 for p in phases), f"a phase never ran: {booked}"
+    assert sum(booked.get(p, 0.0) for p in LEAF_PHASES) <= loop_s
+    for parent, children in nested.items():
+        assert sum(booked[c] for c in children) <= booked[parent] + 1e-9, (parent, booked)
+        assert booked[parent] <= loop_s
+
+
+def test_cleanrl_script_and_hand_copy(tmp_path: Path) -> None:
+    _check_script_and_hand_copy("cleanrl_ppo", tmp_path)
+
+
+@pytest.mark.slow  # imports and trains stable-baselines3 twice (seconds)
+def test_sb3_script_and_hand_copy(tmp_path: Path) -> None:
+    _check_script_and_hand_copy("sb3_ppo", tmp_path)
+
+
+@pytest.mark.slow  # imports and trains torchrl twice (seconds)
+def test_torchrl_script_and_hand_copy(tmp_path: Path) -> None:
+    _check_script_and_hand_copy("torchrl_ppo", tmp_path)
