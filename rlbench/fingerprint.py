@@ -87,14 +87,16 @@ def _git(args: list[str], cwd: Path) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def git_fingerprint(where: Path | None = None) -> dict[str, Any]:
+def git_fingerprint(where: Path | None = None, *, rlbench_first: bool = True) -> dict[str, Any]:
     """Commit and dirty flag of the code being measured.
 
     The repository holding the imported ``rlbench`` package is used when there is one (a source
     checkout or an ``rlbench ab`` worktree), else the one around ``where`` (default: the working
-    directory, i.e. the user's project). Outside any repository, ``commit`` is ``None``.
+    directory, i.e. the user's project). With ``rlbench_first=False`` (profiles of the user's own scripts) only
+    ``where`` is looked at. Outside any repository, ``commit`` is ``None``.
     """
-    candidates = [Path(__file__).resolve().parent, Path(where or os.getcwd())]
+    candidates = [Path(__file__).resolve().parent] if rlbench_first else []
+    candidates.append(Path(where or os.getcwd()))
     for cwd in candidates:
         commit = _git(["rev-parse", "HEAD"], cwd)
         if commit:

@@ -23,6 +23,7 @@ from rlbench.cli.parser import Parser  # noqa: E402
 from rlbench.errors import RlbenchError, Terminated  # noqa: E402
 
 USAGE_EPILOG = """examples:
+  rlbench profile -- python train.py     (where your own training script's time goes)
   rlbench list
   rlbench run ppo-cartpole
   rlbench run ppo-cartpole --repeats 5 --report reports/ppo-cartpole-cpu.md
@@ -47,6 +48,11 @@ def build_parser() -> Parser:
     p_list = sub.add_parser("list", help="list the built-in benchmarks")
     p_list.add_argument("--json", action="store_true", help="print the list as JSON")
     sub.add_parser("run", help="run a benchmark (rlbench run BENCHMARK --help for its options)", add_help=False)
+    sub.add_parser(
+        "profile",
+        help="profile your own training script, unmodified: rlbench profile -- python train.py (rlbench profile --help)",
+        add_help=False,
+    )
     sub.add_parser("ab", help="run two git revisions interleaved and compare or gate (rlbench ab --help)", add_help=False)
     from rlbench.cli.calibrate import build_calibrate_parser
 
@@ -146,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
             from rlbench.cli.run import run_command
 
             return run_command(argv[1:], _T0)
+        if argv and argv[0] == "profile":
+            from rlbench.cli.profile import profile_command
+
+            return profile_command(argv[1:], _T0)
         if argv and argv[0] == "ab":
             from rlbench.cli.ab import ab_command
 

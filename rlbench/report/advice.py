@@ -223,7 +223,12 @@ def findings(d: RunData, b: Breakdown, measured: dict[str, str] | None = None) -
                 b.share(b.other_s),
                 f"{fmt(b.other_s, 3)} s ({pct(b.share(b.other_s))}) of steady time is in no leaf phase: "
                 "loop overhead, bookkeeping and whatever the timers do not name.",
-                "Profile with `--profile` to see which Python frames hold it.",
+                (
+                    "See which Python frames hold it with `rlbench profile --pyinstrument`; name parts of it with "
+                    "`rlbench.phase(...)`."
+                    if d.first.meta.get("kind") == "profile"
+                    else "Profile with `--profile` to see which Python frames hold it."
+                ),
             )
         )
     warm, per_iter = d.med(WARMUP_S), b.steady_s / b.iterations

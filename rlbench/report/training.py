@@ -16,6 +16,7 @@ from rlbench.metrics import (
     EVAL_RETURN,
     EVAL_S,
     INIT_S,
+    PROFILE_EXCLUDED_S,
     PROFILE_SELF_S,
     SPS,
     SPS_STEADY,
@@ -37,6 +38,7 @@ from rlbench.report.charts import Chart
 from rlbench.report.data import RunData
 from rlbench.report.format import fmt, fmt_s, md_table, pct, renumber_sections, spread
 from rlbench.report.phases import Breakdown, breakdown, layer_table, phase_chart, phase_table
+from rlbench.report.profiled import is_profiled, memory_section, no_eval_note, overhead_section, user_metrics_section
 from rlbench.stats import median
 
 
@@ -68,7 +70,7 @@ def header(d: RunData, chart_file: str | None) -> list[str]:
                     f"Python {soft.get('python', '?')}, torch {pkgs.get('torch')}, numpy {pkgs.get('numpy')}, "
                     f"gymnasium {pkgs.get('gymnasium')}, rlbench {pkgs.get('rlbench')}",
                 ],
-                ["Threads", f"torch intra-op threads {soft.get('torch_threads')}"],
+                *([["Threads", f"torch intra-op threads {soft.get('torch_threads')}"]] if soft.get("torch_threads") else []),
                 ["Commit", commit_s],
                 [
                     "Device",
@@ -76,13 +78,20 @@ def header(d: RunData, chart_file: str | None) -> list[str]:
                     + ("synchronized at phase boundaries" if synced else "unsynchronized (CPU ops are synchronous)"),
                 ],
                 ["Repeats", f"{d.repeats} (seeds {', '.join(str(s) for s in d.seeds)}); figures are medians over repeats"],
-                ["Setting", ", ".join(f"{k}={v}" for k, v in r.params.items() if k in _SETTING_KEYS)],
+                ["Setting", _setting(r)],
             ],
         ),
     ]
     if chart_file:
         lines += ["", f"![Share of steady-state time per phase]({chart_file})"]
     return lines
+
+
+def _setting(r: Record) -> str:
+    if r.meta.get("kind") == "profile":
+        seed = f" + `{r.params['seed_arg']}`" if r.params.get("seed_arg") else ""
+        return f"`{r.params.get('command', r.benchmark)}`{seed}"
+    return ", ".join(f"{k}={v}" for k, v in r.params.items() if k in _SETTING_KEYS)
 
 
 _SETTING_KEYS = (
@@ -129,8 +138,11 @@ def timing(d: RunData, warmup: str = "Warm-up (first iteration)") -> list[str]:
             spread(d.summary(SPS_STEADY), lambda v: fmt(v, 0)),
         ],
     ]
-    if not d.has(STARTUP_S):
-        rows = rows[1:]
+    wanted = (STARTUP_S, INIT_S, WARMUP_S, TRAIN_S, EVAL_S, WALL_S, SPS, SPS_STEADY)
+    rows = [row for row, metric in zip(rows, wanted) if d.has(metric) or metric in (WARMUP_S, TRAIN_S, SPS)]
+    if is_profiled(d):
+        total = "Total wall of the script (start-up + training)"
+        rows = [[total if "Total wall" in row[0] else row[0], *row[1:]] for row in rows]
     steps = d.med(ENV_STEPS) if d.has(ENV_STEPS) else 0
     return [
         "## End-to-end timing",
@@ -207,15 +219,22 @@ def _counters(d: RunData) -> list[str]:
     if not d.has("ops/iteration"):
         return []
     rows = []
-    for phase in ("collect", "advantage", "update", "iteration"):
+    counted = {m.split("/", 1)[1] for m in d.by_metric if m.split("/", 1)[0] in ("ops", "syncs", "copies") and "/" in m}
+    order = [p for p in d.phases() if p in counted] + sorted(counted - set(d.phases()) - {"iteration"})
+    for phase in [*order, "iteration"]:
         vals = [d.per_repeat(f"{kind}/{phase}") for kind in ("ops", "syncs", "copies")]
         same = all(len(set(v)) <= 1 for v in vals)
         cells = [fmt(v[0], 0) if v else "–" for v in vals]
         rows.append([f"`{phase}`" if phase != "iteration" else "**one iteration**", *cells, "yes" if same else "**no**"])
+    where = (
+        f"Counted during iteration {d.meta(PROFILE_EXCLUDED_S, 'counted_iteration')} of the run (left out of the timings)"
+        if is_profiled(d)
+        else "Counted on one extra, untimed iteration (seeded like the run)"
+    )
     return [
         "## Operation counters (noise-free)",
         "",
-        "Counted on one extra, untimed iteration (seeded like the run) with a torch dispatch mode: torch operators "
+        f"{where} with a torch dispatch mode: torch operators "
         "dispatched, device-to-host synchronizations (`.item()` and kin) and cross-device copies. They do not vary run "
         "to run, so `rlbench gate --fail ops/iteration:0%` catches one extra op per step on any machine.",
         "",
@@ -252,17 +271,32 @@ def render(records: list[Record], chart_file: str | None = None) -> tuple[str, l
     b = breakdown(d)
     chart = phase_chart(d, b)
     chart_file = chart_file if chart.bars else None  # no steady state (e.g. no update happened): nothing to draw
-    sections = [
-        header(d, chart_file),
-        timing(d),
-        phase_table(d, b),
-        layer_table(d, b),
-        learning(d),
-        bottlenecks_section(findings(d, b)),
-        overhead_table(d, b),
-        _counters(d),
-        profile_table(d),
-    ]
+    if is_profiled(d):
+        sections = [
+            header(d, chart_file),
+            timing(d),
+            phase_table(d, b),
+            layer_table(d, b),
+            learning(d) if d.has(EVAL_RETURN) else no_eval_note(),
+            user_metrics_section(d),
+            bottlenecks_section(findings(d, b)),
+            overhead_section(d, b),
+            _counters(d),
+            memory_section(d),
+            profile_table(d),
+        ]
+    else:
+        sections = [
+            header(d, chart_file),
+            timing(d),
+            phase_table(d, b),
+            layer_table(d, b),
+            learning(d),
+            bottlenecks_section(findings(d, b)),
+            overhead_table(d, b),
+            _counters(d),
+            profile_table(d),
+        ]
     text = "\n\n".join("\n".join(s) for s in sections if s) + "\n"
     return renumber_sections(text), [chart] if chart.bars else []
 

@@ -1,0 +1,227 @@
+"""``rlbench profile [options] -- python train.py ARGS``: where an unmodified training script's time goes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rlbench.cli.parser import Parser
+from rlbench.errors import UsageError
+
+DESCRIPTION = """\
+Run your training script unmodified and attribute its wall time to phases, automatically:
+  env/step, env/reset   gymnasium Env / VectorEnv (and SB3 VecEnv, TorchRL EnvBase) calls; agent steps counted
+  inference             nn.Module calls and torch.distributions with grad disabled
+  train/forward         the training forward and loss (a module called with grad enabled, until backward)
+  train/backward        autograd backward
+  train/optimizer       optimizer.step (every torch optimizer), zero_grad, clip_grad_norm_
+  transfer              .item() .tolist() .cpu() .cuda() .numpy() and .to(device)
+  Python/other          everything else
+Stable-Baselines3 and TorchRL calls are labelled too (collect, train, advantage, replay/...). Name more phases
+in your code with `with rlbench.phase("gae"):`. Training iterations are found from the env/update rhythm: the
+first is the warm-up, the rest the steady state. One iteration is re-counted op by op (torch ops, syncs and
+copies per phase; left out of the timings). Records go to the store like `rlbench run`'s, so report, compare,
+gate and ab apply.
+"""
+
+EPILOG = """\
+examples:
+  rlbench profile -- python train.py --total-timesteps 50000
+  rlbench profile --repeats 5 --seed 1 --seed-arg "--seed {seed}" -- python train.py
+  rlbench profile --trace trace.json --pyinstrument -- python -m mypkg.train
+  rlbench profile --sync -- python train.py --cuda        (CUDA: book GPU work to the phase that queued it)
+"""
+
+
+def build_profile_parser() -> Parser:
+    """The parser of ``rlbench profile`` (the command to run comes after ``--``)."""
+    p = Parser(
+        prog="rlbench profile",
+        usage="rlbench profile [options] -- python SCRIPT.py [ARGS] | python -m MODULE [ARGS]",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--repeats", type=int, default=1, metavar="K", help="run the script K times (default: 1)")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the first repeat; repeat k uses N+k (default: 0)")
+    p.add_argument(
+        "--seed-arg",
+        default="",
+        metavar="TEMPLATE",
+        help="arguments appended per repeat with {seed} filled in, e.g. '--seed {seed}' (default: none: every repeat runs "
+        "the command as given)",
+    )
+    p.add_argument(
+        "--store",
+        default=".rlbench",
+        metavar="DIR",
+        help="results store: records go to DIR/<run-id>.jsonl as each repeat finishes (default: .rlbench)",
+    )
+    p.add_argument(
+        "--report", default=None, metavar="PATH", help="markdown bottleneck report to write (default: DIR/<run-id>.md)"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object on stdout (medians over repeats, paths); the script's output goes to stderr",
+    )
+    p.add_argument("--quiet", action="store_true", help="no summary; the script's output goes to DIR/<run-id>-repeatK.log")
+    p.add_argument(
+        "--sync",
+        action="store_true",
+        help="synchronize CUDA (or MPS) at every phase boundary so GPU work is booked to the phase that queued it "
+        "(slower; without it, GPU time lands where the host waits: .item(), .cpu())",
+    )
+    p.add_argument("--trace", default=None, metavar="PATH", help="write a Chrome/Perfetto trace of the phases")
+    p.add_argument("--trace-limit", type=int, default=200_000, metavar="N", help="phases kept in the trace (default: 200000)")
+    p.add_argument(
+        "--pyinstrument",
+        action="store_true",
+        help="also record pyinstrument's call tree (first repeat): HTML beside the report, top frames in it",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="end a repeat that runs longer than S seconds (default: no limit)",
+    )
+    p.add_argument(
+        "--no-count-ops",
+        action="store_true",
+        help="do not count torch ops per phase (counting runs one iteration under a torch dispatch mode)",
+    )
+    p.add_argument("--no-memory", action="store_true", help="do not record peak-RSS growth per phase")
+    p.add_argument("--no-labels", action="store_true", help="do not label Stable-Baselines3 / TorchRL methods")
+    return p
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``[options] -- command`` (or ``[options] python train.py ...`` without ``--``) into the two lists."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    value_options = {"--repeats", "--seed", "--seed-arg", "--store", "--report", "--trace", "--trace-limit", "--timeout"}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if not a.startswith("-") or a == "-m":
+            return argv[:i], argv[i:]
+        i += 2 if a in value_options else 1
+    return argv, []
+
+
+def profile_command(argv: list[str], t0: float) -> int:
+    """Parse, run the repeats, write the report; return the exit code."""
+    options, command = split_command(argv)
+    parser = build_profile_parser()
+    args = parser.parse_args(options)
+    if args.trace_limit < 1:
+        raise UsageError(f"--trace-limit must be at least 1, got {args.trace_limit}")
+    from rlbench.profiling.launcher import Options, check_options, parse_command
+    from rlbench.profiling.session import Settings
+
+    target = parse_command(command)
+    if args.sync:
+        _check_sync_device()
+    from rlbench.cli.parser import prepare_output
+    from rlbench.store import RunWriter
+
+    writer = RunWriter(args.store)
+    report_path = Path(args.report) if args.report else writer.store / f"{writer.run_id}.md"
+    prepare_output(str(report_path), "--report")
+    trace = Path(args.trace) if args.trace else None
+    if trace is not None:
+        prepare_output(str(trace), "--trace")
+    opts = Options(
+        repeats=args.repeats,
+        seed=args.seed,
+        seed_arg=args.seed_arg,
+        timeout=args.timeout,
+        settings=Settings(
+            sync=args.sync,
+            trace_limit=args.trace_limit if trace else 0,
+            count_iteration=None if args.no_count_ops else 1,
+            memory=not args.no_memory,
+            libraries=not args.no_labels,
+        ),
+        trace=trace,
+        pyinstrument=report_path.with_name(report_path.stem + "-profile.html") if args.pyinstrument else None,
+        output="log" if args.quiet else ("stderr" if args.json else "inherit"),
+    )
+    check_options(opts)
+    from rlbench.profiling.launcher import run_profile
+    from rlbench.report.plots import ChartWorker
+
+    command_line = "rlbench profile " + shlex.join(argv)
+    announce = None if (args.quiet or args.json) else _announcer(target.name, opts)
+    charts = ChartWorker()
+    try:
+        outcome = run_profile(target, opts, writer, meta={"command": command_line}, on_repeat=announce)
+        if outcome.interrupted:
+            what = "terminated (SIGTERM)" if outcome.exit_code == 143 else "interrupted"
+            print(
+                f"rlbench: {what}: {outcome.repeats_done} of {opts.repeats} repeats saved in {outcome.records_path}"
+                + (f"; `rlbench report {outcome.records_path}` renders them" if outcome.repeats_done else ""),
+                file=sys.stderr,
+            )
+            return outcome.exit_code
+        if outcome.error:
+            saved = (
+                f"{outcome.repeats_done} finished repeats saved in {outcome.records_path}"
+                if outcome.repeats_done
+                else "no repeat finished"
+            )
+            log = f"; its output is in {outcome.logs[-1]}" if outcome.logs else ""
+            print(f"rlbench: error: {target.name} {outcome.error}; {saved}{log}", file=sys.stderr)
+            return 1
+        from rlbench.cli.report import write_report
+
+        write_report(outcome.records_path, report_path, run_id=writer.run_id, worker=charts)
+    finally:
+        charts.close()
+    from rlbench.cli.run import summarize_outcome
+
+    summary: dict[str, Any] = summarize_outcome(outcome.metrics)
+    summary.update(
+        {
+            "benchmark": target.name,
+            "run_id": writer.run_id,
+            "device": "cuda (synchronized)" if args.sync else "as the script chose",
+            "repeats": outcome.repeats_done,
+            "records": str(outcome.records_path),
+            "report": str(report_path),
+            "trace": str(trace) if trace else None,
+            "cli_wall_s": time.perf_counter() - t0,
+        }
+    )
+    if args.json:
+        print(json.dumps(summary, allow_nan=False, default=str))
+    elif not args.quiet:
+        from rlbench.report.summary import print_summary
+
+        print_summary(summary)
+    return 0
+
+
+def _announcer(name: str, opts: Any) -> Any:
+    def announce(k: int, seed: int) -> None:
+        from rich.console import Console
+
+        seed_note = f", seed {seed}" if opts.seed_arg else ""
+        Console(stderr=True).rule(f"[bold]rlbench profile[/] {name}: repeat {k + 1}/{opts.repeats}{seed_note}")
+
+    return announce
+
+
+def _check_sync_device() -> None:
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    if not torch.cuda.is_available() and not (mps is not None and mps.is_available()):
+        raise UsageError("--sync synchronizes a GPU, and this machine has none visible to torch (CUDA or MPS): leave it out")

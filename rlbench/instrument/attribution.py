@@ -1,0 +1,462 @@
+"""Automatic phase attribution: every moment of a training script booked to exactly one phase.
+
+An :class:`Attributor` keeps a stack of open phases and books the clock, at each transition, to the phase on top
+(the empty path ``""`` when none is open: "Python/other"). Seconds are *exclusive*; a parent's inclusive time is
+the sum over its sub-tree, derived when the run ends (:meth:`Attributor.inclusive`). Three kinds of phases open:
+
+* **automatic** phases, opened by the hooks of :mod:`rlbench.instrument.autohooks` around env steps, module calls,
+  backward passes, optimizer steps and host-device transfers. Nested automatic calls count once, in the outermost
+  (a wrapper's ``step`` calling the env's ``step``, a module calling its sub-modules): while one is open
+  (``depth > 0``) the hooks pass through at the cost of one attribute test.
+* the **training forward** is *sticky*: a module called with grad enabled opens ``train/forward`` and it stays
+  open through the loss computation until a phase of another kind starts (``zero_grad``, ``backward``, the next
+  env step or inference, an explicit phase), as a person timing "forward + loss" by hand would put it. Transfers
+  and further grad-enabled calls inside it count as forward.
+* **explicit** phases (``rlbench.phase("gae")``, and the labels rlbench puts on libraries' methods) always open,
+  inside automatic ones too, and take precedence: automatic phases inside them open again as their children
+  (``update/train/backward``).
+
+Agent steps are counted at the outermost env call (a vector env's batch size, 1 for a single env). Iterations are
+found without help: an env step or reset after an update (backward or optimizer step) starts a new one; each
+boundary snapshots the exclusive seconds, so per-iteration figures come out.
+"""
+
+from __future__ import annotations
+
+import resource
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import wraps
+from time import perf_counter as _clock
+from typing import Any
+
+# frame kinds
+AUTO, STICKY, EXPLICIT = 0, 1, 2
+# roles of automatic events: an env event after an update starts an iteration; an update event marks one; both and
+# inference close a sticky forward, while a transfer inside one nests in it
+ENV, UPDATE, INFER, NEST = 0, 1, 2, 3
+
+FORWARD = "train/forward"
+MERGE_GAP_S = 20e-6
+"""An automatic phase called again within this many seconds of its last return continues it: the glue between a
+policy's calls (building the distribution, sampling) counts as inference, as a hand timer around the block counts it."""
+MEMORY_EVERY = 8  # peak-RSS marks (a syscall each) in the first iterations, then in every 8th
+_RSS_UNIT = 1024  # ru_maxrss is in KiB on Linux
+
+
+@dataclass
+class IterationMark:
+    """Where one detected iteration began."""
+
+    t: float
+    steps: int
+    excl: dict[str, float]
+
+
+@dataclass
+class TraceEvent:
+    """One closed phase (for Chrome/Perfetto traces)."""
+
+    path: str
+    start: float
+    end: float
+
+
+@dataclass
+class Attribution:
+    """What an :class:`Attributor` measured, in plain numbers (see :meth:`Attributor.result`)."""
+
+    started: float
+    ended: float
+    excl: dict[str, float]
+    enters: dict[str, int]
+    layers: dict[str, str]
+    steps: int
+    iterations: list[IterationMark]
+    mem_bytes: dict[str, float]
+    cuda_peak_bytes: dict[str, float]
+    transitions: int
+    passthrough: int
+    merges: int
+    mem_marks: int
+    counted_iteration: int | None
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    trace: list[TraceEvent] = field(default_factory=list)
+    trace_dropped: int = 0
+
+
+class Attributor:
+    """Books wall time to a stack of phases (see the module docstring).
+
+    Args:
+        sync: Called before every clock read at a transition (``torch.cuda.synchronize`` for ``--sync``), or ``None``.
+        trace_limit: Keep up to this many closed phases for a trace (0: none).
+        count_iteration: Count torch ops, syncs and copies per phase during this iteration (0-based; ``None``: never).
+        memory: Record peak-RSS growth per top-level phase (``getrusage`` at their boundaries, a syscall each: in
+            the first :data:`MEMORY_EVERY` iterations, then in every ``MEMORY_EVERY``-th).
+    """
+
+    def __init__(
+        self,
+        *,
+        sync: Callable[[], None] | None = None,
+        trace_limit: int = 0,
+        count_iteration: int | None = 1,
+        memory: bool = True,
+    ) -> None:
+        self.stack: list[str] = []
+        self.kinds: list[int] = []
+        self.starts: list[float] = []
+        self.saved_depth: list[int] = []
+        self.ranges: list[Any] = []
+        self.excl: dict[str, float] = {}
+        self.enters: dict[str, int] = {}
+        self.layers: dict[str, str] = {}
+        self.depth = 0
+        self.passthrough = 0
+        self.transitions = 0
+        self.steps = 0
+        self.updated = False
+        self.started: float | None = None
+        self.iterations: list[IterationMark] = []
+        self.sync = sync
+        self.trace: list[TraceEvent] | None = [] if trace_limit else None
+        self.trace_limit = trace_limit
+        self.trace_dropped = 0
+        self.memory = memory
+        self.mem_bytes: dict[str, float] = {}
+        self.cuda_peak_bytes: dict[str, float] = {}
+        self._rss0 = 0
+        self._cuda = False
+        self.count_iteration = count_iteration
+        self.counter: Any = None
+        self.counted: dict[str, dict[str, int]] = {}
+        self.profiler_enabled: Callable[[], bool] = _false
+        self.rf_on = False  # emit record_function ranges: torch's profiler was on at the last iteration boundary
+        self.mem_on = memory
+        self._paths: dict[tuple[str, str], str] = {}
+        self.pending = False  # the top automatic phase has returned; it closes at the next event (or merges with it)
+        self.t_exit = 0.0
+        self.auto_name = ""
+        self.merges = 0
+        self.mem_marks = 0
+        self._now: Callable[[], float] = _clock if sync is None else self._synced_now
+        self.forward_names: dict[type, str] = {}  # module classes whose grad-enabled call is a named forward (a loss)
+        self.thread = threading.get_ident()  # phases follow the thread that started attribution
+        self.t = self.t_begin = _clock()
+
+    # --- the clock ------------------------------------------------------------------------------------------------
+    def _synced_now(self) -> float:
+        self.sync()  # type: ignore[misc]
+        return _clock()
+
+    def _book(self, now: float) -> None:
+        top = self.stack[-1] if self.stack else ""
+        self.excl[top] = self.excl.get(top, 0.0) + (now - self.t)
+        self.t = now
+
+    # --- frames ---------------------------------------------------------------------------------------------------
+    def _path(self, name: str) -> str:
+        parent = self.stack[-1] if self.stack else ""
+        key = (parent, name)
+        path = self._paths.get(key)
+        if path is None:
+            if not parent:
+                path = name
+            elif "/" in name and parent.rsplit("/", 1)[-1] == name.split("/", 1)[0]:
+                path = f"{parent}/{name.split('/', 1)[1]}"  # "train/forward" inside "train" is "train/forward"
+            else:
+                path = f"{parent}/{name}"
+            self._paths[key] = path
+        return path
+
+    def _push(self, name: str, layer: str, kind: int, now: float) -> None:
+        stack = self.stack
+        top = stack[-1] if stack else ""
+        excl = self.excl
+        excl[top] = excl.get(top, 0.0) + (now - self.t)
+        self.t = now
+        self.transitions += 1
+        path = self._path(name)
+        if not stack and self.mem_on:
+            self._memory_mark("")
+        if path not in self.layers:
+            self.layers[path] = layer
+        self.enters[path] = self.enters.get(path, 0) + 1
+        stack.append(path)
+        self.kinds.append(kind)
+        self.starts.append(now)
+        if self.counter is not None:
+            self.counter.phase = path
+        if self.rf_on:
+            import torch
+
+            rf = torch.autograd.profiler.record_function(f"rlbench/{path}")
+            rf.__enter__()
+            self.ranges.append((len(stack), rf))
+
+    def _pop(self, now: float) -> None:
+        stack = self.stack
+        path = stack.pop()
+        excl = self.excl
+        excl[path] = excl.get(path, 0.0) + (now - self.t)
+        self.t = now
+        self.transitions += 1
+        self.kinds.pop()
+        start = self.starts.pop()
+        if self.ranges and self.ranges[-1][0] == len(stack) + 1:
+            self.ranges.pop()[1].__exit__(None, None, None)
+        if self.trace is not None:
+            if len(self.trace) < self.trace_limit:
+                self.trace.append(TraceEvent(path, start, now))
+            else:
+                self.trace_dropped += 1
+        if not stack and self.mem_on:
+            self._memory_mark(path)
+        if self.counter is not None:
+            self.counter.phase = stack[-1] if stack else "other"
+
+    def _memory_mark(self, path: str) -> None:
+        """Book peak-RSS growth since the last mark to ``path`` (``""`` for growth outside any phase)."""
+        self.mem_marks += 1
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _RSS_UNIT
+        if rss > self._rss0:
+            if self._rss0:
+                self.mem_bytes[path] = self.mem_bytes.get(path, 0.0) + (rss - self._rss0)
+            self._rss0 = rss
+        if self._cuda:
+            import torch
+
+            if path:
+                peak = float(torch.cuda.max_memory_allocated())
+                self.cuda_peak_bytes[path] = max(self.cuda_peak_bytes.get(path, 0.0), peak)
+            torch.cuda.reset_peak_memory_stats()
+
+    def _close_sticky(self, now: float) -> None:
+        if self.kinds and self.kinds[-1] == STICKY:
+            self._pop(now)
+
+    # --- automatic events (called by the hooks) -------------------------------------------------------------------
+    def _settle(self) -> None:
+        """Close the automatic phase left pending by :meth:`exit` at the time it really ended."""
+        if self.pending:
+            self.pending = False
+            self._pop(self.t_exit)
+
+    def enter(self, name: str, layer: str, role: int, steps: int = 0) -> None:
+        """Open automatic phase ``name`` (the caller checked ``depth == 0``); ``role`` drives iteration detection."""
+        now = self._now()
+        if self.pending:
+            if name == self.auto_name and now - self.t_exit < MERGE_GAP_S:  # the same kind again: one phase
+                self.pending = False
+                self.merges += 1
+                self.enters[self.stack[-1]] += 1
+                self.steps += steps
+                self.depth = 1
+                if self.counter is not None:
+                    self.counter.phase = self.stack[-1]
+                return
+            self._settle()
+        if self.kinds and self.kinds[-1] == STICKY:
+            if role == NEST:  # a transfer inside the loss computation counts as forward
+                self.depth = 1
+                return
+            self._pop(now)
+        if role == ENV:
+            if self.started is None or self.updated:
+                self._new_iteration(now)
+            self.steps += steps
+        elif role == UPDATE:
+            self.updated = True
+        self._push(name, layer, AUTO, now)
+        self.auto_name = name
+        self.depth = 1
+
+    def exit(self) -> None:
+        """End what :meth:`enter` opened: the phase is closed lazily, at the next event (see :data:`MERGE_GAP_S`)."""
+        self.depth = 0
+        if self.kinds and self.kinds[-1] == AUTO:
+            self.t_exit = self._now()
+            self.pending = True
+            if self.counter is not None:
+                self.counter.phase = self.stack[-2] if len(self.stack) > 1 else "other"
+
+    def enter_forward(self, name: str = FORWARD) -> None:
+        """A module called with grad enabled at depth 0: open (or stay in) the sticky training forward ``name``."""
+        self.depth = 1
+        self._settle()
+        if self.kinds and self.kinds[-1] == STICKY:
+            if self.stack[-1].endswith(name):
+                self.passthrough += 1
+                return
+            now = self._now()
+            self._pop(now)
+        else:
+            now = self._now()
+        self._push(name, "update", STICKY, now)
+
+    def exit_forward(self) -> None:
+        """The module call returned: the forward stays open (sticky) for the loss computation."""
+        self.depth = 0
+
+    # --- explicit phases ------------------------------------------------------------------------------------------
+    def open_explicit(self, name: str, layer: str, starts_iteration: bool = False) -> None:
+        """Open an explicit phase (always opens; automatic phases inside it open again as its children)."""
+        now = self._now()
+        self._settle()
+        self._close_sticky(now)
+        if starts_iteration and (self.started is None or self.updated):
+            self._new_iteration(now)
+        self.saved_depth.append(self.depth)
+        self.depth = 0
+        self.rf_on = self.profiler_enabled()
+        self._push(name, layer, EXPLICIT, now)
+
+    def close_explicit(self) -> None:
+        """Close the innermost explicit phase (and a sticky forward left open inside it)."""
+        now = self._now()
+        self._settle()
+        self._close_sticky(now)
+        while self.kinds and self.kinds[-1] != EXPLICIT:  # an automatic phase left open by an exception
+            self._pop(now)
+        if self.kinds:
+            self._pop(now)
+            self.depth = self.saved_depth.pop() if self.saved_depth else 0
+
+    # --- iterations -----------------------------------------------------------------------------------------------
+    def _new_iteration(self, now: float) -> None:
+        self._book(now)
+        if self.started is None:
+            self.started = now
+            self.excl.clear()  # what ran before the first env event is start-up, not training
+        self._cuda = _cuda_initialized()
+        index = len(self.iterations)
+        self.iterations.append(IterationMark(now, self.steps, dict(self.excl)))
+        self.updated = False
+        self.mem_on = self.memory and (index < MEMORY_EVERY or index % MEMORY_EVERY == 0)
+        self.rf_on = self.profiler_enabled()
+        if self.counter is not None:
+            self._stop_counting()
+        elif self.count_iteration is not None and index == self.count_iteration:
+            self.mem_on = False  # the dispatch mode's own allocations are not the script's
+            self._start_counting()
+
+    def _start_counting(self) -> None:
+        from rlbench.instrument.counters import OpCounter
+
+        self.counter = OpCounter()
+        self.counter.phase = self.stack[-1] if self.stack else "other"
+        self.counter.__enter__()
+
+    def _stop_counting(self) -> None:
+        counter, self.counter = self.counter, None
+        counter.__exit__(None, None, None)
+        self.counted = {"ops": dict(counter.ops), "syncs": dict(counter.syncs), "copies": dict(counter.copies)}
+
+    def finish(self) -> Attribution:
+        """Close every open phase, stop counting, and return what was measured."""
+        now = self._now()
+        self._settle()
+        while self.stack:
+            self._pop(now)
+        self._book(now)
+        if self.counter is not None:  # the counted iteration never ended: its counts are incomplete
+            self.counter.__exit__(None, None, None)
+            self.counter = None
+            self.counted = {}
+            counted = None
+        else:
+            counted = self.count_iteration if self.counted else None
+        return Attribution(
+            started=self.started if self.started is not None else self.t_begin,  # no env event: all of it is the run
+            ended=now,
+            excl=dict(self.excl),
+            enters=dict(self.enters),
+            layers=dict(self.layers),
+            steps=self.steps,
+            iterations=list(self.iterations),
+            mem_bytes=dict(self.mem_bytes),
+            cuda_peak_bytes=dict(self.cuda_peak_bytes),
+            transitions=self.transitions,
+            passthrough=self.passthrough,
+            merges=self.merges,
+            mem_marks=self.mem_marks,
+            counted_iteration=counted,
+            counts=self.counted,
+            trace=list(self.trace or []),
+            trace_dropped=self.trace_dropped,
+        )
+
+
+def _false() -> bool:
+    return False
+
+
+def _cuda_initialized() -> bool:
+    import sys
+
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
+
+
+# --- the active attributor and explicit phases --------------------------------------------------------------------
+class _Active:
+    attributor: Attributor | None = None
+
+
+ACTIVE = _Active()
+
+
+def activate(attributor: Attributor | None) -> None:
+    """Make ``attributor`` the one explicit phases and hooks report to (``None``: none)."""
+    ACTIVE.attributor = attributor
+
+
+class phase:
+    """Name a phase of your code: a context manager, or a decorator.
+
+    Inside ``rlbench profile`` (or a :func:`rlbench.session`) the time is booked to ``name`` (slashes nest:
+    ``"replay/sample"``); automatic phases inside it (env steps, module calls, backward) become its children.
+    Elsewhere it costs one attribute test and does nothing, so it can stay in the code.
+
+    Args:
+        name: The phase's name.
+        layer: Report layer (``environment``, ``inference``, ``advantage``, ``update``, ``replay``, ``transfer``,
+            ``other``); guessed from the name when omitted (``gae`` → advantage).
+    """
+
+    __slots__ = ("layer", "name")
+
+    def __init__(self, name: str, layer: str | None = None) -> None:
+        if not isinstance(name, str) or not name.strip("/") or "//" in name:
+            raise ValueError(f"rlbench.phase: a phase name is a non-empty string like 'gae' or 'replay/sample', got {name!r}")
+        self.name = name.strip("/")
+        self.layer = layer or ""  # "": the records name it from the phase's name (rlbench.metrics.guess_layer)
+
+    def __enter__(self) -> phase:
+        a = ACTIVE.attributor
+        if a is not None:
+            a.open_explicit(self.name, self.layer)
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        a = ACTIVE.attributor
+        if a is not None:
+            a.close_explicit()
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        name, layer = self.name, self.layer
+
+        @wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            a = ACTIVE.attributor
+            if a is None:
+                return fn(*args, **kwargs)
+            a.open_explicit(name, layer)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                a.close_explicit()
+
+        return timed

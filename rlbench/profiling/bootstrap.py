@@ -1,0 +1,122 @@
+"""The child side of ``rlbench profile``: run the user's script unmodified under a session, write what it measured.
+
+``python -m rlbench.profiling.bootstrap SPEC.json`` reads the request the parent wrote, installs the hooks, runs the
+script (``runpy``, as ``python script.py`` / ``python -m module`` would: same ``sys.argv``, ``sys.path[0]`` and
+``__main__``), and writes ``{"status", "exit_code", "error", "metrics", ...}`` atomically to the spec's ``out``.
+A script that raises or exits non-zero still reports what it measured up to then (status ``error`` / ``exit``); one
+killed from outside writes nothing, which the parent reports. The exit code is the script's.
+"""
+
+from __future__ import annotations
+
+import time
+
+_T0 = time.perf_counter()
+_T0_WALL = time.time()
+
+import json  # noqa: E402
+import os  # noqa: E402
+import runpy  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+
+def _exit_code(code: Any) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # sys.exit("message") prints the message and exits 1
+    return 1
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _pyinstrument_metrics(profiler: Any, html: Path) -> list[Any]:
+    from rlbench.instrument.profiler import top_frames, write_html
+    from rlbench.metrics import PROFILE_SELF_S, Metric
+
+    write_html(profiler, html)
+    names, secs, total = top_frames(profiler)
+    return [Metric(PROFILE_SELF_S, "s", "none", secs, meta={"frames": names, "total_s": total, "html": html.name})]
+
+
+def main(spec_path: str) -> int:
+    """Run the request in ``spec_path``; return the script's exit code."""
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    out = Path(spec["out"])
+    import torch  # noqa: F401 - the hooks patch torch; the script imports it anyway
+
+    from rlbench.profiling.results import metric_to_dict
+    from rlbench.profiling.session import Session, Settings
+    from rlbench.profiling.trace import write_chrome_trace
+
+    settings = Settings(**spec["settings"])
+    session = Session(settings)
+    profiler = None
+    if spec.get("pyinstrument"):
+        from rlbench.instrument.profiler import make_profiler
+
+        profiler = make_profiler()
+    target, args = spec["target"], spec["args"]
+    if spec["module"]:
+        sys.argv = [target, *args]
+        sys.path.insert(0, os.getcwd())
+    else:
+        sys.argv = [target, *args]
+        sys.path.insert(0, str(Path(target).resolve().parent))
+    status, code, error, tb = "ok", 0, None, None
+    session.start()
+    if profiler is not None:
+        profiler.start()
+    try:
+        if spec["module"]:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+        status = "ok" if code == 0 else "exit"
+        error = None if code == 0 else f"exited with status {code}"
+    except KeyboardInterrupt:
+        status, code, error = "interrupted", 130, "interrupted"
+    except BaseException as exc:  # the user's code raised: keep what was measured, say what happened
+        status, code = "error", 1
+        error = f"{type(exc).__name__}: {exc}"
+        tb = traceback.format_exc()
+        traceback.print_exc()
+    finally:
+        if profiler is not None:
+            profiler.stop()
+        outcome = session.stop()
+    r = outcome.attribution
+    startup = (r.started - _T0) + (_T0_WALL - float(spec["launched"]))
+    metrics = outcome.metrics(startup_s=startup)
+    if profiler is not None:
+        metrics += _pyinstrument_metrics(profiler, Path(spec["pyinstrument"]))
+    trace = spec.get("trace")
+    if trace:
+        write_chrome_trace(r, Path(trace), pid=os.getpid())
+    _write_json(
+        out,
+        {
+            "status": status,
+            "exit_code": code,
+            "error": error,
+            "traceback": tb,
+            "metrics": [metric_to_dict(m) for m in metrics],
+            "iterations": len(r.iterations),
+            "steps": r.steps,
+        },
+    )
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

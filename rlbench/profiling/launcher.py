@@ -1,0 +1,309 @@
+"""The parent side of ``rlbench profile``: run the user's script K times in child processes, write records per repeat.
+
+Each repeat runs ``python -m rlbench.profiling.bootstrap`` in a child (the script's own output goes to the terminal,
+or to stderr with ``--json``, or to a log file with ``--quiet``). A repeat's records are appended as soon as it
+finishes, exactly like ``rlbench run``: a script that raises, exits non-zero, hangs past ``--timeout`` or is killed
+ends the run with a one-line error, and the finished repeats stay on disk. Ctrl-C and SIGTERM end the child too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlbench.children import child_pythonpath, die_with_parent, end_child, remove_orphan_dirs, signals_deferred
+from rlbench.errors import StoreError, UsageError
+from rlbench.fingerprint import fingerprint, git_fingerprint
+from rlbench.instrument.machine_load import LoadProbe
+from rlbench.metrics import Metric, load_metrics
+from rlbench.profiling.results import metric_from_dict
+from rlbench.profiling.session import Settings
+from rlbench.records import Record, definition_hash
+from rlbench.store import RunWriter, utc_now
+
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+PROFILE_VERSION = 1
+
+
+@dataclass
+class Target:
+    """What to run: a script or a module, with its arguments.
+
+    Attributes:
+        python: Interpreter to run it with.
+        module: ``True`` for ``-m module``.
+        target: Script path or module name.
+        args: The script's own arguments (seed template not yet applied).
+    """
+
+    python: str
+    module: bool
+    target: str
+    args: list[str]
+
+    @property
+    def name(self) -> str:
+        """The benchmark name its records carry: the script as given, or ``-m module``."""
+        return f"-m {self.target}" if self.module else self.target
+
+
+def parse_command(argv: list[str]) -> Target:
+    """``python train.py ARGS``, ``python -m pkg.train ARGS``, ``train.py ARGS`` or ``-m pkg.train ARGS``.
+
+    Raises:
+        UsageError: When it is not a Python script or module, or the script does not exist.
+    """
+    if not argv:
+        raise UsageError("nothing to profile: `rlbench profile -- python train.py [ARGS]` (or `-- python -m pkg.train`)")
+    python = sys.executable
+    rest = list(argv)
+    head = Path(rest[0]).name
+    if _PYTHON.match(head):
+        if os.sep in rest[0]:  # an explicit interpreter path: use it (rlbench is put on its path)
+            python = rest[0]
+            if not os.access(python, os.X_OK):
+                raise UsageError(f"interpreter {python!r} is not executable")
+        rest = rest[1:]
+    if not rest:
+        raise UsageError("nothing to profile after the interpreter: `rlbench profile -- python train.py [ARGS]`")
+    if rest[0] == "-m":
+        if len(rest) < 2 or rest[1].startswith("-"):
+            raise UsageError("`-m` needs a module name: `rlbench profile -- python -m pkg.train [ARGS]`")
+        return Target(python, True, rest[1], rest[2:])
+    if rest[0].startswith("-"):
+        raise UsageError(
+            f"unsupported interpreter option {rest[0]!r}: rlbench profile runs `python SCRIPT [ARGS]` or "
+            "`python -m MODULE [ARGS]`"
+        )
+    script = rest[0]
+    if not script.endswith(".py") and not Path(script).is_file():
+        raise UsageError(
+            f"{argv[0]!r} is not a Python script: rlbench profile runs Python training code, "
+            "`rlbench profile -- python train.py [ARGS]`"
+        )
+    if not Path(script).is_file():
+        raise UsageError(f"no such script: {script!r} (relative to {os.getcwd()})")
+    return Target(python, False, script, rest[1:])
+
+
+@dataclass
+class Options:
+    """How to run the repeats.
+
+    Attributes:
+        repeats: Runs of the script.
+        seed: Seed of the first repeat (repeat ``k`` uses ``seed + k``).
+        seed_arg: Template appended to the script's arguments per repeat, e.g. ``"--seed {seed}"`` (``""``: none).
+        timeout: Seconds a repeat may take before it is ended (``None``: no limit).
+        settings: The session's settings.
+        trace: Chrome trace path (repeat ``k`` > 0 gets ``-k`` before the suffix), or ``None``.
+        pyinstrument: HTML path for pyinstrument's call tree (first repeat), or ``None``.
+        output: ``"inherit"`` (the terminal), ``"stderr"`` (keep stdout for ``--json``) or ``"log"`` (a file per repeat).
+    """
+
+    repeats: int = 1
+    seed: int = 0
+    seed_arg: str = ""
+    timeout: float | None = None
+    settings: Settings = field(default_factory=Settings)
+    trace: Path | None = None
+    pyinstrument: Path | None = None
+    output: str = "inherit"
+
+
+def seeded_args(args: list[str], seed_arg: str, seed: int) -> list[str]:
+    """The script's arguments for one repeat: ``args`` plus the seed template filled in."""
+    if not seed_arg:
+        return list(args)
+    try:
+        filled = seed_arg.format(seed=seed)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise UsageError(
+            f"--seed-arg {seed_arg!r}: put {{seed}} where the seed goes, e.g. '--seed {{seed}}' ({exc})"
+        ) from None
+    return [*args, *shlex.split(filled)]
+
+
+def check_options(opts: Options) -> None:
+    """Reject bad values before anything runs.
+
+    Raises:
+        UsageError: Naming the option.
+    """
+    if opts.repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, got {opts.repeats}")
+    if opts.seed_arg and "{seed}" not in opts.seed_arg:
+        raise UsageError(f"--seed-arg {opts.seed_arg!r} has no {{seed}}: e.g. --seed-arg '--seed {{seed}}'")
+    seeded_args([], opts.seed_arg, opts.seed)
+    if opts.timeout is not None and opts.timeout <= 0:
+        raise UsageError(f"--timeout must be positive seconds, got {opts.timeout:g}")
+    if opts.repeats > 1 and not opts.seed_arg:
+        print(
+            "rlbench: note: no --seed-arg: every repeat runs the same command (its own seed, if any); pass e.g. "
+            "--seed-arg '--seed {seed}' to vary the seed per repeat",
+            file=sys.stderr,
+        )
+
+
+@dataclass
+class ProfileOutcome:
+    """What a profile produced (mirrors :class:`rlbench.runner.RunOutcome`)."""
+
+    run_id: str
+    records_path: Path
+    repeats_done: int = 0
+    metrics: list[list[Metric]] = field(default_factory=list)
+    error: str | None = None
+    interrupted: bool = False
+    exit_code: int = 0
+    logs: list[Path] = field(default_factory=list)
+
+
+def _numbered(path: Path, k: int) -> Path:
+    return path if k == 0 else path.with_name(f"{path.stem}-{k}{path.suffix}")
+
+
+def profile_params(target: Target, opts: Options) -> dict[str, Any]:
+    """The case's parameters: the command without the per-repeat seed (repeats of one case differ only in seed)."""
+    return {"command": shlex.join([target.name, *target.args]), "seed_arg": opts.seed_arg}
+
+
+def run_profile(
+    target: Target,
+    opts: Options,
+    writer: RunWriter,
+    *,
+    meta: dict[str, Any] | None = None,
+    on_repeat: Any = None,
+) -> ProfileOutcome:
+    """Run the repeats, writing each one's records as it finishes.
+
+    Args:
+        target: What to run.
+        opts: How.
+        writer: Where the records go.
+        meta: Stored in every record (the command line).
+        on_repeat: Called with ``(k, seed)`` before each repeat.
+    """
+    outcome = ProfileOutcome(writer.run_id, writer.path)
+    params = profile_params(target, opts)
+    dhash = definition_hash(target.name, PROFILE_VERSION, params)
+    where = Path(target.target).resolve().parent if not target.module else Path.cwd()
+    fp: dict[str, Any] | None = None
+    remove_orphan_dirs("rlbench-profile-")
+    with tempfile.TemporaryDirectory(prefix=f"rlbench-profile-{os.getpid()}-") as tmp:
+        try:
+            for k in range(opts.repeats):
+                seed = opts.seed + k
+                if on_repeat is not None:
+                    on_repeat(k, seed)
+                result = _run_repeat(target, opts, k, seed, Path(tmp), writer, outcome)
+                if result is None:
+                    break
+                if fp is None:
+                    fp = fingerprint()
+                    fp["git"] = git_fingerprint(where, rlbench_first=False)  # the user's code, not rlbench's
+                    fp["rlbench_git"] = git_fingerprint()
+                metrics, load = result
+                metrics = [*metrics, *load_metrics(load)]
+                records = [
+                    Record(
+                        run_id=writer.run_id,
+                        timestamp=utc_now(),
+                        benchmark=target.name,
+                        params={**params, **m.params},
+                        definition_hash=dhash,
+                        metric=m.name,
+                        unit=m.unit,
+                        direction=m.direction,
+                        samples=list(m.samples),
+                        repeat=k,
+                        seed=seed if opts.seed_arg else None,
+                        device="cuda" if opts.settings.sync else "cpu",
+                        fingerprint=fp,
+                        x=m.x,
+                        meta={**(meta or {}), "kind": "profile", "repeats": opts.repeats, **m.meta},
+                    )
+                    for m in metrics
+                ]
+                with signals_deferred():
+                    try:
+                        writer.write(records)
+                    except StoreError as exc:
+                        saved = f"repeats 0-{k - 1} are saved in {writer.path}" if k else "no repeat was saved"
+                        raise StoreError(f"{exc} while saving repeat {k}; {saved}; free space or pass --store DIR") from None
+                    outcome.repeats_done += 1
+                    outcome.metrics.append(metrics)
+        except KeyboardInterrupt as exc:
+            outcome.interrupted = True
+            outcome.exit_code = getattr(exc, "exit_code", 130)
+    return outcome
+
+
+def _run_repeat(
+    target: Target, opts: Options, k: int, seed: int, tmp: Path, writer: RunWriter, outcome: ProfileOutcome
+) -> tuple[list[Metric], Any] | None:
+    out = tmp / f"repeat-{k}.json"
+    spec = {
+        "target": target.target,
+        "module": target.module,
+        "args": seeded_args(target.args, opts.seed_arg, seed),
+        "out": str(out),
+        "settings": vars(opts.settings),
+        "trace": str(_numbered(opts.trace, k)) if opts.trace else None,
+        "pyinstrument": str(opts.pyinstrument) if opts.pyinstrument and k == 0 else None,
+        "launched": time.time(),
+    }
+    spec_path = tmp / f"repeat-{k}.spec.json"
+    spec_path.write_text(json.dumps(spec), encoding="utf-8")
+    env = dict(os.environ)
+    rlbench_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([child_pythonpath(), rlbench_root])
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    cmd = [target.python, "-m", "rlbench.profiling.bootstrap", str(spec_path)]
+    log = None
+    if opts.output == "log":
+        log_path = writer.store / f"{writer.run_id}-repeat{k}.log"
+        outcome.logs.append(log_path)
+        log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed below, also on interruption
+    stdout = log if log is not None else (sys.stderr if opts.output == "stderr" else None)
+    stderr = log if log is not None else None
+    probe = LoadProbe()
+    where = f"repeat {k}" + (f" (seed {seed})" if opts.seed_arg else "")
+    try:
+        with subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, preexec_fn=die_with_parent) as proc:
+            try:
+                proc.wait(timeout=opts.timeout)
+            except subprocess.TimeoutExpired:
+                end_child(proc, grace_s=5.0)
+                outcome.error = f"{where} ran past --timeout {opts.timeout:g} s and was ended"
+                return None
+            except BaseException:
+                end_child(proc, grace_s=5.0)
+                raise
+    finally:
+        if log is not None:
+            log.close()
+    load = probe.stop()
+    if not out.is_file():
+        how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited {proc.returncode}"
+        outcome.error = f"{where}: the script {how} before rlbench could save its measurements"
+        if proc.returncode in (-2, 130):
+            raise KeyboardInterrupt
+        return None
+    data = json.loads(out.read_text(encoding="utf-8"))
+    if data["status"] == "interrupted":
+        raise KeyboardInterrupt
+    if data["status"] != "ok":
+        outcome.error = f"{where}: the script {data['error']}"
+        return None
+    return [metric_from_dict(d) for d in data["metrics"]], load

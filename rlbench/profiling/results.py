@@ -1,0 +1,210 @@
+"""An automatic attribution as ordinary metrics: the same names rlbench's own loops record, so every report applies.
+
+Iterations split the run: the first is the warm-up (``time/warmup``); the steady state is every later iteration but
+the one that ran under the op counter (a dispatch mode slows what it counts), which is reported apart
+(``profile/excluded_s``). The last iteration, which runs to the end of the script, counts in the totals but gives no
+per-iteration sample. A run with no env event at all (a function under
+``@rlbench.benchmark``) is one steady iteration with no warm-up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from rlbench.instrument.attribution import Attribution, IterationMark
+from rlbench.metrics import (
+    CUDA_MEM,
+    ENV_STEPS,
+    ITERATIONS,
+    MEM,
+    PROFILE_EVENT_US,
+    PROFILE_EVENTS,
+    PROFILE_EXCLUDED_S,
+    PROFILE_OVERHEAD_S,
+    PROFILE_PASSTHROUGH_US,
+    SPS,
+    SPS_STEADY,
+    STARTUP_S,
+    TIMER_OVERHEAD_S,
+    TRAIN_S,
+    WALL_S,
+    WARMUP,
+    WARMUP_S,
+    Metric,
+    guess_layer,
+    iter_time_metric,
+    time_metric,
+)
+
+MAX_ITER_SAMPLES = 1000
+"""``iter_time/`` keeps at most this many samples: longer runs average consecutive iterations (``meta``: ``per_sample``)."""
+
+
+def ordered_paths(paths: Iterable[str]) -> list[str]:
+    """Every path and its ancestors as a tree walk: each parent right before its sub-tree, siblings in first-seen order."""
+    children: dict[str, list[str]] = {"": []}
+    for p in paths:
+        parts = p.split("/") if p else []
+        for i in range(1, len(parts) + 1):
+            parent, q = "/".join(parts[: i - 1]), "/".join(parts[:i])
+            if q not in children:
+                children[q] = []
+                children[parent].append(q)
+    out: list[str] = []
+    todo = list(reversed(children[""]))
+    while todo:
+        q = todo.pop()
+        out.append(q)
+        todo.extend(reversed(children[q]))
+    return out
+
+
+def inclusive(excl: dict[str, float], paths: list[str]) -> dict[str, float]:
+    """Inclusive seconds of each path: its own plus its sub-tree's."""
+    return {p: sum(v for q, v in excl.items() if q == p or q.startswith(p + "/")) for p in paths}
+
+
+def _delta(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: v - a.get(k, 0.0) for k, v in b.items() if v - a.get(k, 0.0) > 0}
+
+
+def _chunks(samples: list[dict[str, float]], limit: int) -> tuple[list[dict[str, float]], int]:
+    k = max(1, math.ceil(len(samples) / limit))
+    if k == 1:
+        return samples, 1
+    out = []
+    for i in range(0, len(samples) - k + 1, k):
+        group = samples[i : i + k]
+        keys = {key for g in group for key in g}
+        out.append({key: sum(g.get(key, 0.0) for g in group) / k for key in keys})
+    return out, k
+
+
+def attribution_metrics(
+    r: Attribution,
+    *,
+    startup_s: float | None = None,
+    costs: dict[str, float] | None = None,
+) -> list[Metric]:
+    """The run's metrics: SPS, wall-time parts, phases (with layer and events), per-iteration times, counts, memory.
+
+    Args:
+        r: What the attributor measured.
+        startup_s: Seconds from the process start to the first iteration (imports, setup), if known.
+        costs: The hooks' per-event costs measured in this run (:func:`rlbench.profiling.session.measure_costs`).
+    """
+    marks = r.iterations or [IterationMark(r.started, 0, {})]
+    ends = [*marks[1:], IterationMark(r.ended, r.steps, r.excl)]
+    spans = [(m, e) for m, e in zip(marks, ends)]
+    warm = spans[0] if len(spans) > 1 else None
+    steady = spans[1:] if warm else spans
+    excluded_s = 0.0
+    keep, deltas, complete = [], [], []
+    for i, (m, e) in enumerate(steady, start=1 if warm else 0):
+        if i == r.counted_iteration and len(steady) > 1:
+            excluded_s += e.t - m.t
+            continue
+        d = _delta(m.excl, e.excl)
+        keep.append((m, e))
+        deltas.append(d)
+        if e is not ends[-1]:  # the unfinished tail (the last iteration and whatever ran after it) is not a sample
+            complete.append(d)
+    steady_excl: dict[str, float] = {}
+    for d in deltas:
+        for k, v in d.items():
+            steady_excl[k] = steady_excl.get(k, 0.0) + v
+    steady_s = sum(e.t - m.t for m, e in keep)
+    steady_steps = sum(e.steps - m.steps for m, e in keep)
+    warm_s = warm[1].t - warm[0].t if warm else 0.0
+    warm_steps = warm[1].steps - warm[0].steps if warm else 0
+    train_s = warm_s + steady_s
+    steps = warm_steps + steady_steps
+    paths = ordered_paths(r.layers)
+    incl = inclusive(steady_excl, paths)
+    m = [
+        Metric(SPS, "steps/s", "higher", [steps / train_s if train_s > 0 and steps else math.nan], meta={"steps": steps}),
+        Metric(SPS_STEADY, "steps/s", "higher", [steady_steps / steady_s if steady_s > 0 and steady_steps else math.nan]),
+        Metric(WALL_S, "s", "lower", [(startup_s or 0.0) + (r.ended - r.started)], meta={"run_s": r.ended - r.started}),
+        Metric(WARMUP_S, "s", "lower", [warm_s]),
+        Metric(TRAIN_S, "s", "lower", [train_s]),
+        Metric(ENV_STEPS, "steps", "none", [float(steps)], meta={"all_steps": r.steps}),
+        Metric(ITERATIONS, "count", "none", [float(1 + len(keep) if warm else len(keep))], meta={"detected": len(marks)}),
+        Metric(PROFILE_EXCLUDED_S, "s", "none", [excluded_s], meta={"counted_iteration": r.counted_iteration}),
+    ]
+    if startup_s is not None:
+        m.append(Metric(STARTUP_S, "s", "lower", [startup_s]))
+    if warm:
+        m.append(Metric(time_metric(WARMUP), "s", "lower", [warm_s], meta={"events": 1, "layer": "other"}))
+    whole = inclusive(r.excl, paths)  # over all of training: warm-up and the counted iteration included
+    for p in paths:
+        meta = {"events": r.enters.get(p, 0), "layer": _layer(r, p), "run_s": whole[p]}
+        m.append(Metric(time_metric(p), "s", "lower", [incl[p]], meta=meta))
+    samples, per_sample = _chunks(complete, MAX_ITER_SAMPLES)
+    if samples and warm:
+        for p in paths:
+            series = [sum(v for q, v in s.items() if q == p or q.startswith(p + "/")) for s in samples]
+            meta = {"layer": _layer(r, p), "per_sample": per_sample}
+            m.append(Metric(iter_time_metric(p), "s", "lower", series, meta=meta))
+    for kind, per_phase in r.counts.items():
+        for p, n in per_phase.items():
+            m.append(Metric(f"{kind}/{p or 'other'}", "count", "lower", [float(n)]))
+        m.append(Metric(f"{kind}/iteration", "count", "lower", [float(sum(per_phase.values()))]))
+    for prefix, values in ((MEM, r.mem_bytes), (CUDA_MEM, r.cuda_peak_bytes)):
+        for p, v in values.items():
+            m.append(Metric(f"{prefix}{p or 'other'}", "bytes", "lower", [float(v)]))
+    if costs:
+        from rlbench.profiling.session import overhead_s
+
+        events = sum(r.enters.values())
+        overhead = overhead_s(r, costs)
+        share = overhead / (r.ended - r.started) if r.ended > r.started else math.nan
+        m += [
+            Metric(PROFILE_EVENT_US, "us", "lower", [costs["event_us"]]),
+            Metric(PROFILE_PASSTHROUGH_US, "us", "lower", [costs["passthrough_us"]]),
+            Metric(
+                PROFILE_EVENTS,
+                "count",
+                "none",
+                [float(events)],
+                meta={"passthrough": r.passthrough, "merges": r.merges, "memory_marks": r.mem_marks, **costs},
+            ),
+            Metric(PROFILE_OVERHEAD_S, "s", "lower", [overhead], meta={"share": share}),
+            # the report's overhead finding reads this name: the hooks' estimated cost within the steady state
+            Metric(
+                TIMER_OVERHEAD_S, "s", "lower", [overhead * steady_s / (r.ended - r.started) if r.ended > r.started else 0.0]
+            ),
+        ]
+    return m
+
+
+def _layer(r: Attribution, path: str) -> str:
+    layer = r.layers.get(path) or ""
+    return layer or guess_layer(path)
+
+
+def metric_to_dict(m: Metric) -> dict[str, Any]:
+    """A metric as JSON-friendly data (NaN as ``None``)."""
+    return {
+        "name": m.name,
+        "unit": m.unit,
+        "direction": m.direction,
+        "samples": [None if not math.isfinite(v) else v for v in m.samples],
+        "x": m.x,
+        "meta": m.meta,
+        "params": m.params,
+    }
+
+
+def metric_from_dict(d: dict[str, Any]) -> Metric:
+    """Inverse of :func:`metric_to_dict`."""
+    return Metric(
+        d["name"],
+        d["unit"],
+        d["direction"],
+        [math.nan if v is None else float(v) for v in d["samples"]],
+        x=d.get("x"),
+        meta=d.get("meta") or {},
+        params=d.get("params") or {},
+    )

@@ -1,0 +1,395 @@
+"""In-process profiling: automatic attribution around any code, and the user's own metrics, as records.
+
+``rlbench profile -- python train.py`` runs the script under a :class:`Session` in a child process; the same
+session is available in-process::
+
+    import rlbench
+    with rlbench.session("my-ppo"):      # records go to .rlbench/<run-id>.jsonl, fingerprinted
+        train()                          # env steps, inference, forward/backward/optimizer found automatically
+        rlbench.record("eval_return", returns, unit="return", direction="higher")
+
+``rlbench.record`` outside any session writes its record at once (to ``$RLBENCH_STORE`` or ``.rlbench``), so a
+script can store its own metrics with machine, commit and software fingerprints without being profiled.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlbench.instrument.attribution import INFER, Attribution, Attributor, activate
+from rlbench.metrics import Metric
+from rlbench.profiling.results import attribution_metrics
+
+STORE_ENV = "RLBENCH_STORE"
+
+
+@dataclass
+class Settings:
+    """How a session attributes.
+
+    Attributes:
+        sync: Synchronize CUDA at every phase boundary (``--sync``), so GPU work is booked to the phase that queued it.
+        trace_limit: Closed phases kept for a Chrome/Perfetto trace (0: no trace).
+        count_iteration: Iteration counted with torch's dispatch mode (ops, syncs, copies per phase); ``None``: none.
+        memory: Record peak-RSS growth per top-level phase.
+        libraries: Label Stable-Baselines3's and TorchRL's methods when the script imports them.
+    """
+
+    sync: bool = False
+    trace_limit: int = 0
+    count_iteration: int | None = 1
+    memory: bool = True
+    libraries: bool = True
+
+
+@dataclass
+class Outcome:
+    """A finished session: what was attributed, what the hooks cost, and the user's own metrics."""
+
+    attribution: Attribution
+    costs: dict[str, float]
+    user_metrics: list[Metric] = field(default_factory=list)
+
+    def metrics(self, startup_s: float | None = None) -> list[Metric]:
+        """Every metric of the session (attribution first, then the user's)."""
+        return [*attribution_metrics(self.attribution, startup_s=startup_s, costs=self.costs), *self.user_metrics]
+
+
+def _sync_fn(settings: Settings) -> Callable[[], None] | None:
+    if not settings.sync:
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.synchronize
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.mps.synchronize
+    return None
+
+
+class Session:
+    """Automatic attribution of everything run between :meth:`start` and :meth:`stop` (or inside ``with``)."""
+
+    current: Session | None = None
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        self.attributor: Attributor | None = None
+        self.hooks: Any = None
+        self.user_metrics: list[Metric] = []
+        self.outcome: Outcome | None = None
+
+    def start(self) -> Session:
+        """Install the hooks and start attributing.
+
+        Raises:
+            RuntimeError: If another session is active in this process (sessions do not nest).
+        """
+        from rlbench.instrument.autohooks import install
+
+        if Session.current is not None:
+            raise RuntimeError("rlbench: a profiling session is already active in this process; sessions do not nest")
+        s = self.settings
+        self.attributor = Attributor(
+            sync=_sync_fn(s), trace_limit=s.trace_limit, count_iteration=s.count_iteration, memory=s.memory
+        )
+        self.hooks = install(self.attributor, libraries=s.libraries)
+        activate(self.attributor)
+        Session.current = self
+        return self
+
+    def stop(self) -> Outcome:
+        """Stop attributing, remove the hooks, and measure what they cost per event."""
+        from rlbench.instrument.autohooks import uninstall
+
+        assert self.attributor is not None, "stop() before start()"
+        try:
+            result = self.attributor.finish()
+        finally:
+            activate(None)
+            Session.current = None
+            uninstall(self.hooks)
+        self.outcome = Outcome(result, measure_costs(self.settings), self.user_metrics)
+        return self.outcome
+
+    def __enter__(self) -> Session:
+        return self.start()
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.stop()
+
+
+def measure_costs(settings: Settings, n: int = 10_000, repeats: int = 3) -> dict[str, float]:
+    """Per-event cost of the hooks, in µs, measured now on this machine (minimum over ``repeats``).
+
+    ``event_us``: one automatic phase opened and closed by a hooked call at top level (wrapper, clock reads,
+    booking); ``merge_us``: a hooked call that continues the phase its previous call left (see
+    :data:`~rlbench.instrument.attribution.MERGE_GAP_S`); ``passthrough_us``: a hooked call nested in an open phase,
+    which passes straight through; ``mark_us``: one peak-RSS reading.
+    """
+    import resource
+
+    from rlbench.instrument.autohooks import auto_wrapper
+
+    scratch = Attributor(count_iteration=None, memory=False, trace_limit=n * 2 if settings.trace_limit else 0)
+
+    def noop() -> None:
+        return None
+
+    first = auto_wrapper(scratch, noop, "x", "other", INFER)
+    second = auto_wrapper(scratch, noop, "y", "other", INFER)
+    half = range(n // 2)
+
+    def bare() -> None:
+        for _ in half:
+            noop()
+            noop()
+
+    def alternating() -> None:
+        for _ in half:
+            first()
+            second()
+
+    def same() -> None:
+        for _ in half:
+            first()
+            first()
+
+    def marks() -> None:
+        for _ in half:
+            resource.getrusage(resource.RUSAGE_SELF)
+            resource.getrusage(resource.RUSAGE_SELF)
+
+    def timed(fn: Callable[[], None]) -> float:
+        best = math.inf
+        for _ in range(repeats):
+            if scratch.trace is not None:
+                scratch.trace.clear()
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    base = timed(bare)
+    cost = {"event_us": timed(alternating), "merge_us": timed(same), "mark_us": timed(marks) + base}
+    scratch.depth = 1
+    cost["passthrough_us"] = timed(alternating)
+    return {k: max(v - base, 0.0) / n * 1e6 for k, v in cost.items()}
+
+
+def overhead_s(r: Attribution, costs: dict[str, float]) -> float:
+    """Seconds the hooks added to a run: its events of each kind times their measured costs."""
+    full = r.transitions / 2
+    return (
+        full * costs["event_us"]
+        + r.merges * costs["merge_us"]
+        + r.passthrough * costs["passthrough_us"]
+        + r.mem_marks * costs["mark_us"]
+    ) * 1e-6
+
+
+def profile_call(fn: Callable[..., Any], kwargs: dict[str, Any], *, device: Any = None, callback: Any = None) -> list[Metric]:
+    """Run ``fn(**kwargs)`` under a session; its metrics, plus ``{name: number}`` it returns as the user's own.
+
+    Used by ``@rlbench.benchmark`` benchmarks. ``device`` and ``callback`` are the runner's (unused by the
+    attribution itself; a CUDA device turns on synchronized boundaries).
+    """
+    sync = getattr(device, "type", "cpu") in ("cuda", "mps")
+    session = Session(Settings(sync=sync))
+    t0 = time.perf_counter()
+    with session:
+        returned = fn(**kwargs)
+    assert session.outcome is not None
+    metrics = session.outcome.metrics()
+    if isinstance(returned, dict):
+        for name, value in returned.items():
+            values = list(value) if isinstance(value, (list, tuple)) else [value]
+            metrics.append(Metric(str(name), "", "none", [float(v) for v in values]))
+    metrics.append(Metric("profile/call_s", "s", "lower", [time.perf_counter() - t0]))
+    return metrics
+
+
+# --- the user's own metrics -------------------------------------------------------------------------------------
+def record(
+    name: str,
+    value: float | Sequence[float],
+    *,
+    unit: str = "",
+    direction: str = "none",
+    x: Sequence[float] | None = None,
+) -> None:
+    """Record a metric of your own (eval return, loss, ...) with the run's records.
+
+    Inside ``rlbench profile`` or a :func:`session` it joins that run's records; elsewhere it is written at once,
+    fingerprinted, to the store named by ``$RLBENCH_STORE`` (default ``.rlbench``), as benchmark = the script's name.
+
+    Args:
+        name: Metric name (``eval_return`` is the one training reports read as the learning outcome).
+        value: One number or a sequence of samples.
+        unit: Unit of the samples.
+        direction: ``higher``, ``lower`` (which way is better) or ``none``.
+        x: Optional abscissa per sample (e.g. the agent step of each eval).
+
+    Raises:
+        ValueError: On a malformed name, direction or value.
+    """
+    if not isinstance(name, str) or not name or name != name.strip():
+        raise ValueError(f"rlbench.record: the metric name must be a non-empty string, got {name!r}")
+    if direction not in ("higher", "lower", "none"):
+        raise ValueError(f"rlbench.record: direction must be 'higher', 'lower' or 'none', got {direction!r}")
+    values = list(value) if isinstance(value, (list, tuple)) or hasattr(value, "__len__") else [value]
+    try:
+        samples = [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise ValueError(f"rlbench.record: {name!r} needs numbers, got {value!r}") from None
+    if x is not None and len(x) != len(samples):
+        raise ValueError(f"rlbench.record: {name!r} has {len(samples)} samples but {len(x)} x values")
+    metric = Metric(name, unit, direction, samples, x=[float(v) for v in x] if x is not None else None)
+    if Session.current is not None:
+        Session.current.user_metrics.append(metric)
+        return
+    _standalone().write([metric])
+
+
+class _Standalone:
+    """Records written by ``rlbench.record`` outside any session: one run file per process."""
+
+    instance: _Standalone | None = None
+
+    def __init__(self) -> None:
+        from rlbench.fingerprint import fingerprint
+        from rlbench.store import RunWriter
+
+        self.writer = RunWriter(os.environ.get(STORE_ENV) or ".rlbench")
+        self.fp = fingerprint()
+        self.benchmark = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+
+    def write(self, metrics: list[Metric]) -> None:
+        from rlbench.records import Record, definition_hash
+        from rlbench.store import utc_now
+
+        params = {"script": self.benchmark}
+        self.writer.write(
+            [
+                Record(
+                    run_id=self.writer.run_id,
+                    timestamp=utc_now(),
+                    benchmark=self.benchmark,
+                    params=params,
+                    definition_hash=definition_hash(self.benchmark, 1, params),
+                    metric=m.name,
+                    unit=m.unit,
+                    direction=m.direction,
+                    samples=m.samples,
+                    repeat=0,
+                    seed=None,
+                    device="cpu",
+                    fingerprint=self.fp,
+                    x=m.x,
+                    meta={"command": " ".join(sys.argv)},
+                )
+                for m in metrics
+            ]
+        )
+
+
+def _standalone() -> _Standalone:
+    if _Standalone.instance is None:
+        _Standalone.instance = _Standalone()
+    return _Standalone.instance
+
+
+class RecordingSession(Session):
+    """A :class:`Session` that writes its records when it ends: ``with rlbench.session("my-ppo"): train()``.
+
+    Args:
+        name: The benchmark name its records carry (default: the script's file name).
+        store: Results store directory (default: ``$RLBENCH_STORE`` or ``.rlbench``).
+        params: The case's parameters (what distinguishes this setting from others; seed excluded).
+        seed: The run's seed, if any.
+        settings: How to attribute.
+    """
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        store: str | os.PathLike[str] | None = None,
+        params: dict[str, Any] | None = None,
+        seed: int | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        super().__init__(settings)
+        self.name = name or (Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python")
+        self.store = store or os.environ.get(STORE_ENV) or ".rlbench"
+        self.params = dict(params or {})
+        self.seed = seed
+        self.records_path: Path | None = None
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        outcome = self.stop()
+        if exc_type is not None:  # the training raised: keep nothing half-measured, let the exception through
+            return
+        from rlbench.fingerprint import fingerprint, git_fingerprint
+        from rlbench.records import Record, definition_hash
+        from rlbench.store import RunWriter, utc_now
+
+        writer = RunWriter(self.store)
+        fp = fingerprint()
+        script_dir = Path(sys.argv[0]).resolve().parent if sys.argv and sys.argv[0] else None
+        fp["git"] = git_fingerprint(script_dir, rlbench_first=False)
+        dhash = definition_hash(self.name, 1, self.params)
+        writer.write(
+            [
+                Record(
+                    run_id=writer.run_id,
+                    timestamp=utc_now(),
+                    benchmark=self.name,
+                    params={**self.params, **m.params},
+                    definition_hash=dhash,
+                    metric=m.name,
+                    unit=m.unit,
+                    direction=m.direction,
+                    samples=list(m.samples),
+                    repeat=0,
+                    seed=self.seed,
+                    device="cuda" if self.settings.sync else "cpu",
+                    fingerprint=fp,
+                    x=m.x,
+                    meta={"command": " ".join(sys.argv), "kind": "profile", **m.meta},
+                )
+                for m in outcome.metrics()
+            ]
+        )
+        self.records_path = writer.path
+
+
+def session(
+    name: str | None = None,
+    *,
+    store: str | os.PathLike[str] | None = None,
+    params: dict[str, Any] | None = None,
+    seed: int | None = None,
+    sync: bool = False,
+    count_ops: bool = True,
+) -> RecordingSession:
+    """Profile the code inside ``with rlbench.session(...)`` as ``rlbench profile`` would, and store the records.
+
+    Args:
+        name: Benchmark name of the records (default: the script's file name).
+        store: Results store (default: ``$RLBENCH_STORE`` or ``.rlbench``); ``rlbench report STORE`` renders it.
+        params: Parameters that identify the setting (compare and gate match runs on them).
+        seed: The run's seed.
+        sync: Synchronize CUDA/MPS at phase boundaries.
+        count_ops: Count torch ops per phase during one iteration.
+    """
+    return RecordingSession(
+        name, store=store, params=params, seed=seed, settings=Settings(sync=sync, count_iteration=1 if count_ops else None)
+    )

@@ -1,0 +1,133 @@
+"""Sections of the bottleneck report that only runs of ``rlbench profile`` (or ``rlbench.session``) have.
+
+A profiled run is any script's: what it measured is what the hooks saw (``meta["kind"] == "profile"``). These
+sections say what the automatic attribution cost, how memory grew per phase, and show the metrics the script
+recorded itself (``rlbench.record``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from rlbench.metrics import (
+    COUNTERS,
+    CUDA_MEM,
+    DIAG,
+    ITER_TIME,
+    MACHINE,
+    MEM,
+    PROFILE_EVENT_US,
+    PROFILE_EVENTS,
+    PROFILE_EXCLUDED_S,
+    PROFILE_OVERHEAD_S,
+    PROFILE_PASSTHROUGH_US,
+    TIME,
+)
+from rlbench.report.data import RunData
+from rlbench.report.format import fmt, fmt_s, md_table, pct
+from rlbench.report.phases import Breakdown
+
+KNOWN_PREFIXES = (TIME, ITER_TIME, DIAG, MACHINE, MEM, CUDA_MEM, "profile/", "timer/", "train/", *(f"{c}/" for c in COUNTERS))
+KNOWN = {
+    "sps",
+    "sps/steady",
+    "wall_s",
+    "startup_s",
+    "init_s",
+    "warmup_s",
+    "train_s",
+    "eval_s",
+    "env_steps",
+    "iterations",
+    "eval_return",
+}
+
+
+def is_profiled(d: RunData) -> bool:
+    """Whether the run was measured by automatic attribution (a user's script) rather than rlbench's own loops."""
+    return d.first.meta.get("kind") == "profile"
+
+
+def overhead_section(d: RunData, b: Breakdown) -> list[str]:
+    """What the hooks cost: events of each kind times their cost measured in the same run."""
+    if not d.has(PROFILE_OVERHEAD_S):
+        return []
+    ev = d.by_metric[PROFILE_EVENTS][0].meta
+    full = d.med(PROFILE_EVENTS) - (ev.get("merges") or 0)
+    rows = [
+        ["Phase opened and closed at top level", fmt(d.med(PROFILE_EVENT_US), 3) + " µs", fmt(full, 0)],
+        ["Call continuing the phase it just left", fmt(ev.get("merge_us", math.nan), 3) + " µs", fmt(ev.get("merges"), 0)],
+        ["Nested hooked call (passes through)", fmt(d.med(PROFILE_PASSTHROUGH_US), 3) + " µs", fmt(ev.get("passthrough"), 0)],
+        ["Peak-RSS reading", fmt(ev.get("mark_us", math.nan), 3) + " µs", fmt(ev.get("memory_marks"), 0)],
+    ]
+    ov = d.med(PROFILE_OVERHEAD_S)
+    share = d.meta(PROFILE_OVERHEAD_S, "share", math.nan)
+    lines = [
+        "## What profiling cost",
+        "",
+        "Each kind of hook event was timed in the same process right after the script finished (a hooked no-op "
+        "against a bare call, minimum of 3 × 10,000); the estimate is those costs times this run's events.",
+        "",
+        md_table(["Hook event", "Cost per event", "Events (first repeat)"], rows),
+        "",
+        f"Estimated cost of the hooks: {fmt_s(ov)}, **{pct(share, 2)}** of the training wall time.",
+    ]
+    excluded = d.med(PROFILE_EXCLUDED_S)
+    if math.isfinite(excluded) and excluded > 0:
+        it = d.meta(PROFILE_EXCLUDED_S, "counted_iteration")
+        lines += [
+            "",
+            f"Iteration {it} ran under the op counter (a torch dispatch mode, which slows what it counts): its "
+            f"{fmt_s(excluded)} are left out of the steady state above (`--no-count-ops` skips counting).",
+        ]
+    return lines
+
+
+def memory_section(d: RunData) -> list[str]:
+    """Peak-RSS growth (and CUDA peak allocation) per top-level phase."""
+    rows = []
+    for prefix, what in ((MEM, "peak RSS growth"), (CUDA_MEM, "CUDA peak allocated")):
+        for metric in sorted(m for m in d.by_metric if m.startswith(prefix)):
+            phase = metric[len(prefix) :]
+            label = "Python/other" if phase == "other" else f"`{phase}`"
+            rows.append([label, what, fmt(d.med(metric) / 2**20, 2)])
+    if not rows:
+        return []
+    return [
+        "## Memory by phase",
+        "",
+        "How much the process's peak resident memory grew while each top-level phase ran (read at phase boundaries, "
+        "in the first iterations and every 8th after); growth is where new memory was first touched, usually in the "
+        "warm-up.",
+        "",
+        md_table(["Phase", "Measure", "MiB (median over repeats)"], rows),
+    ]
+
+
+def user_metrics_section(d: RunData) -> list[str]:
+    """The metrics the script recorded itself (``rlbench.record``), medians over repeats."""
+    names = [m for m in d.by_metric if m not in KNOWN and not m.startswith(KNOWN_PREFIXES)]
+    if not names:
+        return []
+    rows = []
+    for name in names:
+        r = d.by_metric[name][0]
+        rows.append([f"`{name}`", fmt(d.med(name), 4), r.unit or "–", r.direction, str(len(r.samples))])
+    return [
+        "## Metrics the script recorded",
+        "",
+        "Recorded with `rlbench.record(...)`; medians over repeats of each repeat's mean.",
+        "",
+        md_table(["Metric", "Median", "Unit", "Better", "Samples per repeat"], rows),
+    ]
+
+
+def no_eval_note() -> list[str]:
+    """Learning section of a profiled run that recorded no ``eval_return``."""
+    return [
+        "## Learning outcome",
+        "",
+        'The script recorded no `eval_return`. Add `rlbench.record("eval_return", returns, unit="return", '
+        'direction="higher")` after its evaluation to see it here and have `rlbench gate` check that a faster '
+        "change still learns.",
+    ]

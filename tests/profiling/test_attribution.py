@@ -1,0 +1,176 @@
+"""Automatic attribution on loops whose true split is known: every phase kind, nesting, precedence, counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import rlbench
+from rlbench.profiling.session import Session, Settings
+from tests.profiling.loops import SlowEnv, SlowNet, known_loop, spin
+
+
+def _phase_seconds(metrics) -> dict[str, float]:
+    return {m.name[len("time/") :]: m.samples[0] for m in metrics if m.name.startswith("time/")}
+
+
+def _by_name(metrics):
+    return {m.name: m for m in metrics}
+
+
+def test_every_phase_kind_is_attributed_to_its_true_share():
+    with Session(Settings(count_iteration=None)) as s:
+        truth = known_loop()
+    metrics = s.outcome.metrics()
+    got = _phase_seconds(metrics)
+    steady = sum(got[p] for p in truth) + 0.0  # the phases' shares of the hand-timed total, auto against hand
+    total = sum(truth.values())
+    for phase, expected in truth.items():
+        # each phase holds milliseconds of busy-waiting; the hooks add microseconds
+        assert abs(got[phase] - expected) < 0.02 * total + 0.001, (phase, got[phase], expected)
+    assert steady > 0
+    by = _by_name(metrics)
+    assert by["env_steps"].samples == [6 * 8 * 2]  # steps counted from the vector env's batch size
+    assert by["iterations"].samples == [6.0]
+    assert by["time/env/step"].meta["layer"] == "environment"
+    assert by["time/inference"].meta["layer"] == "inference"
+    assert by["time/train/backward"].meta["layer"] == "update"
+
+
+def test_nested_modules_count_once_in_the_outermost():
+    net = SlowNet()  # a Sequential of three modules inside
+    with Session(Settings(count_iteration=None, memory=False)) as s, torch.no_grad():
+        net(torch.zeros(1, 4))
+    r = s.outcome.attribution
+    assert r.enters == {"inference": 1}
+    assert r.passthrough >= 4  # the Sequential and its three layers passed straight through
+
+
+def test_env_wrappers_count_once_and_steps_once():
+    import gymnasium as gym
+
+    env = gym.wrappers.TimeLimit(gym.wrappers.RecordEpisodeStatistics(SlowEnv()), 100)
+    with Session(Settings(count_iteration=None, memory=False)) as s:
+        env.reset(seed=0)
+        for _ in range(5):
+            spin(0.0001)  # keep the calls apart: no merging
+            env.step(0)
+    r = s.outcome.attribution
+    assert r.enters["env/step"] == 5 and r.enters["env/reset"] == 1
+    assert r.steps == 5
+
+
+def test_explicit_phases_take_precedence_and_automatic_ones_nest_inside():
+    net = SlowNet()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with Session(Settings(count_iteration=None, memory=False)) as s, rlbench.phase("update"):
+        loss = net(torch.zeros(2, 4)).sum()
+        with rlbench.phase("gae"):
+            spin(0.002)
+        loss = net(torch.zeros(2, 4)).sum()
+        loss.backward()
+        opt.step()
+    r = s.outcome.attribution
+    assert {"update", "update/gae", "update/train/forward", "update/train/backward", "update/train/optimizer"} <= set(r.enters)
+    assert r.excl["update/gae"] >= 0.002
+    assert r.layers["update/gae"] == ""  # named from the phase name when the records are built
+    metrics = _by_name(s.outcome.metrics())
+    assert metrics["time/update/gae"].meta["layer"] == "advantage"
+    assert metrics["time/update"].samples[0] >= metrics["time/update/gae"].samples[0]
+
+
+def test_sticky_forward_holds_the_loss_until_backward():
+    net = SlowNet()
+    with Session(Settings(count_iteration=None, memory=False)) as s:
+        out = net(torch.zeros(2, 4))
+        spin(0.003)  # loss maths, no module call
+        loss = out.pow(2).mean()
+        v = loss.item()  # a sync inside the loss computation stays in the forward
+        loss.backward()
+    r = s.outcome.attribution
+    assert r.excl["train/forward"] >= 0.003
+    assert "transfer" not in r.enters
+    assert v >= 0
+
+
+def test_transfers_are_their_own_phase_and_dtype_casts_are_not():
+    x = torch.ones(3)
+    with Session(Settings(count_iteration=None, memory=False)) as s:
+        x.to(torch.float64)
+        spin(0.0001)
+        x.numpy()
+        spin(0.0001)
+        x.to("cpu")
+    r = s.outcome.attribution
+    assert r.enters.get("transfer") == 2
+
+
+def test_decorator_and_inactive_phase():
+    @rlbench.phase("replay/sample")
+    def sample() -> int:
+        spin(0.001)
+        return 3
+
+    assert sample() == 3  # outside a session: nothing happens, nothing breaks
+    with Session(Settings(count_iteration=None, memory=False)) as s:
+        assert sample() == 3
+    assert s.outcome.attribution.enters == {"replay/sample": 1}
+    with pytest.raises(ValueError, match="phase name"):
+        rlbench.phase("")
+
+
+def test_hooks_are_removed_exactly():
+    import gymnasium as gym
+
+    call, step, item = torch.nn.Module.__call__, SlowEnv.step, torch.Tensor.item
+    backward, init_subclass = torch.autograd.backward, gym.Env.__dict__.get("__init_subclass__")
+    with Session():
+        assert torch.nn.Module.__call__ is not call
+
+        class Later(SlowEnv):  # defined while profiling: wrapped too
+            def step(self, action):
+                return super().step(action)
+
+        assert hasattr(Later.__dict__["step"], "__rlbench_wrapped__")
+    assert torch.nn.Module.__call__ is call and SlowEnv.step is step and torch.Tensor.item is item
+    assert torch.autograd.backward is backward and gym.Env.__dict__.get("__init_subclass__") is init_subclass
+    import torch.optim.optimizer as optimizer_module
+
+    assert optimizer_module._global_optimizer_pre_hooks == {}
+
+
+def test_op_counts_per_iteration_are_the_same_run_to_run():
+    def counts():
+        with Session(Settings(count_iteration=2, memory=False)) as s:
+            torch.manual_seed(0)
+            known_loop(iterations=5, steps=4, env_s=0, infer_s=0, forward_s=0, loss_s=0, backward_s=0, other_s=0)
+        return s.outcome.attribution.counts
+
+    first, second = counts(), counts()
+    assert first == second
+    assert first["ops"]["inference"] > 0 and first["ops"]["train/backward"] > 0
+    assert first["syncs"].get("other", 0) == 0
+
+
+def test_phases_appear_in_torch_profiler():
+    from torch.profiler import ProfilerActivity, profile
+
+    net = SlowNet()
+    envs = [SlowEnv()]
+    with Session(Settings(count_iteration=None, memory=False)), profile(activities=[ProfilerActivity.CPU]) as prof:
+        envs[0].reset(seed=0)
+        envs[0].step(0)
+        with torch.no_grad():
+            net(torch.zeros(1, 4))
+    names = {e.name for e in prof.events()}
+    assert {"rlbench/env/reset", "rlbench/inference"} <= names
+
+
+def test_a_run_without_env_events_is_one_steady_iteration():
+    with Session(Settings(count_iteration=None, memory=False)) as s, rlbench.phase("gae"):
+        spin(0.002)
+    m = _by_name(s.outcome.metrics())
+    assert m["iterations"].samples == [1.0] and m["warmup_s"].samples == [0.0]
+    assert m["time/gae"].samples[0] >= 0.002
+    assert np.isnan(m["sps"].samples[0])
