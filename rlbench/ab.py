@@ -1,8 +1,12 @@
 """``rlbench ab``: run two git revisions' own code, interleaved, on the same machine, then compare.
 
 Each revision is checked out in a temporary ``git worktree`` and run with that worktree first on
-``PYTHONPATH`` (``python -m rlbench`` then imports the revision's rlbench, using the current
-environment's dependencies). Rounds interleave the sides, alternating which goes first
+``PYTHONPATH``. In rlbench's own repository, ``python -m rlbench`` then imports the revision's rlbench (using the
+current environment's dependencies). In a user's repository (no ``rlbench/`` package at its top), the installed
+rlbench runs the revision's code from the worktree, in the directory ``ab`` was started from: ``-- profile -- python
+train.py`` profiles that revision's ``train.py``, and ``-- run my-bench`` finds that revision's ``./suites/``.
+
+Rounds interleave the sides, alternating which goes first
 (A B, B A, A B, ...), and round ``k`` runs both sides with seed ``seed + k``: comparisons are paired
 by seed, so slow drifts of a shared machine cancel out instead of passing for regressions.
 """
@@ -38,19 +42,31 @@ def _git(args: list[str], cwd: Path) -> str:
 
 
 def split_run_args(run_argv: list[str]) -> tuple[list[str], int]:
-    """Validate ``run BENCH [options]`` and take its ``--seed`` out (rounds use seed + k).
+    """Validate ``run BENCH [options]`` or ``profile [options] -- python train.py ...`` and take its ``--seed`` out.
+
+    Rounds use ``seed + k`` (for ``profile``, the seed its ``--seed-arg`` template fills in).
 
     Raises:
-        UsageError: If it is not a ``run`` command, or sets an option ab manages itself.
+        UsageError: If it is neither command, or sets an option ab manages itself.
     """
-    if not run_argv or run_argv[0] != "run" or len(run_argv) < 2:
-        raise UsageError("rlbench ab needs the command to compare after `--`, e.g. `rlbench ab main -- run ppo-cartpole`")
-    args, seed, i = [], 0, 0
+    if not run_argv or run_argv[0] not in ("run", "profile") or len(run_argv) < 2:
+        raise UsageError(
+            "rlbench ab needs the command to compare after `--`, e.g. `rlbench ab main -- run ppo-cartpole` or "
+            "`rlbench ab main -- profile -- python train.py`"
+        )
+    command = run_argv[0]
     rest = run_argv[1:]
+    tail: list[str] = []
+    if command == "profile":  # options of profile first; the script's own arguments are not ours
+        from rlbench.profiling.launcher import split_command
+
+        rest, script = split_command(rest)
+        tail = ["--", *script]
+    args, seed, i = [command], 0, 0
     while i < len(rest):
         a = rest[i]
         if a in _MANAGED or a.split("=")[0] in _MANAGED:
-            raise UsageError(f"`{a}` is set by rlbench ab itself; leave it out of the run command")
+            raise UsageError(f"`{a}` is set by rlbench ab itself; leave it out of the {command} command")
         if a == "--seed" or a.startswith("--seed="):
             value = a.split("=", 1)[1] if "=" in a else (rest[i + 1] if i + 1 < len(rest) else "")
             try:
@@ -61,7 +77,7 @@ def split_run_args(run_argv: list[str]) -> tuple[list[str], int]:
             continue
         args.append(a)
         i += 1
-    return args, seed
+    return [*args, *tail], seed
 
 
 @dataclass
@@ -89,7 +105,8 @@ def run_ab(
     Args:
         base_rev: Baseline revision (anything ``git rev-parse`` accepts).
         head_rev: Candidate revision.
-        run_argv: ``["run", BENCH, options...]`` (without store/report/repeats/seed options).
+        run_argv: ``["run", BENCH, options...]`` or ``["profile", options..., "--", "python", "train.py", ...]``
+            (without store/report/repeats/seed options).
         rounds: Runs per side.
         repo: A directory inside the git repository.
         keep: Keep the stores there instead of deleting them.
@@ -112,21 +129,24 @@ def run_ab(
     work = Path(tempfile.mkdtemp(prefix=f"rlbench-ab-{os.getpid()}-"))
     trees = {side: work / side for side in shas}
     try:
-        paths = {}
+        paths, cwds = {}, {}
+        where = Path(repo).resolve().relative_to(top.resolve()) if Path(repo).resolve() != top.resolve() else Path()
         for side, sha in shas.items():
             _git(["worktree", "add", "--detach", str(trees[side]), sha], top)
-            if not (trees[side] / "rlbench" / "__init__.py").is_file():
-                rev = base_rev if side == "base" else head_rev
-                raise UsageError(
-                    f"revision {rev!r} ({sha[:12]}) has no rlbench package (rlbench/__init__.py): rlbench ab compares "
-                    "two revisions of rlbench's own repository; name revisions that contain it"
-                )
-            paths[side] = _import_path(trees[side], work / f"meta-{side}")
+            if (trees[side] / "rlbench" / "__init__.py").is_file():  # rlbench's own repository: run that revision's rlbench
+                paths[side] = _import_path(trees[side], work / f"meta-{side}")
+                cwds[side] = work
+            else:  # the user's repository: the installed rlbench runs that revision's code, from where ab was started
+                paths[side] = str(trees[side])
+                cwds[side] = trees[side] / where
+                if not cwds[side].is_dir():
+                    rev = base_rev if side == "base" else head_rev
+                    raise UsageError(f"revision {rev!r} has no directory {str(where)!r} (where rlbench ab was started)")
         for k in range(rounds):
             for side in ("base", "head") if k % 2 == 0 else ("head", "base"):
                 if on_run:
                     on_run(k, side)
-                _run_side(trees[side], paths[side], args, seed + k, work / f"store-{side}", work)
+                _run_side(trees[side], paths[side], args, seed + k, work / f"store-{side}", cwds[side])
         base, head = read_records(work / "store-base"), read_records(work / "store-head")
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
@@ -190,12 +210,21 @@ def _import_path(tree: Path, meta: Path) -> str:
 def _run_side(tree: Path, path: str, args: list[str], seed: int, store: Path, cwd: Path) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    command, rest = args[0], args[1:]
+    if command == "profile":  # ab's options go before profile's `--`; the script and its arguments stay after it
+        rest = ["--repeats", "1", "--store", str(store), "--quiet", "--report", str(store / "last-report.md"), *rest]
+        cmd = [sys.executable, "-m", "rlbench", "profile", "--seed", str(seed), *rest]
+        proc = run_child(cmd, cwd=cwd, env=env)
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise RlbenchError(f"run of {tree.name} ({shlex.join(cmd[3:])}) exited {proc.returncode}: {last}")
+        return
     cmd = [
         sys.executable,
         "-m",
         "rlbench",
         "run",
-        *args,
+        *rest,
         "--seed",
         str(seed),
         "--repeats",

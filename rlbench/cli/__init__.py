@@ -45,7 +45,9 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--version", action="version", version=f"rlbench {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    p_list = sub.add_parser("list", help="list the built-in benchmarks")
+    p_list = sub.add_parser(
+        "list", help="list every benchmark (built-in, installed suites, ./suites/) and where it comes from"
+    )
     p_list.add_argument("--json", action="store_true", help="print the list as JSON")
     sub.add_parser("run", help="run a benchmark (rlbench run BENCHMARK --help for its options)", add_help=False)
     sub.add_parser(

@@ -15,7 +15,8 @@ def build_ab_parser() -> Parser:
     p = Parser(
         prog="rlbench ab",
         description="Run two git revisions' own code interleaved on this machine, then compare or gate. Everything after "
-        "`--` is the rlbench command to run, e.g. `-- run ppo-cartpole --total-steps 20000`.",
+        "`--` is the rlbench command to run, e.g. `-- run ppo-cartpole --total-steps 20000`, or, in your own "
+        "repository, `-- profile -- python train.py --total-timesteps 50000` or `-- run my-suite-benchmark`.",
     )
     p.add_argument("base_rev", help="baseline revision (branch, tag, sha)")
     p.add_argument("head_rev", nargs="?", default="HEAD", help="candidate revision (default: HEAD)")
@@ -51,7 +52,10 @@ def ab_command(argv: list[str]) -> int:
         if any(a in ("-h", "--help") for a in argv):
             build_ab_parser().print_help()
             return 0
-        raise UsageError("missing `-- run BENCHMARK ...`: rlbench ab BASE [HEAD] [options] -- run ppo-cartpole")
+        raise UsageError(
+            "missing the command after `--`: rlbench ab BASE [HEAD] [options] -- run ppo-cartpole "
+            "(or `-- profile -- python train.py`)"
+        )
     cut = argv.index("--")
     args = build_ab_parser().parse_args(argv[:cut])
     run_argv = argv[cut + 1 :]

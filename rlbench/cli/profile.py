@@ -24,15 +24,15 @@ Run your training script unmodified and attribute its wall time to phases, autom
   Python/other          everything else
 Stable-Baselines3 and TorchRL calls are labelled too (collect, train, advantage, replay/...). Name more phases
 in your code with `with rlbench.phase("gae"):`. Training iterations are found from the env/update rhythm: the
-first is the warm-up, the rest the steady state. One iteration is re-counted op by op (torch ops, syncs and
-copies per phase; left out of the timings). Records go to the store like `rlbench run`'s, so report, compare,
-gate and ab apply.
+first is the warm-up, the rest the steady state. With --count-ops one iteration is counted op by op (torch ops,
+syncs and copies per phase; left out of the timings). Records go to the store like `rlbench run`'s, so report,
+compare, gate and ab apply.
 """
 
 EPILOG = """\
 examples:
   rlbench profile -- python train.py --total-timesteps 50000
-  rlbench profile --repeats 5 --seed 1 --seed-arg "--seed {seed}" -- python train.py
+  rlbench profile --repeats 5 --seed 1 --seed-arg "--seed {seed}" --count-ops -- python train.py
   rlbench profile --trace trace.json --pyinstrument -- python -m mypkg.train
   rlbench profile --sync -- python train.py --cuda        (CUDA: book GPU work to the phase that queued it)
 """
@@ -92,32 +92,20 @@ def build_profile_parser() -> Parser:
         help="end a repeat that runs longer than S seconds (default: no limit)",
     )
     p.add_argument(
-        "--no-count-ops",
+        "--count-ops",
         action="store_true",
-        help="do not count torch ops per phase (counting runs one iteration under a torch dispatch mode)",
+        help="count torch ops, syncs and copies per phase during the second iteration (noise-free figures to gate on, "
+        "e.g. syncs/iteration:0%%); that iteration runs under a torch dispatch mode, slower, and is left out of the timings",
     )
     p.add_argument("--no-memory", action="store_true", help="do not record peak-RSS growth per phase")
     p.add_argument("--no-labels", action="store_true", help="do not label Stable-Baselines3 / TorchRL methods")
     return p
 
 
-def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
-    """``[options] -- command`` (or ``[options] python train.py ...`` without ``--``) into the two lists."""
-    if "--" in argv:
-        i = argv.index("--")
-        return argv[:i], argv[i + 1 :]
-    value_options = {"--repeats", "--seed", "--seed-arg", "--store", "--report", "--trace", "--trace-limit", "--timeout"}
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if not a.startswith("-") or a == "-m":
-            return argv[:i], argv[i:]
-        i += 2 if a in value_options else 1
-    return argv, []
-
-
 def profile_command(argv: list[str], t0: float) -> int:
     """Parse, run the repeats, write the report; return the exit code."""
+    from rlbench.profiling.launcher import split_command
+
     options, command = split_command(argv)
     parser = build_profile_parser()
     args = parser.parse_args(options)
@@ -146,7 +134,7 @@ def profile_command(argv: list[str], t0: float) -> int:
         settings=Settings(
             sync=args.sync,
             trace_limit=args.trace_limit if trace else 0,
-            count_iteration=None if args.no_count_ops else 1,
+            count_iteration=1 if args.count_ops else None,
             memory=not args.no_memory,
             libraries=not args.no_labels,
         ),

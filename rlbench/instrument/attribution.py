@@ -84,6 +84,7 @@ class Attribution:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     trace: list[TraceEvent] = field(default_factory=list)
     trace_dropped: int = 0
+    synchronized: bool = False
 
 
 class Attributor:
@@ -386,6 +387,7 @@ class Attributor:
             counts=self.counted,
             trace=list(self.trace or []),
             trace_dropped=self.trace_dropped,
+            synchronized=self.sync is not None,
         )
 
 

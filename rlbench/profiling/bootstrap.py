@@ -51,7 +51,7 @@ def main(spec_path: str) -> int:
     """Run the request in ``spec_path``; return the script's exit code."""
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     out = Path(spec["out"])
-    import torch  # noqa: F401 - the hooks patch torch; the script imports it anyway
+    import torch  # the hooks patch torch; the script imports it anyway
 
     from rlbench.profiling.results import metric_to_dict
     from rlbench.profiling.session import Session, Settings
@@ -113,6 +113,7 @@ def main(spec_path: str) -> int:
             "metrics": [metric_to_dict(m) for m in metrics],
             "iterations": len(r.iterations),
             "steps": r.steps,
+            "device": "cuda" if torch.cuda.is_initialized() else "cpu",  # what the script used
         },
     )
     return code

@@ -95,6 +95,21 @@ def parse_command(argv: list[str]) -> Target:
     return Target(python, False, script, rest[1:])
 
 
+def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``[options] -- command`` (or ``[options] python train.py ...`` without ``--``) into the two lists."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    value_options = {"--repeats", "--seed", "--seed-arg", "--store", "--report", "--trace", "--trace-limit", "--timeout"}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if not a.startswith("-") or a == "-m":
+            return argv[:i], argv[i:]
+        i += 2 if a in value_options else 1
+    return argv, []
+
+
 @dataclass
 class Options:
     """How to run the repeats.
@@ -213,7 +228,7 @@ def run_profile(
                     fp = fingerprint()
                     fp["git"] = git_fingerprint(where, rlbench_first=False)  # the user's code, not rlbench's
                     fp["rlbench_git"] = git_fingerprint()
-                metrics, load = result
+                metrics, load, device = result
                 metrics = [*metrics, *load_metrics(load)]
                 records = [
                     Record(
@@ -228,7 +243,7 @@ def run_profile(
                         samples=list(m.samples),
                         repeat=k,
                         seed=seed if opts.seed_arg else None,
-                        device="cuda" if opts.settings.sync else "cpu",
+                        device=device,
                         fingerprint=fp,
                         x=m.x,
                         meta={**(meta or {}), "kind": "profile", "repeats": opts.repeats, **m.meta},
@@ -251,7 +266,7 @@ def run_profile(
 
 def _run_repeat(
     target: Target, opts: Options, k: int, seed: int, tmp: Path, writer: RunWriter, outcome: ProfileOutcome
-) -> tuple[list[Metric], Any] | None:
+) -> tuple[list[Metric], Any, str] | None:
     out = tmp / f"repeat-{k}.json"
     spec = {
         "target": target.target,
@@ -306,4 +321,4 @@ def _run_repeat(
     if data["status"] != "ok":
         outcome.error = f"{where}: the script {data['error']}"
         return None
-    return [metric_from_dict(d) for d in data["metrics"]], load
+    return [metric_from_dict(d) for d in data["metrics"]], load, str(data.get("device", "cpu"))

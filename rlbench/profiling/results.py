@@ -124,7 +124,13 @@ def attribution_metrics(
     paths = ordered_paths(r.layers)
     incl = inclusive(steady_excl, paths)
     m = [
-        Metric(SPS, "steps/s", "higher", [steps / train_s if train_s > 0 and steps else math.nan], meta={"steps": steps}),
+        Metric(
+            SPS,
+            "steps/s",
+            "higher",
+            [steps / train_s if train_s > 0 and steps else math.nan],
+            meta={"steps": steps, "synchronized": r.synchronized},
+        ),
         Metric(SPS_STEADY, "steps/s", "higher", [steady_steps / steady_s if steady_s > 0 and steady_steps else math.nan]),
         Metric(WALL_S, "s", "lower", [(startup_s or 0.0) + (r.ended - r.started)], meta={"run_s": r.ended - r.started}),
         Metric(WARMUP_S, "s", "lower", [warm_s]),

@@ -244,12 +244,15 @@ def findings(d: RunData, b: Breakdown, measured: dict[str, str] | None = None) -
         )
     ov = d.med(TIMER_OVERHEAD_S)
     if math.isfinite(ov) and b.share(ov) > 0.005:
+        profiled = d.first.meta.get("kind") == "profile"
         out.append(
             Finding(
-                "Timer overhead",
+                "Profiler overhead" if profiled else "Timer overhead",
                 b.share(ov),
-                f"The phase timers cost an estimated {fmt_s(ov)} ({pct(b.share(ov))}).",
-                "Time fewer, coarser phases in per-step loops.",
+                f"The {'profiler hooks' if profiled else 'phase timers'} cost an estimated {fmt_s(ov)} ({pct(b.share(ov))}).",
+                "Part of the measured time is the measurement: compare shares, not absolute times, with an unprofiled run."
+                if profiled
+                else "Time fewer, coarser phases in per-step loops.",
             )
         )
     return sorted(out, key=lambda f: f.bound, reverse=True)

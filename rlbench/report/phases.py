@@ -67,9 +67,14 @@ def breakdown(d: RunData, leaves: tuple[str, ...] | None = None) -> Breakdown:
 
 
 def per_event_us(d: RunData, phase: str) -> float:
-    """Median seconds of a phase over its timed events, in µs (NaN when it has none)."""
+    """Median seconds of a phase over its timed events, in µs (NaN when it has none).
+
+    A profiled run counts events over all of training, so its whole-run seconds (``meta["run_s"]``) go with them.
+    """
     ev = d.meta(TIME + phase, "events", 0) or 0
-    return d.med(TIME + phase) / ev * 1e6 if ev else math.nan
+    run_s = d.meta(TIME + phase, "run_s")
+    seconds = run_s if run_s is not None else d.med(TIME + phase)
+    return seconds / ev * 1e6 if ev else math.nan
 
 
 def layer_seconds(d: RunData, b: Breakdown) -> dict[str, float]:

@@ -77,8 +77,8 @@ def overhead_section(d: RunData, b: Breakdown) -> list[str]:
         it = d.meta(PROFILE_EXCLUDED_S, "counted_iteration")
         lines += [
             "",
-            f"Iteration {it} ran under the op counter (a torch dispatch mode, which slows what it counts): its "
-            f"{fmt_s(excluded)} are left out of the steady state above (`--no-count-ops` skips counting).",
+            f"Iteration {it} ran under the op counter (`--count-ops`: a torch dispatch mode, which slows what it counts): "
+            f"its {fmt_s(excluded)} are left out of the steady state above.",
         ]
     return lines
 

@@ -45,7 +45,9 @@ SCRIPTS = {
 
 
 def _script_files() -> list[Path]:
-    return sorted(p for p in [*SCRIPTS_DIR.glob("*.py"), *HAND_DIR.glob("*.py")] if p.name not in ("__init__.py", "accuracy.py"))
+    return sorted(
+        p for p in [*SCRIPTS_DIR.glob("*.py"), *HAND_DIR.glob("*.py")] if p.name not in ("__init__.py", "accuracy.py")
+    )
 
 
 def _add_argument_calls(path: Path) -> list[str]:

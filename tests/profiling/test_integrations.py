@@ -1,0 +1,93 @@
+"""The real libraries under `rlbench profile`: SB3's and TorchRL's loops labelled, CleanRL-style code unmodified."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import rlbench.suites.scripts as scripts
+
+from rlbench.store import read_records
+from tests.cli.cli_helpers import run_cli
+
+SCRIPTS = Path(scripts.__file__).parent
+
+
+def _phases(store: Path) -> dict[str, float]:
+    return {r.metric[len("time/") :]: r.samples[0] for r in read_records(store) if r.metric.startswith("time/")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "args", "expected"),
+    [
+        (
+            "cleanrl_ppo.py",
+            ["--total-timesteps", "2048"],
+            {"env/step", "inference", "transfer", "train/forward", "train/backward", "train/optimizer"},
+        ),
+        (
+            "sb3_ppo.py",
+            ["--total-timesteps", "1536"],
+            {
+                "collect",
+                "collect/env/step",
+                "collect/inference",
+                "collect/advantage",
+                "train",
+                "train/forward",
+                "train/backward",
+                "train/optimizer",
+            },
+        ),
+        (
+            "torchrl_ppo.py",
+            ["--total-frames", "2048"],
+            {
+                "collect",
+                "collect/env/step",
+                "collect/inference",
+                "advantage",
+                "replay/extend",
+                "replay/sample",
+                "train/loss",
+                "train/backward",
+                "train/optimizer",
+            },
+        ),
+    ],
+)
+def test_library_scripts_are_profiled_unmodified(tmp_path: Path, script: str, args: list[str], expected: set[str]) -> None:
+    proc = run_cli(
+        ["profile", "--quiet", "--store", "st", "--", "python", str(SCRIPTS / script), *args], cwd=tmp_path, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    phases = _phases(tmp_path / "st")
+    assert expected <= set(phases), sorted(phases)
+    assert all(phases[p] > 0 for p in expected), {p: phases[p] for p in expected}
+
+
+@pytest.mark.slow
+def test_sb3_callback_profiles_learn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from rlbench.cli.report import write_report
+    from rlbench.integrations.sb3 import RlbenchCallback
+
+    monkeypatch.chdir(tmp_path)
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    model = PPO("MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=2, seed=0, device="cpu")
+    cb = RlbenchCallback("sb3-ppo", store=tmp_path / "st", params={"n_envs": 2})
+    model.learn(512, callback=cb)
+    assert cb.records_path is not None and cb.records_path.is_file()
+    records = read_records(cb.records_path)
+    by = {r.metric: r for r in records}
+    assert {"time/collect/env/step", "time/collect/inference", "time/train/backward", "time/train/optimizer"} <= set(by)
+    assert by["env_steps"].meta["all_steps"] == 512
+    assert all(r.benchmark == "sb3-ppo" and r.params["n_envs"] == 2 and r.seed == 0 for r in records)
+    text = write_report(cb.records_path, tmp_path / "r.md")
+    assert "`collect/env/step`" in text
+    import torch
+
+    assert torch.nn.Module.__call__.__name__ == "_wrapped_call_impl"  # the hooks are gone after learn()

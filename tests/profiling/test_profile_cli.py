@@ -1,0 +1,270 @@
+"""`rlbench profile` end to end: records and report of an unmodified script, and every way a script can fail."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlbench.store import read_records
+from tests.cli.cli_helpers import run_cli
+from tests.faults.fault_helpers import foreground_signals, one_line_error
+
+SCRIPT = """
+import argparse, os, signal, sys, time
+import gymnasium as gym
+import numpy as np
+import torch
+
+p = argparse.ArgumentParser()
+p.add_argument("--seed", type=int, default=0)
+p.add_argument("--iterations", type=int, default=4)
+p.add_argument("--fail-at-seed", type=int, default=-1)
+p.add_argument("--how", default="raise")
+args = p.parse_args()
+if args.seed == args.fail_at_seed:
+    if args.how == "raise":
+        raise RuntimeError("diverged")
+    if args.how == "exit":
+        sys.exit(3)
+    if args.how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if args.how == "hang":
+        open(os.environ["HANG_MARK"], "w").write(str(os.getpid()))
+        time.sleep(600)
+torch.manual_seed(args.seed)
+envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
+net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+obs, _ = envs.reset(seed=args.seed)
+for it in range(args.iterations):
+    for t in range(16):
+        with torch.no_grad():
+            a = torch.distributions.Categorical(logits=net(torch.as_tensor(obs))).sample()
+        obs, *_ = envs.step(a.numpy())
+    loss = net(torch.randn(32, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("done", loss.item())
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "train.py").write_text(SCRIPT, encoding="utf-8")
+    return tmp_path
+
+
+def _records(store: Path):
+    return read_records(store)
+
+
+def test_profiles_an_unmodified_script_into_records_and_a_report(project: Path) -> None:
+    options = ["profile", "--json", "--count-ops", "--store", "st", "--seed-arg", "--seed {seed}", "--"]
+    proc = run_cli([*options, "python", "train.py", "--iterations", "5"], cwd=project)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout)  # the script's own output went to stderr
+    assert "done" in proc.stderr
+    assert summary["benchmark"] == "train.py" and summary["repeats"] == 1 and summary["sps"] > 0
+    records = _records(project / "st")
+    names = {r.metric for r in records}
+    assert {"time/env/step", "time/inference", "time/train/forward", "time/train/backward", "time/train/optimizer"} <= names
+    assert {"ops/iteration", "syncs/iteration", "profile/overhead_s", "env_steps", "iter_time/inference"} <= names
+    steps = next(r for r in records if r.metric == "env_steps")
+    assert steps.samples == [4 * 16 * 2]  # 5 iterations: the op-counted one is left out (the warm-up stays in SPS)
+    assert steps.meta["all_steps"] == 5 * 16 * 2
+    assert all(r.meta["kind"] == "profile" and r.params["command"] == "train.py --iterations 5" for r in records)
+    layers = {r.metric: r.meta.get("layer") for r in records if r.metric.startswith("time/")}
+    assert layers["time/env/step"] == "environment" and layers["time/train/backward"] == "update"
+    report = (project / summary["report"]).read_text(encoding="utf-8")
+    assert "`env/step`" in report and "What profiling cost" in report and "Operation counters" in report
+    assert "--network" not in report and "--inference" not in report  # no rlbench-internal switch about user code
+
+
+def test_trace_and_module_form(project: Path) -> None:
+    pkg = project / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "train.py").write_text(SCRIPT, encoding="utf-8")
+    proc = run_cli(
+        ["profile", "--quiet", "--store", "st", "--trace", "t.json", "--", "python", "-m", "mypkg.train"], cwd=project
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    trace = json.loads((project / "t.json").read_text(encoding="utf-8"))
+    phases = {e["args"]["phase"] for e in trace["traceEvents"] if e.get("ph") == "X"}
+    assert {"env/step", "inference", "train/backward"} <= phases
+    assert {r.benchmark for r in _records(project / "st")} == {"-m mypkg.train"}
+
+
+@pytest.mark.parametrize(
+    ("how", "says"),
+    [("raise", "RuntimeError: diverged"), ("exit", "exited with status 3"), ("kill", "killed by signal 9")],
+)
+def test_a_failing_repeat_keeps_the_finished_ones(project: Path, how: str, says: str) -> None:
+    proc = run_cli(
+        [
+            "profile",
+            "--quiet",
+            "--repeats",
+            "3",
+            "--store",
+            "st",
+            "--seed-arg",
+            "--seed {seed}",
+            "--",
+            "python",
+            "train.py",
+            "--iterations",
+            "3",
+            "--fail-at-seed",
+            "1",
+            "--how",
+            how,
+        ],
+        cwd=project,
+    )
+    err = one_line_error(proc, code=1)
+    assert "repeat 1 (seed 1)" in err and says in err and "1 finished repeats saved" in err
+    records = _records(project / "st")
+    assert {r.repeat for r in records} == {0}
+    assert list((project / "st").glob("*-repeat1.log"))  # the script's output is kept
+
+
+def test_a_hung_script_is_ended_at_the_timeout(project: Path) -> None:
+    mark = project / "pid"
+    env = {**os.environ, "HANG_MARK": str(mark)}
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlbench",
+            "profile",
+            "--quiet",
+            "--timeout",
+            "20",
+            "--store",
+            "st",
+            "--",
+            "python",
+            "train.py",
+            "--fail-at-seed",
+            "0",
+            "--how",
+            "hang",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    err = one_line_error(proc, code=1)
+    assert "ran past --timeout 20 s" in err and time.monotonic() - t0 < 60
+    pid = int(mark.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_ctrl_c_keeps_finished_repeats_and_ends_the_script(project: Path) -> None:
+    mark = project / "pid"
+    env = {**os.environ, "HANG_MARK": str(mark)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlbench",
+            "profile",
+            "--quiet",
+            "--repeats",
+            "3",
+            "--store",
+            "st",
+            "--seed-arg",
+            "--seed {seed}",
+            "--",
+            "python",
+            "train.py",
+            "--iterations",
+            "3",
+            "--fail-at-seed",
+            "1",
+            "--how",
+            "hang",
+        ],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=foreground_signals,
+    )
+    deadline = time.monotonic() + 90
+    while not mark.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert mark.exists(), "the second repeat never started"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "1 of 3 repeats saved" in err
+    assert {r.repeat for r in _records(project / "st")} == {0}
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(mark.read_text()), 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([], "nothing to profile"),
+        (["--", "python", "missing.py"], "no such script"),
+        (["--", "bash", "run.sh"], "not a Python script"),
+        (["--seed-arg=--seed", "--", "python", "train.py"], "has no {seed}"),
+        (["--repeats", "0", "--", "python", "train.py"], "--repeats must be at least 1"),
+        (["--sync", "--", "python", "train.py"], "--sync"),
+        (["--bogus", "--", "python", "train.py"], "unrecognized arguments"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(project: Path, args: list[str], says: str) -> None:
+    (project / "run.sh").write_text("echo hi\n", encoding="utf-8")
+    proc = run_cli(["profile", *args], cwd=project)
+    if "--sync" in args and "cuda" in proc.stderr.lower() and proc.returncode == 0:
+        pytest.skip("a GPU is visible here")
+    assert says in one_line_error(proc, code=2)
+
+
+def test_import_rlbench_and_phase_stay_free_of_torch() -> None:
+    code = (
+        "import sys, rlbench; rlbench.phase('x'); rlbench.benchmark; "
+        "print(sorted(m for m in ('torch', 'pandas', 'numpy') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_session_and_record_write_fingerprinted_records(tmp_path: Path) -> None:
+    code = f"""
+import rlbench, torch
+with rlbench.session("my-run", store={str(tmp_path / "st")!r}, params={{"lr": 0.1}}, seed=3):
+    with rlbench.phase("gae"):
+        torch.ones(3).sum()
+    rlbench.record("eval_return", [10.0, 12.0], unit="return", direction="higher")
+rlbench.record("loss", 0.5)
+"""
+    env = {**os.environ, "RLBENCH_STORE": str(tmp_path / "loose")}
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, env=env)
+    records = read_records(tmp_path / "st")
+    by = {r.metric: r for r in records}
+    assert by["eval_return"].samples == [10.0, 12.0] and by["eval_return"].direction == "higher"
+    assert by["time/gae"].meta["layer"] == "advantage" and by["time/gae"].params == {"lr": 0.1}
+    assert all(r.seed == 3 and r.benchmark == "my-run" and r.fingerprint["machine"]["cores"] for r in records)
+    loose = read_records(tmp_path / "loose")
+    assert [r.metric for r in loose] == ["loss"] and loose[0].fingerprint["software"]
