@@ -1,24 +1,25 @@
 """How right and how costly ``rlbench profile`` is, on real training scripts: accuracy, overhead and invariance.
 
-``python -m rlbench.suites.scripts.accuracy --report reports/profile-accuracy-cpu.md`` runs, for each script here
-(CleanRL-style PPO, Stable-Baselines3 PPO, TorchRL PPO), interleaved rounds (ABC, then CBA, ...) of:
+``python -m rlbench.suites.scripts.accuracy --report reports/profile-accuracy-cpu.md`` measures, for each script here
+(CleanRL-style PPO, Stable-Baselines3 PPO, TorchRL PPO):
 
-* **plain**: ``python SCRIPT`` as a user runs it, timed from spawn to exit;
-* **profiled**: the same script under rlbench's profiler exactly as ``rlbench profile`` runs it (the child
-  ``python -m rlbench.profiling.bootstrap``, hooks, memory marks and cost measurement included), timed
-  from spawn to exit;
-* **accuracy**: ``rlbench profile --count-ops -- python hand/SCRIPT``, the hand-instrumented copy under the profiler:
-  the copy's own ``perf_counter`` timers and the automatic attribution measure the same run, so their shares compare without
-  run-to-run noise.
+* **accuracy**, in rounds alternating the scripts' order: ``rlbench profile --count-ops -- python hand/SCRIPT``, the
+  hand-instrumented copy under the profiler. The copy's own ``perf_counter`` timers and the automatic attribution
+  measure the same run, so their shares compare without run-to-run noise. Every round uses the same seed, so op and
+  sync counts per iteration must come out identical;
+* **the hooks' overhead**: the unmodified script run in this process with and without a profiling session,
+  alternating, in CPU time;
+* **the fixed cost per run**: a script that only imports torch and gymnasium, plain and under the profiler's child
+  process (``python -m rlbench.profiling.bootstrap``, exactly what ``rlbench profile`` spawns), alternating.
 
-Every round uses the same seed, so op and sync counts per iteration must come out identical. Nothing here is
-hard-coded: the report is generated from what this run measured, on the machine it names.
+Nothing here is hard-coded: the report is generated from what this run measured, on the machine it names.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -127,6 +128,57 @@ def run_profiled(script: Path, args: list[str], tmp: Path) -> dict[str, float]:
     return _timed([sys.executable, "-m", "rlbench.profiling.bootstrap", str(spec_path)], _env())
 
 
+def hooks_overhead(script: Path, args: list[str], rounds: int) -> dict[str, list[float]]:
+    """CPU seconds of the script run in this process with and without a profiling session, alternating.
+
+    In one process the two sides share imports, caches and the interpreter, so the difference is what the hooks
+    cost; many short alternating runs beat a few long ones on a machine whose speed drifts.
+    """
+    import contextlib
+    import io
+    import runpy
+
+    from rlbench.profiling.session import Session
+
+    def once() -> float:
+        sys.argv = [str(script), *args]
+        t0 = time.process_time()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            runpy.run_path(str(script), run_name="__main__")
+        return time.process_time() - t0
+
+    saved = list(sys.argv)
+    try:
+        once()  # imports and first-use costs, on neither side
+        out: dict[str, list[float]] = {"plain": [], "hooked": []}
+        for k in range(rounds):
+            for side in ("plain", "hooked") if k % 2 == 0 else ("hooked", "plain"):
+                if side == "plain":
+                    out[side].append(once())
+                else:
+                    with Session(Settings()):
+                        out[side].append(once())
+        return out
+    finally:
+        sys.argv = saved
+
+
+def fixed_cost(tmp: Path, rounds: int) -> dict[str, list[float]]:
+    """Wall seconds of a script that only imports torch and gymnasium, plain and under the profiler's child process.
+
+    The difference is what ``rlbench profile`` adds once per run: importing rlbench, installing the hooks, measuring
+    their costs at the end and writing the results.
+    """
+    trivial = tmp / "imports_only.py"
+    trivial.write_text("import torch\nimport gymnasium\n", encoding="utf-8")
+    out: dict[str, list[float]] = {"plain": [], "profiled": []}
+    for k in range(rounds):
+        for side in ("plain", "profiled") if k % 2 == 0 else ("profiled", "plain"):
+            value = run_plain(trivial, []) if side == "plain" else run_profiled(trivial, [], tmp)
+            out[side].append(value["wall"])
+    return out
+
+
 def run_accuracy(hand: Path, args: list[str], tmp: Path, mapping: dict[str, list[str]], top: list[str]) -> dict[str, Any]:
     """Hand copy under ``rlbench profile``: hand shares, automatic shares, and op counts, from the same run."""
     out, store = tmp / "hand.json", tmp / "store"
@@ -158,26 +210,36 @@ def run_accuracy(hand: Path, args: list[str], tmp: Path, mapping: dict[str, list
     }
 
 
-def measure(names: list[str], rounds: int) -> dict[str, Any]:
-    """Interleaved rounds for every script; raw numbers."""
-    results: dict[str, Any] = {n: {"plain": [], "profiled": [], "accuracy": []} for n in names}
-    jobs = [(n, kind) for n in names for kind in ("plain", "profiled", "accuracy")]
+OVERHEAD_ARGS = {
+    "cleanrl": ["--total-timesteps", "8192"],
+    "sb3": ["--total-timesteps", "4096"],
+    "torchrl": ["--total-frames", "4096"],
+}
+
+
+def measure(names: list[str], rounds: int, overhead_rounds: int) -> dict[str, Any]:
+    """Accuracy rounds for every script, then the overhead measurements; raw numbers."""
+    results: dict[str, Any] = {n: {"accuracy": []} for n in names}
     for k in range(rounds):
-        order = jobs if k % 2 == 0 else list(reversed(jobs))
-        for name, kind in order:
+        for name in names if k % 2 == 0 else list(reversed(names)):
             cfg = SCRIPTS[name]
             args = [*cfg["args"], "--seed", str(SEED)]
             with tempfile.TemporaryDirectory(prefix="rlbench-accuracy-") as tmp:
-                if kind == "plain":
-                    value: Any = run_plain(HERE / cfg["file"], args)
-                elif kind == "profiled":
-                    value = run_profiled(HERE / cfg["file"], args, Path(tmp))
-                else:
-                    value = run_accuracy(HERE / "hand" / cfg["file"], args, Path(tmp), cfg["map"], cfg["top"])
-            results[name][kind].append(value)
-            shown = value if kind != "accuracy" else "ok"
-            print(f"round {k + 1}/{rounds} {name} {kind}: {shown}", file=sys.stderr)
+                value = run_accuracy(HERE / "hand" / cfg["file"], args, Path(tmp), cfg["map"], cfg["top"])
+            results[name]["accuracy"].append(value)
+            print(f"round {k + 1}/{rounds} {name} accuracy: ok", file=sys.stderr)
+    for name in names:
+        args = [*OVERHEAD_ARGS[name], "--seed", str(SEED)]
+        results[name]["hooks"] = hooks_overhead(HERE / SCRIPTS[name]["file"], args, overhead_rounds)
+        print(f"{name} hooks: {results[name]['hooks']}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="rlbench-accuracy-") as tmp:
+        results["_fixed"] = fixed_cost(Path(tmp), overhead_rounds)
+    print(f"fixed: {results['_fixed']}", file=sys.stderr)
     return results
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.3f}–{max(values):.3f})"
 
 
 def _version(name: str) -> str | None:
@@ -201,7 +263,7 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
         "# `rlbench profile` on real training scripts: accuracy, overhead, invariance",
         "",
         "Generated by `python -m rlbench.suites.scripts.accuracy` from the runs it made; every figure below was measured "
-        f"in that one invocation ({rounds} interleaved rounds per script, seed {SEED}, {seconds / 60:.1f} min).",
+        f"in that one invocation ({rounds} accuracy rounds per script, seed {SEED}, {seconds / 60:.1f} min in all).",
         "",
         f"- Machine: {mach.get('cpu')}, {mach.get('cores')} cores, {mach.get('memory_gib')} GiB, id `{mach.get('id')}`",
         f"- Software: Python {soft.get('python')}, torch {pkgs.get('torch')}, gymnasium {pkgs.get('gymnasium')}, "
@@ -221,7 +283,7 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
     ]
     worst_all = 0.0
     for name, r in results.items():
-        acc = r["accuracy"]
+        acc = r.get("accuracy")
         if not acc:
             continue
         lines += [f"### {name}", "", "| Phase | Hand share (median) | Automatic share (median) | Largest abs. difference |"]
@@ -248,32 +310,37 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
         "(target: ±3 pp).",
         "",
     ]
+    fixed = results.get("_fixed", {"plain": [], "profiled": []})
+    fixed_s = statistics.median(fixed["profiled"]) - statistics.median(fixed["plain"]) if fixed["plain"] else math.nan
     lines += [
-        "## Overhead: plain against profiled, interleaved",
+        "## Overhead",
         "",
-        "Each round runs `python SCRIPT` and the same script under the profiler's child process (default settings: "
-        "hooks, memory marks, the cost measurement at the end; no `--count-ops`), back to back, in alternating "
-        "order. Overhead is the median over rounds of the paired ratio profiled / plain - 1, of wall time (spawn to exit, "
-        "imports included) and of CPU time (user + system: what a shared VM's steal disturbs least).",
+        "Two parts, each measured alternating on and off:",
         "",
-        "| Script | Plain wall, median (min–max) | Profiled wall | Overhead, wall (paired: median, min–max) | "
-        "Overhead, CPU time (paired) | Estimated by the profiler itself |",
+        "- **The hooks**, paid per event: the script run in one process, with and without a profiling session, "
+        "alternating (CPU time, so a shared VM's steal does not count; in one process the sides share imports and "
+        "caches). Paired by round; the median of the paired ratios.",
+        "- **The fixed cost**, paid once per run: a script that only imports torch and gymnasium, plain and under "
+        "the profiler's child process (importing rlbench, installing hooks, measuring their costs, writing results): "
+        f"median **{fixed_s * 1e3:+.0f} ms** per run over {len(fixed['plain'])} pairs "
+        f"(plain {_spread(fixed['plain'])}, profiled {_spread(fixed['profiled'])}).",
+        "",
+        "| Script (budget) | Plain CPU s, median (min–max) | Profiled CPU s | Hooks' overhead, paired median (min–max) | "
+        "Estimated by the profiler itself | Overhead of a run at the accuracy budget (hooks + fixed cost) |",
         "|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
-        plain, prof = r["plain"], r["profiled"]
-        if not plain or not prof:
+        if name.startswith("_") or "hooks" not in r:
             continue
-        walls = [b["wall"] / a["wall"] - 1 for a, b in zip(plain, prof)]
-        cpus = [b["cpu"] / a["cpu"] - 1 for a, b in zip(plain, prof)]
-        pw, qw = [a["wall"] for a in plain], [b["wall"] for b in prof]
+        plain, hooked = r["hooks"]["plain"], r["hooks"]["hooked"]
+        ratios = [b / a - 1 for a, b in zip(plain, hooked)]
         est = [a["estimated_overhead"] for a in r["accuracy"] if a.get("estimated_overhead") is not None]
+        loop = statistics.median([a["wall_s"] for a in r["accuracy"]]) if r["accuracy"] else math.nan
+        whole = statistics.median(ratios) + (fixed_s / loop if loop and math.isfinite(fixed_s) else math.nan)
         lines.append(
-            f"| {name} | {statistics.median(pw):.2f} s ({min(pw):.2f}–{max(pw):.2f}) | "
-            f"{statistics.median(qw):.2f} s ({min(qw):.2f}–{max(qw):.2f}) | "
-            f"**{100 * statistics.median(walls):+.1f}%** ({100 * min(walls):+.1f}…{100 * max(walls):+.1f}%) | "
-            f"**{100 * statistics.median(cpus):+.1f}%** ({100 * min(cpus):+.1f}…{100 * max(cpus):+.1f}%) | "
-            f"{_pct(statistics.median(est)) if est else '–'} of the loop |"
+            f"| {name} (`{' '.join(OVERHEAD_ARGS[name])}`) | {_spread(plain)} | {_spread(hooked)} | "
+            f"**{100 * statistics.median(ratios):+.1f}%** ({100 * min(ratios):+.1f}…{100 * max(ratios):+.1f}%) | "
+            f"{_pct(statistics.median(est)) if est else '–'} | {100 * whole:+.1f}% of a {loop:.1f} s run |"
         )
     lines += [
         "",
@@ -283,6 +350,8 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
         "|---|---|---|",
     ]
     for name, r in results.items():
+        if name.startswith("_"):
+            continue
         counts = [a["counts"] for a in r["accuracy"]]
         if not counts:
             continue
@@ -299,16 +368,17 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Measure and write the report (and the raw numbers as JSON beside it)."""
     p = argparse.ArgumentParser(prog="python -m rlbench.suites.scripts.accuracy", description=__doc__.split("\n")[0])
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per script (default: 5)")
+    p.add_argument("--rounds", type=int, default=5, help="accuracy rounds per script (default: 5)")
+    p.add_argument("--overhead-rounds", type=int, default=12, help="alternating pairs per overhead measurement (default: 12)")
     p.add_argument("--scripts", default="cleanrl,sb3,torchrl", help="comma-separated: cleanrl, sb3, torchrl")
     p.add_argument("--report", default="profile-accuracy.md", help="markdown report to write")
     args = p.parse_args(argv)
     names = [n for n in args.scripts.split(",") if n]
     unknown = [n for n in names if n not in SCRIPTS]
-    if unknown or args.rounds < 1:
+    if unknown or args.rounds < 1 or args.overhead_rounds < 1:
         p.error(f"unknown scripts {unknown} (choose from {list(SCRIPTS)}) or --rounds < 1")
     t0 = time.perf_counter()
-    results = measure(names, args.rounds)
+    results = measure(names, args.rounds, args.overhead_rounds)
     report = Path(args.report)
     report.write_text(render(results, args.rounds, time.perf_counter() - t0), encoding="utf-8")
     report.with_suffix(".json").write_text(json.dumps(results, indent=1), encoding="utf-8")
