@@ -140,27 +140,28 @@ def measure_costs(settings: Settings, n: int = 4_000, repeats: int = 3) -> dict[
 
     scratch = Attributor(count_iteration=None, memory=False, trace_limit=n * 2 if settings.trace_limit else 0)
 
-    def noop() -> None:
+    def noop(obj: Any, value: Any, flag: Any = None) -> None:  # hooked calls carry arguments: pack and unpack them
         return None
 
     first = auto_wrapper(scratch, noop, "x", "other", INFER)
     second = auto_wrapper(scratch, noop, "y", "other", INFER)
     half = range(n // 2)
+    obj, value = object(), 1
 
     def bare() -> None:
         for _ in half:
-            noop()
-            noop()
+            noop(obj, value, flag=True)
+            noop(obj, value, flag=True)
 
     def alternating() -> None:
         for _ in half:
-            first()
-            second()
+            first(obj, value, flag=True)
+            second(obj, value, flag=True)
 
     def same() -> None:
         for _ in half:
-            first()
-            first()
+            first(obj, value, flag=True)
+            first(obj, value, flag=True)
 
     def marks() -> None:
         for _ in half:

@@ -62,7 +62,7 @@ def test_ab_bad_input(tmp_path: Path) -> None:
 
     for args, needle in [
         (("no-such-rev", "--", "run", "ppo-cartpole"), "git rev-parse"),
-        (("HEAD",), "missing `-- run BENCHMARK"),
+        (("HEAD",), "missing the command after `--`"),
         (("HEAD", "--", "run", "ppo-cartpole", "--store", "x"), "set by rlbench ab itself"),
         (("HEAD", "--", "list"), "needs the command to compare"),
     ]:

@@ -225,14 +225,13 @@ def test_sigterm_during_ab_removes_worktrees(tmp_path: Path) -> None:
     assert subprocess.run(["pgrep", "-f", "rlbench-ab-"], capture_output=True, text=True).stdout.strip() == ""
 
 
-def test_ab_on_a_revision_without_rlbench_is_bad_input(tmp_path: Path) -> None:
+def test_ab_in_a_user_repository_names_a_missing_script(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "x.txt").write_text("x")
-    subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qam", "x"], cwd=tmp_path, check=False)
     subprocess.run(["git", "add", "x.txt"], cwd=tmp_path, check=True)
     subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x"], cwd=tmp_path, check=True)
-    proc = rlbench(["ab", "HEAD", "HEAD", "--rounds", "5", "--", "run", "ppo-cartpole"], tmp_path)
-    assert "has no rlbench package" in one_line_error(proc)
+    proc = rlbench(["ab", "HEAD", "HEAD", "--rounds", "1", "--json", "--", "profile", "--", "python", "train.py"], tmp_path)
+    assert "no such script: 'train.py'" in one_line_error(proc)
     assert subprocess.run(["git", "worktree", "list"], cwd=tmp_path, capture_output=True, text=True).stdout.count("\n") == 1
 
 
