@@ -65,12 +65,15 @@ def overhead_section(d: RunData, b: Breakdown) -> list[str]:
     lines = [
         "## What profiling cost",
         "",
-        "Each kind of hook event was timed in the same process right after the script finished (a hooked no-op "
-        "against a bare call, minimum of 3 × 10,000); the estimate is those costs times this run's events.",
+        "Each kind of hook event was timed in the same process right after the script finished (a hooked call "
+        "against a bare one, minimum of 3 × 4,000); the estimate is those costs times this run's events. It is a lower "
+        "bound: a nested call inside real code (a module's sub-modules, `Tensor.to` inside torch) costs more than the "
+        "calibrated call, and the hooks' own time lands mostly in Python/other. Compare shares, not absolute times, "
+        "with an unprofiled run.",
         "",
         md_table(["Hook event", "Cost per event", "Events (first repeat)"], rows),
         "",
-        f"Estimated cost of the hooks: {fmt_s(ov)}, **{pct(share, 2)}** of the training wall time.",
+        f"Estimated cost of the hooks (lower bound): {fmt_s(ov)}, **{pct(share, 2)}** of the training wall time.",
     ]
     excluded = d.med(PROFILE_EXCLUDED_S)
     if math.isfinite(excluded) and excluded > 0:
