@@ -6,8 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from tests.cli.cli_helpers import run_cli
+from cli_helpers import run_cli
 
 SCRIPT = """
 import argparse

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from loops import SlowEnv, SlowNet, known_loop, spin
 
 import rlbench
 from rlbench.profiling.session import Session, Settings
-from tests.profiling.loops import SlowEnv, SlowNet, known_loop, spin
 
 
 def _phase_seconds(metrics) -> dict[str, float]:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 import rlbench.suites.scripts as scripts
+from cli_helpers import run_cli
 
 from rlbench.store import read_records
-from tests.cli.cli_helpers import run_cli
 
 SCRIPTS = Path(scripts.__file__).parent
 
