@@ -206,9 +206,22 @@ def user_suites_dir(cwd: Path | None = None) -> Path | None:
         cwd: The project directory (default: the working directory).
     """
     directory = (cwd or Path.cwd()) / USER_SUITES_DIR
-    if not directory.is_dir() or directory.resolve() in _rlbench_suites_dirs():
+    if not directory.is_dir() or directory.resolve() in _rlbench_suites_dirs() or _is_rlbench_checkout(directory.parent):
         return None
     return directory
+
+
+def _is_rlbench_checkout(project: Path) -> bool:
+    """Whether ``project`` is a checkout of rlbench itself (its ``suites/`` are the built-ins, whichever copy of rlbench
+    is installed: a non-editable install puts them in site-packages, away from the checkout)."""
+    pyproject = project / "pyproject.toml"
+    if not (project / "rlbench" / "__init__.py").is_file() or not pyproject.is_file():
+        return False
+    try:
+        text = pyproject.read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return re.search(r'^name\s*=\s*"rlbench"\s*$', text, re.MULTILINE) is not None
 
 
 def display_path(path: Path) -> str:

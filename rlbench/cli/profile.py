@@ -17,10 +17,10 @@ DESCRIPTION = """\
 Run your training script unmodified and attribute its wall time to phases, automatically:
   env/step, env/reset   gymnasium Env / VectorEnv (and SB3 VecEnv, TorchRL EnvBase) calls; agent steps counted
   inference             nn.Module calls and torch.distributions with grad disabled
-  train/forward         the training forward and loss (a module called with grad enabled, until backward)
+  train/forward         the training forward and loss (a module called with grad enabled, until zero_grad/backward)
   train/backward        autograd backward
   train/optimizer       optimizer.step (every torch optimizer), zero_grad, clip_grad_norm_
-  transfer              .item() .tolist() .cpu() .cuda() .numpy() and .to(device)
+  transfer              .item() .tolist() .cpu() .cuda() .numpy() .to(device), tensors made from host data
   Python/other          everything else
 Stable-Baselines3 and TorchRL calls are labelled too (collect, train, advantage, replay/...). Name more phases
 in your code with `with rlbench.phase("gae"):`. Training iterations are found from the env/update rhythm: the
