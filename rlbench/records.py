@@ -14,10 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlbench.errors import DataError
+
+if TYPE_CHECKING:
+    from rlbench.metrics import Metric
 
 SCHEMA_VERSION = 1
 DIRECTIONS = ("higher", "lower", "none")
@@ -158,6 +162,43 @@ def from_dict(data: Any, where: str = "record") -> Record:
             f"{where}: direction must be one of {', '.join(DIRECTIONS)}, got {json.dumps(kwargs['direction'])[:40]}"
         )
     return Record(**kwargs)
+
+
+def metric_records(
+    metrics: Iterable[Metric],
+    *,
+    run_id: str,
+    timestamp: str,
+    benchmark: str,
+    params: dict[str, Any],
+    definition_hash: str,
+    repeat: int,
+    seed: int | None,
+    device: str,
+    fingerprint: dict[str, Any],
+    meta: dict[str, Any],
+) -> list[Record]:
+    """The records of one repeat: one per metric, each with the case's ``params`` and ``meta`` under its own."""
+    return [
+        Record(
+            run_id=run_id,
+            timestamp=timestamp,
+            benchmark=benchmark,
+            params={**params, **m.params},
+            definition_hash=definition_hash,
+            metric=m.name,
+            unit=m.unit,
+            direction=m.direction,
+            samples=list(m.samples),
+            repeat=repeat,
+            seed=seed,
+            device=device,
+            fingerprint=fingerprint,
+            x=m.x,
+            meta={**meta, **m.meta},
+        )
+        for m in metrics
+    ]
 
 
 def definition_hash(benchmark: str, version: int, defaults: dict[str, Any]) -> str:

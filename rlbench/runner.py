@@ -17,7 +17,7 @@ from rlbench.errors import RlbenchError, StoreError
 from rlbench.fingerprint import fingerprint
 from rlbench.instrument.machine_load import LoadProbe
 from rlbench.metrics import Metric, load_metrics
-from rlbench.records import Record, definition_hash
+from rlbench.records import Record, definition_hash, metric_records
 from rlbench.registry import BenchmarkSpec, RunContext
 from rlbench.store import RunWriter, utc_now
 
@@ -71,27 +71,19 @@ def to_records(
     """Build the records of one repeat."""
     params = params_of(config)
     dhash = definition_hash(spec.name, spec.version, {k: v for k, v in params_of(spec.config_factory()).items()})
-    ts = utc_now()
-    return [
-        Record(
-            run_id=run_id,
-            timestamp=ts,
-            benchmark=spec.name,
-            params={**params, **m.params},
-            definition_hash=dhash,
-            metric=m.name,
-            unit=m.unit,
-            direction=m.direction,
-            samples=list(m.samples),
-            repeat=repeat,
-            seed=getattr(config, "seed", None),
-            device=device,
-            fingerprint=fp,
-            x=m.x,
-            meta={**meta, **m.meta},
-        )
-        for m in metrics
-    ]
+    return metric_records(
+        metrics,
+        run_id=run_id,
+        timestamp=utc_now(),
+        benchmark=spec.name,
+        params=params,
+        definition_hash=dhash,
+        repeat=repeat,
+        seed=getattr(config, "seed", None),
+        device=device,
+        fingerprint=fp,
+        meta=meta,
+    )
 
 
 def run_benchmark(

@@ -31,7 +31,8 @@ _get_ident = threading.get_ident
 _Restore = list[tuple[Any, str, Any, bool]]  # (owner, attribute, original, was in owner.__dict__)
 
 
-def _set(restore: _Restore, owner: Any, name: str, value: Any) -> None:
+def replace_attr(restore: _Restore, owner: Any, name: str, value: Any) -> None:
+    """Set ``owner.name = value``, remembering in ``restore`` what :func:`uninstall` must put back."""
     if isinstance(owner, type):  # keep the raw attribute: a staticmethod or classmethod must come back as one
         had = name in vars(owner)
         original = vars(owner).get(name)
@@ -119,7 +120,6 @@ class Hooks:
     def __init__(self, a: Attributor) -> None:
         self.a = a
         self.restore: _Restore = []
-        self.optimizer_handles: list[Any] = []
         self.import_hook: Any = None
 
     def wrap_env_class(self, cls: type, batch: Callable[[Any], int]) -> None:
@@ -128,10 +128,11 @@ class Hooks:
             fn = vars(cls).get(method)
             if fn is None or not callable(fn) or hasattr(fn, "__rlbench_wrapped__"):
                 continue
-            _set(self.restore, cls, method, env_wrapper(self.a, fn, name, batch if method == "step" else None))
+            replace_attr(self.restore, cls, method, env_wrapper(self.a, fn, name, batch if method == "step" else None))
 
 
-def _subclasses(root: type) -> list[type]:
+def all_subclasses(root: type) -> list[type]:
+    """``root`` and every class derived from it, at any depth."""
     out, todo = [], [root]
     while todo:
         cls = todo.pop()
@@ -147,14 +148,14 @@ def _install_gymnasium(h: Hooks) -> None:
     except ImportError:
         return
     for root, batch in ((gymnasium.Env, _one), (VectorEnv, _vector_batch)):
-        for cls in _subclasses(root):
+        for cls in all_subclasses(root):
             h.wrap_env_class(cls, batch)
 
         def init_subclass(cls: type, _root: type = root, _batch: Callable[[Any], int] = batch, **kwargs: Any) -> None:
             super(_root, cls).__init_subclass__(**kwargs)  # typing.Generic's bookkeeping
             h.wrap_env_class(cls, _batch)
 
-        _set(h.restore, root, "__init_subclass__", classmethod(init_subclass))
+        replace_attr(h.restore, root, "__init_subclass__", classmethod(init_subclass))
 
 
 def _install_torch(h: Hooks) -> None:
@@ -163,27 +164,29 @@ def _install_torch(h: Hooks) -> None:
     a = h.a
     a.profiler_enabled = torch._C._autograd._profiler_enabled
     a.rf_on = a.profiler_enabled()
-    _set(h.restore, torch.nn.Module, "__call__", model_wrapper(a, torch.nn.Module.__call__))
-    for cls in _subclasses(torch.distributions.Distribution):
+    replace_attr(h.restore, torch.nn.Module, "__call__", model_wrapper(a, torch.nn.Module.__call__))
+    for cls in all_subclasses(torch.distributions.Distribution):
         for method in ("__init__", "sample", "rsample", "log_prob", "entropy"):
             fn = vars(cls).get(method)
             if fn is not None and callable(fn) and not hasattr(fn, "__rlbench_wrapped__"):
-                _set(h.restore, cls, method, model_wrapper(a, fn))
+                replace_attr(h.restore, cls, method, model_wrapper(a, fn))
     for name in ("backward", "grad"):
         backward = auto_wrapper(a, getattr(torch.autograd, name), "train/backward", "update", UPDATE)
-        _set(h.restore, torch.autograd, name, backward)
+        replace_attr(h.restore, torch.autograd, name, backward)
     _install_optimizer_steps(h)
     for owner in (torch.optim.Optimizer, torch.nn.Module):
-        _set(h.restore, owner, "zero_grad", auto_wrapper(a, owner.zero_grad, "train/optimizer", "update", UPDATE))
+        replace_attr(h.restore, owner, "zero_grad", auto_wrapper(a, owner.zero_grad, "train/optimizer", "update", UPDATE))
     clip = auto_wrapper(a, torch.nn.utils.clip_grad_norm_, "train/optimizer", "update", UPDATE)
-    _set(h.restore, torch.nn.utils, "clip_grad_norm_", clip)
-    _set(h.restore, torch.nn.utils.clip_grad, "clip_grad_norm_", clip)
-    _set(h.restore, torch.Tensor, "__new__", staticmethod(_tensor_new_wrapper(a)))
+    replace_attr(h.restore, torch.nn.utils, "clip_grad_norm_", clip)
+    replace_attr(h.restore, torch.nn.utils.clip_grad, "clip_grad_norm_", clip)
+    replace_attr(h.restore, torch.Tensor, "__new__", staticmethod(_tensor_new_wrapper(a)))
     for name in ("tensor", "as_tensor", "from_numpy"):  # host data becoming a tensor (on a device, a copy to it)
-        _set(h.restore, torch, name, auto_wrapper(a, getattr(torch, name), "transfer", "transfer", NEST))
+        replace_attr(h.restore, torch, name, auto_wrapper(a, getattr(torch, name), "transfer", "transfer", NEST))
     for method in ("item", "tolist", "cpu", "cuda", "numpy"):
-        _set(h.restore, torch.Tensor, method, auto_wrapper(a, getattr(torch.Tensor, method), "transfer", "transfer", NEST))
-    _set(h.restore, torch.Tensor, "to", _to_wrapper(a, torch.Tensor.to))
+        replace_attr(
+            h.restore, torch.Tensor, method, auto_wrapper(a, getattr(torch.Tensor, method), "transfer", "transfer", NEST)
+        )
+    replace_attr(h.restore, torch.Tensor, "to", _to_wrapper(a, torch.Tensor.to))
 
 
 def _install_optimizer_steps(h: Hooks) -> None:
@@ -200,18 +203,18 @@ def _install_optimizer_steps(h: Hooks) -> None:
     def profile_hook_step(func: Callable[..., Any]) -> Callable[..., Any]:
         return auto_wrapper(a, original(func), "train/optimizer", "update", UPDATE)
 
-    _set(h.restore, Optimizer, "profile_hook_step", staticmethod(profile_hook_step))
-    for cls in _subclasses(Optimizer):
+    replace_attr(h.restore, Optimizer, "profile_hook_step", staticmethod(profile_hook_step))
+    for cls in all_subclasses(Optimizer):
         step = vars(cls).get("step")
         if step is not None and getattr(step, "hooked", False) and not hasattr(step, "__rlbench_wrapped__"):
-            _set(h.restore, cls, "step", auto_wrapper(a, step, "train/optimizer", "update", UPDATE))
+            replace_attr(h.restore, cls, "step", auto_wrapper(a, step, "train/optimizer", "update", UPDATE))
 
 
 def _unwrap_optimizer_steps() -> None:
     """Put back torch's own step wrapper on classes torch wrapped while profiling (ours was inside its assignment)."""
     from torch.optim.optimizer import Optimizer
 
-    for cls in _subclasses(Optimizer):
+    for cls in all_subclasses(Optimizer):
         step = vars(cls).get("step")
         if step is not None and hasattr(step, "__rlbench_wrapped__"):
             cls.step = step.__rlbench_wrapped__
@@ -293,9 +296,6 @@ def uninstall(h: Hooks) -> None:
     if h.import_hook is not None:
         h.import_hook.remove()
         h.import_hook = None
-    for handle in h.optimizer_handles:
-        handle.remove()
-    h.optimizer_handles = []
     for owner, name, original, had in reversed(h.restore):
         if had:
             setattr(owner, name, original)
@@ -307,8 +307,3 @@ def uninstall(h: Hooks) -> None:
     if h.restore and "torch.optim" in sys.modules:
         _unwrap_optimizer_steps()
     h.restore = []
-
-
-def wrapped_count(h: Hooks) -> int:
-    """How many functions the hooks replaced (a sanity figure for tests and ``--json``)."""
-    return len(h.restore) + len(h.optimizer_handles)

@@ -22,9 +22,11 @@ import importlib.machinery
 import sys
 from collections.abc import Callable
 from functools import wraps
+from threading import get_ident
 from typing import Any
 
 from rlbench.instrument.attribution import Attributor
+from rlbench.instrument.autohooks import all_subclasses, env_wrapper, replace_attr
 
 Patcher = Callable[[Any, Any], None]  # (hooks, module) -> None
 
@@ -36,7 +38,7 @@ def label_wrapper(
 
     @wraps(fn)
     def labelled(*args: Any, **kwargs: Any) -> Any:
-        if a.thread != _ident() or (a.stack and a.stack[-1].rsplit("/", 1)[-1] == name):
+        if a.thread != get_ident() or (a.stack and a.stack[-1].rsplit("/", 1)[-1] == name):
             return fn(*args, **kwargs)  # already inside this label (a collector's iterator calling its rollout)
         a.open_explicit(name, layer, starts_iteration)
         try:
@@ -55,7 +57,7 @@ def label_generator(a: Attributor, fn: Callable[..., Any], name: str, layer: str
     def labelled(*args: Any, **kwargs: Any) -> Any:
         inner = fn(*args, **kwargs)
         while True:
-            opened = a.thread == _ident()
+            opened = a.thread == get_ident()
             if opened:
                 a.open_explicit(name, layer, True)
             try:
@@ -71,33 +73,17 @@ def label_generator(a: Attributor, fn: Callable[..., Any], name: str, layer: str
     return labelled
 
 
-def _ident() -> int:
-    import threading
-
-    return threading.get_ident()
-
-
 def _label(h: Any, cls: type, method: str, name: str, layer: str, starts_iteration: bool = False) -> None:
-    from rlbench.instrument.autohooks import _set
-
     fn = vars(cls).get(method)
     if fn is not None and callable(fn) and not hasattr(fn, "__rlbench_wrapped__"):
-        _set(h.restore, cls, method, label_wrapper(h.a, fn, name, layer, starts_iteration))
+        replace_attr(h.restore, cls, method, label_wrapper(h.a, fn, name, layer, starts_iteration))
 
 
 def _env(h: Any, cls: type, batch: Callable[[Any], int]) -> None:
-    from rlbench.instrument.autohooks import _set, env_wrapper
-
     for method, name in (("step", "env/step"), ("reset", "env/reset"), ("step_and_maybe_reset", "env/step")):
         fn = vars(cls).get(method)
         if fn is not None and callable(fn) and not hasattr(fn, "__rlbench_wrapped__"):
-            _set(h.restore, cls, method, env_wrapper(h.a, fn, name, batch if method != "reset" else None))
-
-
-def _subclasses(root: type) -> list[type]:
-    from rlbench.instrument.autohooks import _subclasses as walk
-
-    return walk(root)
+            replace_attr(h.restore, cls, method, env_wrapper(h.a, fn, name, batch if method != "reset" else None))
 
 
 # --- Stable-Baselines3 --------------------------------------------------------------------------------------------
@@ -114,7 +100,7 @@ def _sb3_buffers(h: Any, module: Any) -> None:
 
 
 def _sb3_algorithms(h: Any, module: Any) -> None:
-    for cls in _subclasses(module.BaseAlgorithm):
+    for cls in all_subclasses(module.BaseAlgorithm):
         _label(h, cls, "collect_rollouts", "collect", "other", starts_iteration=True)
         _label(h, cls, "train", "train", "update")
 
@@ -138,33 +124,31 @@ def _torchrl_batch(env: Any) -> int:
 
 
 def _torchrl_envs(h: Any, module: Any) -> None:
-    for cls in _subclasses(module.EnvBase):  # TransformedEnv, GymEnv, ... override step_and_maybe_reset / reset
+    for cls in all_subclasses(module.EnvBase):  # TransformedEnv, GymEnv, ... override step_and_maybe_reset / reset
         _env(h, cls, _torchrl_batch)
 
 
 def _torchrl_collectors(h: Any, module: Any) -> None:
-    from rlbench.instrument.autohooks import _set
-
-    for cls in _subclasses(module.BaseCollector):
+    for cls in all_subclasses(module.BaseCollector):
         fn = vars(cls).get("iterator")
         if fn is not None and callable(fn) and not hasattr(fn, "__rlbench_wrapped__"):
-            _set(h.restore, cls, "iterator", label_generator(h.a, fn, "collect", "other"))
+            replace_attr(h.restore, cls, "iterator", label_generator(h.a, fn, "collect", "other"))
         _label(h, cls, "rollout", "collect", "other", starts_iteration=True)
 
 
 def _torchrl_values(h: Any, module: Any) -> None:
-    for cls in _subclasses(module.ValueEstimatorBase):
+    for cls in all_subclasses(module.ValueEstimatorBase):
         _label(h, cls, "forward", "advantage", "advantage")
 
 
 def _torchrl_buffers(h: Any, module: Any) -> None:
-    for cls in _subclasses(module.ReplayBuffer):
+    for cls in all_subclasses(module.ReplayBuffer):
         for method in ("extend", "add", "sample"):
             _label(h, cls, method, f"replay/{method}", "replay")
 
 
 def _torchrl_losses(h: Any, module: Any) -> None:
-    for cls in _subclasses(module.LossModule):
+    for cls in all_subclasses(module.LossModule):
         h.a.forward_names[cls] = "train/loss"
 
 

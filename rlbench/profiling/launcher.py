@@ -27,7 +27,7 @@ from rlbench.instrument.machine_load import LoadProbe
 from rlbench.metrics import Metric, load_metrics
 from rlbench.profiling.results import metric_from_dict
 from rlbench.profiling.session import Settings
-from rlbench.records import Record, definition_hash
+from rlbench.records import definition_hash, metric_records
 from rlbench.store import RunWriter, utc_now
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
@@ -230,26 +230,19 @@ def run_profile(
                     fp["rlbench_git"] = git_fingerprint()
                 metrics, load, device = result
                 metrics = [*metrics, *load_metrics(load)]
-                records = [
-                    Record(
-                        run_id=writer.run_id,
-                        timestamp=utc_now(),
-                        benchmark=target.name,
-                        params={**params, **m.params},
-                        definition_hash=dhash,
-                        metric=m.name,
-                        unit=m.unit,
-                        direction=m.direction,
-                        samples=list(m.samples),
-                        repeat=k,
-                        seed=seed if opts.seed_arg else None,
-                        device=device,
-                        fingerprint=fp,
-                        x=m.x,
-                        meta={**(meta or {}), "kind": "profile", "repeats": opts.repeats, **m.meta},
-                    )
-                    for m in metrics
-                ]
+                records = metric_records(
+                    metrics,
+                    run_id=writer.run_id,
+                    timestamp=utc_now(),
+                    benchmark=target.name,
+                    params=params,
+                    definition_hash=dhash,
+                    repeat=k,
+                    seed=seed if opts.seed_arg else None,
+                    device=device,
+                    fingerprint=fp,
+                    meta={**(meta or {}), "kind": "profile", "repeats": opts.repeats},
+                )
                 with signals_deferred():
                     try:
                         writer.write(records)
@@ -264,26 +257,54 @@ def run_profile(
     return outcome
 
 
+def write_child_spec(
+    path: Path,
+    target: Target,
+    args: list[str],
+    out: Path,
+    settings: Settings,
+    *,
+    trace: Path | None = None,
+    pyinstrument: Path | None = None,
+) -> Path:
+    """Write the request ``python -m rlbench.profiling.bootstrap PATH`` runs: the script, its arguments, where its
+    results go, and the session's settings. Returns ``path``."""
+    spec = {
+        "target": target.target,
+        "module": target.module,
+        "args": args,
+        "out": str(out),
+        "settings": vars(settings),
+        "trace": str(trace) if trace else None,
+        "pyinstrument": str(pyinstrument) if pyinstrument else None,
+        "launched": time.time(),
+    }
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    return path
+
+
+def child_env() -> dict[str, str]:
+    """The profiled child's environment: the working directory and this rlbench importable, output unbuffered."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([child_pythonpath(), str(Path(__file__).resolve().parents[2])])
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
 def _run_repeat(
     target: Target, opts: Options, k: int, seed: int, tmp: Path, writer: RunWriter, outcome: ProfileOutcome
 ) -> tuple[list[Metric], Any, str] | None:
     out = tmp / f"repeat-{k}.json"
-    spec = {
-        "target": target.target,
-        "module": target.module,
-        "args": seeded_args(target.args, opts.seed_arg, seed),
-        "out": str(out),
-        "settings": vars(opts.settings),
-        "trace": str(_numbered(opts.trace, k)) if opts.trace else None,
-        "pyinstrument": str(opts.pyinstrument) if opts.pyinstrument and k == 0 else None,
-        "launched": time.time(),
-    }
-    spec_path = tmp / f"repeat-{k}.spec.json"
-    spec_path.write_text(json.dumps(spec), encoding="utf-8")
-    env = dict(os.environ)
-    rlbench_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join([child_pythonpath(), rlbench_root])
-    env.setdefault("PYTHONUNBUFFERED", "1")
+    spec_path = write_child_spec(
+        tmp / f"repeat-{k}.spec.json",
+        target,
+        seeded_args(target.args, opts.seed_arg, seed),
+        out,
+        opts.settings,
+        trace=_numbered(opts.trace, k) if opts.trace else None,
+        pyinstrument=opts.pyinstrument if k == 0 else None,
+    )
+    env = child_env()
     cmd = [target.python, "-m", "rlbench.profiling.bootstrap", str(spec_path)]
     log = None
     if opts.output == "log":

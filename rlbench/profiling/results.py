@@ -82,6 +82,17 @@ def _chunks(samples: list[dict[str, float]], limit: int) -> tuple[list[dict[str,
     return out, k
 
 
+def overhead_s(r: Attribution, costs: dict[str, float]) -> float:
+    """Seconds the hooks added to a run: its events of each kind times their measured costs."""
+    full = r.transitions / 2
+    return (
+        full * costs["event_us"]
+        + r.merges * costs["merge_us"]
+        + r.passthrough * costs["passthrough_us"]
+        + r.mem_marks * costs["mark_us"]
+    ) * 1e-6
+
+
 def attribution_metrics(
     r: Attribution,
     *,
@@ -97,7 +108,7 @@ def attribution_metrics(
     """
     marks = r.iterations or [IterationMark(r.started, 0, {})]
     ends = [*marks[1:], IterationMark(r.ended, r.steps, r.excl)]
-    spans = [(m, e) for m, e in zip(marks, ends)]
+    spans = list(zip(marks, ends))
     warm = spans[0] if len(spans) > 1 else None
     steady = spans[1:] if warm else spans
     excluded_s = 0.0
@@ -161,8 +172,6 @@ def attribution_metrics(
         for p, v in values.items():
             m.append(Metric(f"{prefix}{p or 'other'}", "bytes", "lower", [float(v)]))
     if costs:
-        from rlbench.profiling.session import overhead_s
-
         events = sum(r.enters.values())
         overhead = overhead_s(r, costs)
         share = overhead / (r.ended - r.started) if r.ended > r.started else math.nan

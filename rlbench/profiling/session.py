@@ -185,17 +185,6 @@ def measure_costs(settings: Settings, n: int = 4_000, repeats: int = 3) -> dict[
     return {k: max(v - base, 0.0) / n * 1e6 for k, v in cost.items()}
 
 
-def overhead_s(r: Attribution, costs: dict[str, float]) -> float:
-    """Seconds the hooks added to a run: its events of each kind times their measured costs."""
-    full = r.transitions / 2
-    return (
-        full * costs["event_us"]
-        + r.merges * costs["merge_us"]
-        + r.passthrough * costs["passthrough_us"]
-        + r.mem_marks * costs["mark_us"]
-    ) * 1e-6
-
-
 def profile_call(fn: Callable[..., Any], kwargs: dict[str, Any], *, device: Any = None, callback: Any = None) -> list[Metric]:
     """Run ``fn(**kwargs)`` under a session; its metrics, plus ``{name: number}`` it returns as the user's own.
 
@@ -273,31 +262,24 @@ class _Standalone:
         self.benchmark = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
 
     def write(self, metrics: list[Metric]) -> None:
-        from rlbench.records import Record, definition_hash
+        from rlbench.records import definition_hash, metric_records
         from rlbench.store import utc_now
 
         params = {"script": self.benchmark}
         self.writer.write(
-            [
-                Record(
-                    run_id=self.writer.run_id,
-                    timestamp=utc_now(),
-                    benchmark=self.benchmark,
-                    params=params,
-                    definition_hash=definition_hash(self.benchmark, 1, params),
-                    metric=m.name,
-                    unit=m.unit,
-                    direction=m.direction,
-                    samples=m.samples,
-                    repeat=0,
-                    seed=None,
-                    device="cpu",
-                    fingerprint=self.fp,
-                    x=m.x,
-                    meta={"command": " ".join(sys.argv)},
-                )
-                for m in metrics
-            ]
+            metric_records(
+                metrics,
+                run_id=self.writer.run_id,
+                timestamp=utc_now(),
+                benchmark=self.benchmark,
+                params=params,
+                definition_hash=definition_hash(self.benchmark, 1, params),
+                repeat=0,
+                seed=None,
+                device="cpu",
+                fingerprint=self.fp,
+                meta={"command": " ".join(sys.argv)},
+            )
         )
 
 
@@ -339,7 +321,7 @@ class RecordingSession(Session):
         if exc_type is not None:  # the training raised: keep nothing half-measured, let the exception through
             return
         from rlbench.fingerprint import fingerprint, git_fingerprint
-        from rlbench.records import Record, definition_hash
+        from rlbench.records import definition_hash, metric_records
         from rlbench.store import RunWriter, utc_now
 
         writer = RunWriter(self.store)
@@ -348,26 +330,19 @@ class RecordingSession(Session):
         fp["git"] = git_fingerprint(script_dir, rlbench_first=False)
         dhash = definition_hash(self.name, 1, self.params)
         writer.write(
-            [
-                Record(
-                    run_id=writer.run_id,
-                    timestamp=utc_now(),
-                    benchmark=self.name,
-                    params={**self.params, **m.params},
-                    definition_hash=dhash,
-                    metric=m.name,
-                    unit=m.unit,
-                    direction=m.direction,
-                    samples=list(m.samples),
-                    repeat=0,
-                    seed=self.seed,
-                    device="cuda" if self.settings.sync else "cpu",
-                    fingerprint=fp,
-                    x=m.x,
-                    meta={"command": " ".join(sys.argv), "kind": "profile", **m.meta},
-                )
-                for m in outcome.metrics()
-            ]
+            metric_records(
+                outcome.metrics(),
+                run_id=writer.run_id,
+                timestamp=utc_now(),
+                benchmark=self.name,
+                params=self.params,
+                definition_hash=dhash,
+                repeat=0,
+                seed=self.seed,
+                device="cuda" if self.settings.sync else "cpu",
+                fingerprint=fp,
+                meta={"command": " ".join(sys.argv), "kind": "profile"},
+            )
         )
         self.records_path = writer.path
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from rlbench.children import child_pythonpath
 from rlbench.fingerprint import machine_fingerprint, software_fingerprint
+from rlbench.profiling.launcher import Target, child_env, write_child_spec
 from rlbench.profiling.session import Settings
 from rlbench.store import read_records
 
@@ -113,19 +114,9 @@ def run_plain(script: Path, args: list[str]) -> dict[str, float]:
 
 def run_profiled(script: Path, args: list[str], tmp: Path) -> dict[str, float]:
     """The script under the profiler's child process (what ``rlbench profile`` spawns)."""
-    spec = {
-        "target": str(script),
-        "module": False,
-        "args": args,
-        "out": str(tmp / "profiled.json"),
-        "settings": vars(Settings()),
-        "trace": None,
-        "pyinstrument": None,
-        "launched": time.time(),
-    }
-    spec_path = tmp / "spec.json"
-    spec_path.write_text(json.dumps(spec), encoding="utf-8")
-    return _timed([sys.executable, "-m", "rlbench.profiling.bootstrap", str(spec_path)], _env())
+    target = Target(sys.executable, False, str(script), args)
+    spec = write_child_spec(tmp / "spec.json", target, args, tmp / "profiled.json", Settings())
+    return _timed([sys.executable, "-m", "rlbench.profiling.bootstrap", str(spec)], child_env())
 
 
 def hooks_overhead(script: Path, args: list[str], rounds: int) -> dict[str, list[float]]:
