@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import resource
 import threading
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import wraps
@@ -41,7 +42,8 @@ FORWARD = "train/forward"
 MERGE_GAP_S = 20e-6
 """An automatic phase called again within this many seconds of its last return continues it: the glue between a
 policy's calls (building the distribution, sampling) counts as inference, as a hand timer around the block counts it."""
-MEMORY_EVERY = 8  # peak-RSS marks (a syscall each) in the first iterations, then in every 8th
+MEMORY_FIRST, MEMORY_EVERY = 2, 32  # peak-RSS marks (a syscall each) in the first 2 iterations, then in every 32nd,
+MEMORY_MARKS = 8  # around the first 8 occurrences of each top-level phase there (allocations happen the first times)
 _RSS_UNIT = 1024  # ru_maxrss is in KiB on Linux
 
 
@@ -95,8 +97,58 @@ class Attributor:
         trace_limit: Keep up to this many closed phases for a trace (0: none).
         count_iteration: Count torch ops, syncs and copies per phase during this iteration (0-based; ``None``: never).
         memory: Record peak-RSS growth per top-level phase (``getrusage`` at their boundaries, a syscall each: in
-            the first :data:`MEMORY_EVERY` iterations, then in every ``MEMORY_EVERY``-th).
+            the first :data:`MEMORY_FIRST` iterations, then in every ``MEMORY_EVERY``-th, around the first
+            :data:`MEMORY_MARKS` occurrences of each top-level phase there).
     """
+
+    __slots__ = (
+        "_cuda",
+        "_mem_left",
+        "_now",
+        "_paths",
+        "_rss0",
+        "auto_name",
+        "clock",
+        "count_iteration",
+        "counted",
+        "counter",
+        "cuda_peak_bytes",
+        "depth",
+        "enters",
+        "env_self",
+        "excl",
+        "extras",
+        "forward_names",
+        "iterations",
+        "kinds",
+        "layers",
+        "mem_bytes",
+        "mem_marks",
+        "mem_on",
+        "memory",
+        "merged",
+        "merges",
+        "passthrough",
+        "pending",
+        "profiler_enabled",
+        "ranges",
+        "rf_on",
+        "saved_depth",
+        "shadowed",
+        "stack",
+        "started",
+        "starts",
+        "steps",
+        "sync",
+        "t",
+        "t_begin",
+        "t_exit",
+        "thread",
+        "trace",
+        "trace_dropped",
+        "trace_limit",
+        "updated",
+    )
 
     def __init__(
         self,
@@ -111,12 +163,11 @@ class Attributor:
         self.starts: list[float] = []
         self.saved_depth: list[int] = []
         self.ranges: list[Any] = []
-        self.excl: dict[str, float] = {}
-        self.enters: dict[str, int] = {}
+        self.excl: defaultdict[str, float] = defaultdict(float)
+        self.enters: defaultdict[str, int] = defaultdict(int)
         self.layers: dict[str, str] = {}
         self.depth = 0
         self.passthrough = 0
-        self.transitions = 0
         self.steps = 0
         self.updated = False
         self.started: float | None = None
@@ -129,6 +180,7 @@ class Attributor:
         self.mem_bytes: dict[str, float] = {}
         self.cuda_peak_bytes: dict[str, float] = {}
         self._rss0 = 0
+        self._mem_left: dict[str, int] = {}
         self._cuda = False
         self.count_iteration = count_iteration
         self.counter: Any = None
@@ -137,14 +189,20 @@ class Attributor:
         self.rf_on = False  # emit record_function ranges: torch's profiler was on at the last iteration boundary
         self.mem_on = memory
         self._paths: dict[tuple[str, str], str] = {}
+        self.merged = 0  # calls merged into the top automatic phase since it opened (added to its enters when it closes)
         self.pending = False  # the top automatic phase has returned; it closes at the next event (or merges with it)
         self.t_exit = 0.0
         self.auto_name = ""
         self.merges = 0
         self.mem_marks = 0
         self._now: Callable[[], float] = _clock if sync is None else self._synced_now
+        self.clock = self._now  # what hooks read the time with (synchronized under --sync)
         self.forward_names: dict[type, str] = {}  # module classes whose grad-enabled call is a named forward (a loss)
         self.thread = threading.get_ident()  # phases follow the thread that started attribution
+        self.env_self: Any = None  # the env whose step or reset is the open env phase
+        self.shadowed: list[tuple[Any, str]] = []  # (weak env, method) given back their unwrapped method
+        self.extras = False
+        self.refresh_extras()
         self.t = self.t_begin = _clock()
 
     # --- the clock ------------------------------------------------------------------------------------------------
@@ -157,37 +215,42 @@ class Attributor:
         self.excl[top] = self.excl.get(top, 0.0) + (now - self.t)
         self.t = now
 
+    def refresh_extras(self) -> None:
+        """Whether any per-transition extra is on (trace, profiler ranges, memory marks, op counting)."""
+        self.extras = self.trace is not None or self.rf_on or self.mem_on or self.counter is not None or bool(self.ranges)
+
     # --- frames ---------------------------------------------------------------------------------------------------
-    def _path(self, name: str) -> str:
-        parent = self.stack[-1] if self.stack else ""
-        key = (parent, name)
-        path = self._paths.get(key)
-        if path is None:
-            if not parent:
-                path = name
-            elif "/" in name and parent.rsplit("/", 1)[-1] == name.split("/", 1)[0]:
-                path = f"{parent}/{name.split('/', 1)[1]}"  # "train/forward" inside "train" is "train/forward"
-            else:
-                path = f"{parent}/{name}"
-            self._paths[key] = path
+    def _new_path(self, parent: str, name: str, layer: str) -> str:
+        if not parent:
+            path = name
+        elif "/" in name and parent.rsplit("/", 1)[-1] == name.split("/", 1)[0]:
+            path = f"{parent}/{name.split('/', 1)[1]}"  # "train/forward" inside "train" is "train/forward"
+        else:
+            path = f"{parent}/{name}"
+        self._paths[(parent, name)] = path
+        self.layers.setdefault(path, layer)
         return path
 
     def _push(self, name: str, layer: str, kind: int, now: float) -> None:
+        # the hot path of every transition: one dict lookup for the path, the rest only when an extra is on
         stack = self.stack
         top = stack[-1] if stack else ""
-        excl = self.excl
-        excl[top] = excl.get(top, 0.0) + (now - self.t)
+        self.excl[top] += now - self.t
         self.t = now
-        self.transitions += 1
-        path = self._path(name)
-        if not stack and self.mem_on:
-            self._memory_mark("")
-        if path not in self.layers:
-            self.layers[path] = layer
-        self.enters[path] = self.enters.get(path, 0) + 1
+        if self.merged:  # calls merged into the phase below count as its own
+            self._flush_merged(top)
+        path = self._paths.get((top, name)) or self._new_path(top, name, layer)
         stack.append(path)
         self.kinds.append(kind)
-        self.starts.append(now)
+        if self.extras:
+            self._push_extras(path, now)
+
+    def _push_extras(self, path: str, now: float) -> None:
+        stack = self.stack
+        if len(stack) == 1 and self.mem_on and self._mem_left.get(path, MEMORY_MARKS) > 0:
+            self._memory_mark("")
+        if self.trace is not None:
+            self.starts.append(now)
         if self.counter is not None:
             self.counter.phase = path
         if self.rf_on:
@@ -200,21 +263,35 @@ class Attributor:
     def _pop(self, now: float) -> None:
         stack = self.stack
         path = stack.pop()
-        excl = self.excl
-        excl[path] = excl.get(path, 0.0) + (now - self.t)
-        self.t = now
-        self.transitions += 1
         self.kinds.pop()
-        start = self.starts.pop()
+        self.excl[path] += now - self.t
+        self.t = now
+        if self.merged:
+            self._flush_merged(path)
+        self.enters[path] += 1
+        if self.extras:
+            self._pop_extras(path, now)
+
+    def _flush_merged(self, path: str) -> None:
+        self.enters[path] += self.merged
+        self.merges += self.merged
+        self.merged = 0
+
+    def _pop_extras(self, path: str, now: float) -> None:
+        stack = self.stack
         if self.ranges and self.ranges[-1][0] == len(stack) + 1:
             self.ranges.pop()[1].__exit__(None, None, None)
         if self.trace is not None:
+            start = self.starts.pop()
             if len(self.trace) < self.trace_limit:
                 self.trace.append(TraceEvent(path, start, now))
             else:
                 self.trace_dropped += 1
         if not stack and self.mem_on:
-            self._memory_mark(path)
+            left = self._mem_left.get(path, MEMORY_MARKS)
+            if left > 0:
+                self._mem_left[path] = left - 1
+                self._memory_mark(path)
         if self.counter is not None:
             self.counter.phase = stack[-1] if stack else "other"
 
@@ -245,24 +322,29 @@ class Attributor:
             self.pending = False
             self._pop(self.t_exit)
 
-    def enter(self, name: str, layer: str, role: int, steps: int = 0) -> None:
-        """Open automatic phase ``name`` (the caller checked ``depth == 0``); ``role`` drives iteration detection."""
-        now = self._now()
+    def enter(self, name: str, layer: str, role: int, steps: int = 0, now: float | None = None) -> bool:
+        """Open automatic phase ``name`` (the caller checked ``depth == 0``); ``role`` drives iteration detection.
+
+        Returns:
+            Whether an automatic phase is now open on top, so that :meth:`exit` has one to end (a transfer inside
+            the sticky forward opens none).
+        """
+        if now is None:
+            now = self._now()
+        self.depth = 1
         if self.pending:
+            self.pending = False
             if name == self.auto_name and now - self.t_exit < MERGE_GAP_S:  # the same kind again: one phase
-                self.pending = False
-                self.merges += 1
-                self.enters[self.stack[-1]] += 1
+                self.merged += 1
                 self.steps += steps
-                self.depth = 1
                 if self.counter is not None:
                     self.counter.phase = self.stack[-1]
-                return
-            self._settle()
-        if self.kinds and self.kinds[-1] == STICKY:
+                return True
+            self._pop(self.t_exit)
+        kinds = self.kinds
+        if kinds and kinds[-1] == STICKY:
             if role == NEST:  # a transfer inside the loss computation counts as forward
-                self.depth = 1
-                return
+                return False
             self._pop(now)
         if role == ENV:
             if self.started is None or self.updated:
@@ -272,12 +354,13 @@ class Attributor:
             self.updated = True
         self._push(name, layer, AUTO, now)
         self.auto_name = name
-        self.depth = 1
+        return True
 
     def exit(self) -> None:
         """End what :meth:`enter` opened: the phase is closed lazily, at the next event (see :data:`MERGE_GAP_S`)."""
         self.depth = 0
-        if self.kinds and self.kinds[-1] == AUTO:
+        kinds = self.kinds
+        if kinds and kinds[-1] == AUTO:
             self.t_exit = self._now()
             self.pending = True
             if self.counter is not None:
@@ -312,6 +395,7 @@ class Attributor:
         self.saved_depth.append(self.depth)
         self.depth = 0
         self.rf_on = self.profiler_enabled()
+        self.refresh_extras()
         self._push(name, layer, EXPLICIT, now)
 
     def close_explicit(self) -> None:
@@ -335,13 +419,15 @@ class Attributor:
         index = len(self.iterations)
         self.iterations.append(IterationMark(now, self.steps, dict(self.excl)))
         self.updated = False
-        self.mem_on = self.memory and (index < MEMORY_EVERY or index % MEMORY_EVERY == 0)
+        self.mem_on = self.memory and (index < MEMORY_FIRST or index % MEMORY_EVERY == 0)
+        self._mem_left.clear()
         self.rf_on = self.profiler_enabled()
         if self.counter is not None:
             self._stop_counting()
         elif self.count_iteration is not None and index == self.count_iteration:
             self.mem_on = False  # the dispatch mode's own allocations are not the script's
             self._start_counting()
+        self.refresh_extras()
 
     def _start_counting(self) -> None:
         from rlbench.instrument.counters import OpCounter
@@ -379,7 +465,7 @@ class Attributor:
             iterations=list(self.iterations),
             mem_bytes=dict(self.mem_bytes),
             cuda_peak_bytes=dict(self.cuda_peak_bytes),
-            transitions=self.transitions,
+            transitions=2 * (sum(self.enters.values()) - self.merges),  # each phase opened once is a push and a pop
             passthrough=self.passthrough,
             merges=self.merges,
             mem_marks=self.mem_marks,

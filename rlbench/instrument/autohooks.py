@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from rlbench.instrument.attribution import ENV, FORWARD, INFER, NEST, UPDATE, Attributor
+from rlbench.instrument.attribution import AUTO, ENV, FORWARD, INFER, MERGE_GAP_S, NEST, UPDATE, Attributor
 
 _get_ident = threading.get_ident
 _Restore = list[tuple[Any, str, Any, bool]]  # (owner, attribute, original, was in owner.__dict__)
@@ -43,67 +44,145 @@ def replace_attr(restore: _Restore, owner: Any, name: str, value: Any) -> None:
     setattr(owner, name, value)
 
 
-def auto_wrapper(a: Attributor, fn: Callable[..., Any], name: str, layer: str, role: int) -> Callable[..., Any]:
-    """``fn`` timed as automatic phase ``name`` (no agent steps counted)."""
+def event_wrapper(
+    a: Attributor,
+    fn: Callable[..., Any],
+    name: str,
+    layer: str,
+    role: int,
+    *,
+    model: bool = False,
+    skip: Callable[[tuple[Any, ...], dict[str, Any]], bool] | None = None,
+    copy_metadata: bool = True,
+) -> Callable[..., Any]:
+    """``fn`` timed as automatic phase ``name`` (no agent steps counted).
 
-    @wraps(fn)
-    def auto(*args: Any, **kwargs: Any) -> Any:
-        if a.depth or _get_ident() != a.thread:
+    Args:
+        model: A module or distribution call: with grad enabled it opens the sticky training forward instead.
+        skip: ``skip(args, kwargs)`` true: the call is not an event (``Tensor.to`` with only a dtype).
+        copy_metadata: Copy ``fn``'s name and docstring (``functools.wraps``).
+
+    The common cases run inline, without a call into the attributor: a call of the same kind within
+    :data:`MERGE_GAP_S` of the last one continues it, and the end of a call only marks the time (the phase closes
+    lazily, at the next event). Everything else (a new phase, op counting, traces, memory marks) goes through
+    :meth:`Attributor.enter` and :meth:`Attributor.exit`.
+    """
+    clock = a.clock
+    thread = a.thread
+    gap = MERGE_GAP_S
+    grad_enabled = _grad_enabled() if model else None
+
+    def event(*args: Any, **kwargs: Any) -> Any:
+        if a.depth or _get_ident() != thread or (skip is not None and skip(args, kwargs)):
             a.passthrough += 1
-            return fn(*args, **kwargs)
-        a.enter(name, layer, role)
+            return fn(*args, **kwargs) if kwargs else fn(*args)
+        if grad_enabled is not None and grad_enabled():
+            a.enter_forward(a.forward_names.get(type(args[0]), FORWARD) if a.forward_names else FORWARD)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                a.exit_forward()
+        now = clock()
+        if a.pending and name == a.auto_name and now - a.t_exit < gap and a.counter is None:
+            a.pending = False  # the same kind again: one phase (the common case of Attributor.enter, inline)
+            a.merged += 1
+            a.depth = 1
+            fast = True
+        else:
+            fast = a.enter(name, layer, role, 0, now) and a.counter is None
         try:
             return fn(*args, **kwargs)
         finally:
-            a.exit()
+            if fast and a.kinds and a.kinds[-1] == AUTO:  # Attributor.exit, inline
+                a.depth = 0
+                a.t_exit = clock()
+                a.pending = True
+            else:
+                a.exit()
 
-    auto.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
-    return auto
+    if copy_metadata:
+        event = wraps(fn)(event)
+    event.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
+    return event
+
+
+def _grad_enabled() -> Callable[[], bool]:
+    import torch
+
+    return torch.is_grad_enabled
 
 
 def env_wrapper(a: Attributor, fn: Callable[..., Any], name: str, batch: Callable[[Any], int] | None) -> Callable[..., Any]:
-    """An env method timed as ``name``; ``batch(self)`` gives the agent steps one call takes (``None``: a reset)."""
+    """An env method timed as ``name``; ``batch(self)`` gives the agent steps one call takes (``None``: a reset).
+
+    An env called *inside another env's* phase (a wrapper's inner env, a vector env's sub-envs) is part of that env:
+    its instance gets the original method back as an instance attribute (:func:`shadow`), so the calls that follow
+    skip this wrapper altogether instead of passing through it on every step.
+    """
+    method = fn.__name__
 
     @wraps(fn)
     def env_call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if a.depth or _get_ident() != a.thread:
             a.passthrough += 1
+            outer = a.env_self
+            if a.depth and outer is not None and outer is not self and method not in getattr(self, "__dict__", (method,)):
+                shadow(a, self, method, fn)
             return fn(self, *args, **kwargs)
         a.enter(name, "environment", ENV, batch(self) if batch is not None else 0)
+        a.env_self = self
         try:
             return fn(self, *args, **kwargs)
         finally:
+            a.env_self = None
             a.exit()
 
     env_call.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
     return env_call
 
 
-def model_wrapper(a: Attributor, fn: Callable[..., Any]) -> Callable[..., Any]:
+def shadow(a: Attributor, env: Any, method: str, fn: Callable[..., Any]) -> None:
+    """Give ``env`` its unwrapped ``method`` as an instance attribute (undone by :func:`uninstall`)."""
+    try:
+        attrs = vars(env)
+    except TypeError:  # __slots__: it keeps passing through
+        return
+    if method not in attrs:
+        attrs[method] = fn.__get__(env, type(env))
+        a.shadowed.append((weakref.ref(env), method))
+
+
+def _model_wrapper(a: Attributor, fn: Callable[..., Any]) -> Callable[..., Any]:
     """A module or distribution call: inference with grad disabled, the sticky training forward with grad enabled."""
+    return event_wrapper(a, fn, "inference", "inference", INFER, model=True)
+
+
+def _module_call_wrapper(a: Attributor) -> Callable[..., Any]:
+    """``nn.Module.__call__``, whose nested calls (a model's sub-modules) are the most frequent pass-throughs.
+
+    A nested call goes straight to what torch's own ``_wrapped_call_impl`` would call (the compiled module when
+    ``torch.compile`` set one, else ``_call_impl``), so passing through costs no frame more than torch's own.
+    """
     import torch
 
-    grad_enabled = torch.is_grad_enabled
+    original = torch.nn.Module.__call__
+    event = _model_wrapper(a, original)
+    if original is not getattr(torch.nn.Module, "_wrapped_call_impl", None) or not hasattr(torch.nn.Module, "_call_impl"):
+        return event  # another torch: the generic wrapper
+    thread = a.thread
 
-    @wraps(fn)
-    def model_call(*args: Any, **kwargs: Any) -> Any:
-        if a.depth or _get_ident() != a.thread:
+    @wraps(original)
+    def module_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if a.depth or _get_ident() != thread:
             a.passthrough += 1
-            return fn(*args, **kwargs)
-        if grad_enabled():
-            a.enter_forward(a.forward_names.get(type(args[0]), FORWARD) if a.forward_names else FORWARD)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                a.exit_forward()
-        a.enter("inference", "inference", INFER)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            a.exit()
+            compiled = self._compiled_call_impl
+            if compiled is not None:
+                return compiled(*args, **kwargs)
+            return self._call_impl(*args, **kwargs)
+        return event(self, *args, **kwargs)
 
-    model_call.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
-    return model_call
+    module_call.__rlbench_wrapped__ = original  # type: ignore[attr-defined]
+    return module_call
 
 
 def _vector_batch(env: Any) -> int:
@@ -164,27 +243,28 @@ def _install_torch(h: Hooks) -> None:
     a = h.a
     a.profiler_enabled = torch._C._autograd._profiler_enabled
     a.rf_on = a.profiler_enabled()
-    replace_attr(h.restore, torch.nn.Module, "__call__", model_wrapper(a, torch.nn.Module.__call__))
+    a.refresh_extras()
+    replace_attr(h.restore, torch.nn.Module, "__call__", _module_call_wrapper(a))
     for cls in all_subclasses(torch.distributions.Distribution):
         for method in ("__init__", "sample", "rsample", "log_prob", "entropy"):
             fn = vars(cls).get(method)
             if fn is not None and callable(fn) and not hasattr(fn, "__rlbench_wrapped__"):
-                replace_attr(h.restore, cls, method, model_wrapper(a, fn))
+                replace_attr(h.restore, cls, method, _model_wrapper(a, fn))
     for name in ("backward", "grad"):
-        backward = auto_wrapper(a, getattr(torch.autograd, name), "train/backward", "update", UPDATE)
+        backward = event_wrapper(a, getattr(torch.autograd, name), "train/backward", "update", UPDATE)
         replace_attr(h.restore, torch.autograd, name, backward)
     _install_optimizer_steps(h)
     for owner in (torch.optim.Optimizer, torch.nn.Module):
-        replace_attr(h.restore, owner, "zero_grad", auto_wrapper(a, owner.zero_grad, "train/optimizer", "update", UPDATE))
-    clip = auto_wrapper(a, torch.nn.utils.clip_grad_norm_, "train/optimizer", "update", UPDATE)
+        replace_attr(h.restore, owner, "zero_grad", event_wrapper(a, owner.zero_grad, "train/optimizer", "update", UPDATE))
+    clip = event_wrapper(a, torch.nn.utils.clip_grad_norm_, "train/optimizer", "update", UPDATE)
     replace_attr(h.restore, torch.nn.utils, "clip_grad_norm_", clip)
     replace_attr(h.restore, torch.nn.utils.clip_grad, "clip_grad_norm_", clip)
     replace_attr(h.restore, torch.Tensor, "__new__", staticmethod(_tensor_new_wrapper(a)))
     for name in ("tensor", "as_tensor", "from_numpy"):  # host data becoming a tensor (on a device, a copy to it)
-        replace_attr(h.restore, torch, name, auto_wrapper(a, getattr(torch, name), "transfer", "transfer", NEST))
+        replace_attr(h.restore, torch, name, event_wrapper(a, getattr(torch, name), "transfer", "transfer", NEST))
     for method in ("item", "tolist", "cpu", "cuda", "numpy"):
         replace_attr(
-            h.restore, torch.Tensor, method, auto_wrapper(a, getattr(torch.Tensor, method), "transfer", "transfer", NEST)
+            h.restore, torch.Tensor, method, event_wrapper(a, getattr(torch.Tensor, method), "transfer", "transfer", NEST)
         )
     replace_attr(h.restore, torch.Tensor, "to", _to_wrapper(a, torch.Tensor.to))
 
@@ -201,13 +281,13 @@ def _install_optimizer_steps(h: Hooks) -> None:
     original = Optimizer.__dict__["profile_hook_step"].__func__
 
     def profile_hook_step(func: Callable[..., Any]) -> Callable[..., Any]:
-        return auto_wrapper(a, original(func), "train/optimizer", "update", UPDATE)
+        return event_wrapper(a, original(func), "train/optimizer", "update", UPDATE)
 
     replace_attr(h.restore, Optimizer, "profile_hook_step", staticmethod(profile_hook_step))
     for cls in all_subclasses(Optimizer):
         step = vars(cls).get("step")
         if step is not None and getattr(step, "hooked", False) and not hasattr(step, "__rlbench_wrapped__"):
-            replace_attr(h.restore, cls, "step", auto_wrapper(a, step, "train/optimizer", "update", UPDATE))
+            replace_attr(h.restore, cls, "step", event_wrapper(a, step, "train/optimizer", "update", UPDATE))
 
 
 def _unwrap_optimizer_steps() -> None:
@@ -223,31 +303,17 @@ def _unwrap_optimizer_steps() -> None:
 def _tensor_new_wrapper(a: Attributor) -> Callable[..., Any]:
     """``torch.Tensor(data)``, the legacy constructor scripts use on env output: a transfer when given data.
 
-    The signature stays ``(*args, **kwargs)``: torch.compile's polyfill registry accepts a wildcard in place of
-    ``Tensor.__new__``'s own.
+    The wrapper keeps no metadata of ``Tensor.__new__`` and its signature stays ``(*args, **kwargs)``:
+    torch.compile's polyfill registry accepts a wildcard in place of ``Tensor.__new__``'s own.
     """
     import torch
 
-    base_new = torch._C.TensorBase.__new__
-    tensor_cls = torch.Tensor
+    tensor_cls, shape_like = torch.Tensor, (int, torch.Size)
 
-    def tensor_new(*args: Any, **kwargs: Any) -> Any:
-        if (
-            len(args) < 2
-            or args[0] is not tensor_cls
-            or a.depth
-            or _get_ident() != a.thread
-            or isinstance(args[1], (int, torch.Size))
-        ):
-            return base_new(*args, **kwargs)
-        a.enter("transfer", "transfer", NEST)
-        try:
-            return base_new(*args, **kwargs)
-        finally:
-            a.exit()
+    def not_data(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        return len(args) < 2 or args[0] is not tensor_cls or isinstance(args[1], shape_like)
 
-    tensor_new.__rlbench_wrapped__ = base_new  # type: ignore[attr-defined]
-    return tensor_new
+    return event_wrapper(a, torch._C.TensorBase.__new__, "transfer", "transfer", NEST, skip=not_data, copy_metadata=False)
 
 
 def _to_wrapper(a: Attributor, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -256,19 +322,10 @@ def _to_wrapper(a: Attributor, fn: Callable[..., Any]) -> Callable[..., Any]:
 
     dtype = torch.dtype
 
-    @wraps(fn)
-    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if a.depth or _get_ident() != a.thread or (args and isinstance(args[0], dtype) and "device" not in kwargs):
-            a.passthrough += 1
-            return fn(self, *args, **kwargs)
-        a.enter("transfer", "transfer", NEST)
-        try:
-            return fn(self, *args, **kwargs)
-        finally:
-            a.exit()
+    def cast_only(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        return len(args) > 1 and isinstance(args[1], dtype) and "device" not in kwargs
 
-    to.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
-    return to
+    return event_wrapper(a, fn, "transfer", "transfer", NEST, skip=cast_only)
 
 
 def install(a: Attributor, libraries: bool = True) -> Hooks:
@@ -307,3 +364,8 @@ def uninstall(h: Hooks) -> None:
     if h.restore and "torch.optim" in sys.modules:
         _unwrap_optimizer_steps()
     h.restore = []
+    for ref, method in h.a.shadowed:
+        env = ref()
+        if env is not None:
+            vars(env).pop(method, None)
+    h.a.shadowed.clear()

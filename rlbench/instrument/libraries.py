@@ -36,9 +36,11 @@ def label_wrapper(
 ) -> Callable[..., Any]:
     """``fn`` as an explicit phase (library label): it always opens, and automatic phases inside become children."""
 
+    suffix = "/" + name
+
     @wraps(fn)
     def labelled(*args: Any, **kwargs: Any) -> Any:
-        if a.thread != get_ident() or (a.stack and a.stack[-1].rsplit("/", 1)[-1] == name):
+        if a.thread != get_ident() or (a.stack and (a.stack[-1] == name or a.stack[-1].endswith(suffix))):
             return fn(*args, **kwargs)  # already inside this label (a collector's iterator calling its rollout)
         a.open_explicit(name, layer, starts_iteration)
         try:

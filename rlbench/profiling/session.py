@@ -136,15 +136,15 @@ def measure_costs(settings: Settings, n: int = 4_000, repeats: int = 3) -> dict[
     """
     import resource
 
-    from rlbench.instrument.autohooks import auto_wrapper
+    from rlbench.instrument.autohooks import event_wrapper
 
     scratch = Attributor(count_iteration=None, memory=False, trace_limit=n * 2 if settings.trace_limit else 0)
 
     def noop(obj: Any, value: Any, flag: Any = None) -> None:  # hooked calls carry arguments: pack and unpack them
         return None
 
-    first = auto_wrapper(scratch, noop, "x", "other", INFER)
-    second = auto_wrapper(scratch, noop, "y", "other", INFER)
+    first = event_wrapper(scratch, noop, "x", "other", INFER)
+    second = event_wrapper(scratch, noop, "y", "other", INFER)
     half = range(n // 2)
     obj, value = object(), 1
 
