@@ -46,7 +46,9 @@ def write_report(
 
         text, charts = offpolicy.render(records, output.stem if draw_charts else None)
     else:
-        text, charts = training.render(records, f"{output.stem}-phases.png" if draw_charts else None)
+        text, charts = training.render(
+            records, f"{output.stem}-phases.png" if draw_charts else None, context=_store_context(records_path)
+        )
     if output is not None:
         try:
             output.parent.mkdir(parents=True, exist_ok=True)
@@ -61,6 +63,25 @@ def write_report(
                 for c, path in jobs:
                     draw(c, path)
     return text
+
+
+def _store_context(records_path: str | Path) -> list:
+    """Every readable record of the store the run is in (micro-benchmarks the advice can quote).
+
+    The store is ``records_path`` itself when it is a directory, else the directory holding the run file.
+    """
+    import warnings
+
+    from rlbench.errors import DataError
+    from rlbench.store import read_records
+
+    p = Path(records_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an unreadable neighbour is not this report's business
+        try:
+            return read_records(p if p.is_dir() else p.parent)
+        except DataError:
+            return []
 
 
 def _is_transports(records: list) -> bool:

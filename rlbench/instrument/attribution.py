@@ -86,6 +86,7 @@ class Attribution:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     trace: list[TraceEvent] = field(default_factory=list)
     trace_dropped: int = 0
+    env_ids: list[str] = field(default_factory=list)
     synchronized: bool = False
 
 
@@ -115,6 +116,7 @@ class Attributor:
         "cuda_peak_bytes",
         "depth",
         "enters",
+        "env_ids",
         "env_self",
         "excl",
         "extras",
@@ -200,6 +202,7 @@ class Attributor:
         self.forward_names: dict[type, str] = {}  # module classes whose grad-enabled call is a named forward (a loss)
         self.thread = threading.get_ident()  # phases follow the thread that started attribution
         self.env_self: Any = None  # the env whose step or reset is the open env phase
+        self.env_ids: dict[type, str] = {}  # registered env id of each env class stepped at top level
         self.shadowed: list[tuple[Any, str]] = []  # (weak env, method) given back their unwrapped method
         self.extras = False
         self.refresh_extras()
@@ -473,6 +476,7 @@ class Attributor:
             counts=self.counted,
             trace=list(self.trace or []),
             trace_dropped=self.trace_dropped,
+            env_ids=sorted({i for i in self.env_ids.values() if i}),
             synchronized=self.sync is not None,
         )
 

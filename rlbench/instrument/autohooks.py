@@ -131,6 +131,8 @@ def env_wrapper(a: Attributor, fn: Callable[..., Any], name: str, batch: Callabl
             return fn(self, *args, **kwargs)
         a.enter(name, "environment", ENV, batch(self) if batch is not None else 0)
         a.env_self = self
+        if type(self) not in a.env_ids:
+            a.env_ids[type(self)] = env_id(self)
         try:
             return fn(self, *args, **kwargs)
         finally:
@@ -139,6 +141,17 @@ def env_wrapper(a: Attributor, fn: Callable[..., Any], name: str, batch: Callabl
 
     env_call.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
     return env_call
+
+
+def env_id(env: Any) -> str:
+    """The registered id of a gymnasium env, a vector env or a Stable-Baselines3 VecEnv of them (``""``: unknown)."""
+    for candidate in (env, getattr(env, "unwrapped", None), *(getattr(env, "envs", None) or ())[:1]):
+        spec = getattr(candidate, "spec", None)
+        if spec is None:
+            spec = getattr(getattr(candidate, "unwrapped", None), "spec", None)
+        if isinstance(getattr(spec, "id", None), str):
+            return str(spec.id)
+    return ""
 
 
 def shadow(a: Attributor, env: Any, method: str, fn: Callable[..., Any]) -> None:

@@ -146,7 +146,7 @@ def attribution_metrics(
         Metric(WALL_S, "s", "lower", [(startup_s or 0.0) + (r.ended - r.started)], meta={"run_s": r.ended - r.started}),
         Metric(WARMUP_S, "s", "lower", [warm_s]),
         Metric(TRAIN_S, "s", "lower", [train_s]),
-        Metric(ENV_STEPS, "steps", "none", [float(steps)], meta={"all_steps": r.steps}),
+        Metric(ENV_STEPS, "steps", "none", [float(steps)], meta={"all_steps": r.steps, "envs": r.env_ids}),
         Metric(ITERATIONS, "count", "none", [float(1 + len(keep) if warm else len(keep))], meta={"detected": len(marks)}),
         Metric(PROFILE_EXCLUDED_S, "s", "none", [excluded_s], meta={"counted_iteration": r.counted_iteration}),
     ]

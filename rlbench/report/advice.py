@@ -69,8 +69,10 @@ def _environment(d: RunData, b: Breakdown, phases: list[str], s: float, measured
         evidence += f" for {n_envs} envs ({fmt(call / n_envs, 2)} µs per env transition)"
     tips = [
         "more envs per batched step amortize the per-call cost (a hyperparameter change: compare learning too)",
-        "a vectorized NumPy or compiled env removes the Python part: `rlbench run envs` measures env-step "
-        "implementations on this machine (yours with `--impl`)",
+        "a vectorized NumPy or compiled env removes the Python part: "
+        + measured.get(
+            "layer:environment", "`rlbench run envs` measures env-step implementations on this machine (yours with `--impl`)"
+        ),
     ]
     return Finding("Environment stepping", b.share(s), evidence + ".", "; ".join(tips) + ".")
 
@@ -199,14 +201,19 @@ _BY_LAYER = {
 }
 
 
-def findings(d: RunData, b: Breakdown, measured: dict[str, str] | None = None) -> list[Finding]:
+def findings(
+    d: RunData, b: Breakdown, measured: dict[str, str] | None = None, alternatives: dict[str, str] | None = None
+) -> list[Finding]:
     """Bottlenecks triggered by measured figures, ranked by their Amdahl bound (largest first).
 
     Args:
         d: The run.
         b: Its steady-state breakdown.
         measured: What the run measured of a switch, by option name (e.g. a what-if's SPS effect).
+        alternatives: By layer, what a micro-benchmark measured of an alternative on the run's machine
+            (:func:`rlbench.report.alternatives.measured`).
     """
+    measured = {**(measured or {}), **{f"layer:{k}": v for k, v in (alternatives or {}).items()}}
     by_layer: dict[str, list[str]] = {}
     for phase in b.leaf_s:
         by_layer.setdefault(layer_of(d, phase), []).append(phase)
@@ -215,7 +222,7 @@ def findings(d: RunData, b: Breakdown, measured: dict[str, str] | None = None) -
         phases = by_layer.get(layer, [])
         s = sum(b.leaf_s[p] for p in phases)
         if phases and b.share(s) >= MIN_SHARE.get(layer, 0.05):
-            out.append(_BY_LAYER[layer](d, b, phases, s, measured or {}))
+            out.append(_BY_LAYER[layer](d, b, phases, s, measured))
     if b.share(b.other_s) >= 0.05:
         out.append(
             Finding(

@@ -33,6 +33,7 @@ from rlbench.metrics import (
     WARMUP_S,
 )
 from rlbench.records import Record
+from rlbench.report import alternatives
 from rlbench.report.advice import bottlenecks_section, findings
 from rlbench.report.charts import Chart
 from rlbench.report.data import RunData
@@ -260,13 +261,18 @@ def profile_table(d: RunData) -> list[str]:
     ]
 
 
-def render(records: list[Record], chart_file: str | None = None) -> tuple[str, list[Chart]]:
+def render(
+    records: list[Record], chart_file: str | None = None, context: list[Record] | None = None
+) -> tuple[str, list[Chart]]:
     """Markdown of the bottleneck report for one run's records, and the charts it links to.
 
     Args:
         records: Records of a single run.
         chart_file: Relative path the phase chart will be written to (``None``: no chart link).
+        context: Other records of the same store: micro-benchmarks measured on the same machine are quoted in
+            the advice (:mod:`rlbench.report.alternatives`).
     """
+
     d = RunData.from_records(records)
     b = breakdown(d)
     chart = phase_chart(d, b)
@@ -279,7 +285,7 @@ def render(records: list[Record], chart_file: str | None = None) -> tuple[str, l
             layer_table(d, b),
             learning(d) if d.has(EVAL_RETURN) else no_eval_note(),
             user_metrics_section(d),
-            bottlenecks_section(findings(d, b)),
+            bottlenecks_section(findings(d, b, alternatives=alternatives.measured(d, context or []))),
             overhead_section(d, b),
             _counters(d),
             memory_section(d),

@@ -61,6 +61,30 @@ def test_env_wrappers_count_once_and_steps_once():
     assert r.steps == 5
 
 
+def test_envs_inside_another_env_skip_the_hooks_and_get_them_back():
+    import gymnasium as gym
+
+    envs = gym.vector.SyncVectorEnv([lambda: gym.wrappers.TimeLimit(SlowEnv(), 100) for _ in range(2)])
+    inner = [envs.envs[0], envs.envs[0].env]
+    with Session(Settings(count_iteration=None, memory=False)) as s:
+        envs.reset(seed=0)
+        for _ in range(4):
+            spin(0.0001)
+            envs.step(np.zeros(2, dtype=np.int64))
+        shadowed = {type(e).__name__: "step" in vars(e) for e in inner}
+        r0 = s.attributor.passthrough
+        for _ in range(2):
+            spin(0.0001)
+            envs.step(np.zeros(2, dtype=np.int64))
+        passthrough_after_two = s.attributor.passthrough - r0
+    r = s.outcome.attribution
+    assert shadowed == {"TimeLimit": True, "SlowEnv": True}  # the sub-envs run their own step, unwrapped
+    assert passthrough_after_two == 0  # nothing nested passes through the hooks any more
+    assert r.enters["env/step"] == 6 and r.steps == 12  # the vector env is still timed, once per call
+    assert all("step" not in vars(e) and "reset" not in vars(e) for e in inner)  # given back on uninstall
+    inner[0].step(0)  # and they work as before
+
+
 def test_explicit_phases_take_precedence_and_automatic_ones_nest_inside():
     net = SlowNet()
     opt = torch.optim.SGD(net.parameters(), lr=0.1)

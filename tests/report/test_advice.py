@@ -168,3 +168,65 @@ def test_flag_tip() -> None:
     assert flag_tip({"x": 2}, "x", lambda v: v == 1, "`--x 2`") == []
     assert flag_tip({}, "x", lambda v: True, "`--x 2`") == []
     assert flag_tip({"x": 1}, "x", lambda v: True, "`--x 2`", {"x": "+12% SPS measured"}) == ["`--x 2`, +12% SPS measured"]
+
+
+def _with_machine(records: list[Record], machine: str) -> list[Record]:
+    return [replace(r, fingerprint={"machine": {"id": machine}}) for r in records]
+
+
+def _user_env_run(machine: str) -> list[Record]:
+    """A profiled user script that stepped 8 CartPole-v1 envs per call (100 calls)."""
+    recs = _records("profile", {"command": "python train.py"})
+    recs = [
+        replace(r, meta={**r.meta, "events": 100, "layer": "environment"}) if r.metric == "time/collect/env" else r
+        for r in recs
+    ]
+    recs = [replace(r, metric="time/env/step") if r.metric == "time/collect/env" else r for r in recs]
+    recs = [replace(r, meta={"all_steps": 800, "envs": ["CartPole-v1"]}) if r.metric == "env_steps" else r for r in recs]
+    return _with_machine(recs, machine)
+
+
+def _envs_micro(machine: str, run_id: str = "micro-1") -> list[Record]:
+    """An `rlbench run envs` run: SyncVectorEnv (reference) and a NumPy env at N=8 and N=64."""
+    out = []
+    for impl, size, us in (
+        ("reference", "N=8", 100.0),
+        ("numpy", "N=8", 20.0),
+        ("reference", "N=64", 700.0),
+        ("numpy", "N=64", 25.0),
+    ):
+        out.append(
+            Record(
+                run_id=run_id,
+                timestamp="2026-11-22T00:00:00+00:00",
+                benchmark="envs",
+                params={"group": "envs", "op": "CartPole-v1", "impl": impl, "size": size},
+                definition_hash="h",
+                metric="time/call",
+                unit="s",
+                direction="lower",
+                samples=[us * 1e-6] * 5,
+                repeat=0,
+                seed=None,
+                meta={"elements": int(size[2:])},
+            )
+        )
+    return _with_machine(out, machine)
+
+
+def test_the_environment_advice_quotes_a_micro_run_of_the_same_env_on_the_same_machine() -> None:
+    from rlbench.report import alternatives
+
+    run = _user_env_run("m1")
+    d = RunData.from_records(run)
+    quoted = alternatives.measured(d, _envs_micro("m1"))
+    text = quoted["environment"]
+    assert "CartPole-v1" in text and "N=8" in text and "`numpy`" in text and "5.0× faster" in text and "micro-1" in text
+    env_finding = next(f for f in findings(d, breakdown(d), alternatives=quoted) if f.title == "Environment stepping")
+    assert text in env_finding.action
+    # measured on another machine, or for another env: nothing is quoted, the command that measures it is named
+    assert alternatives.measured(d, _envs_micro("m2")) == {}
+    other_env = [replace(r, params={**r.params, "op": "Pendulum-v1"}) for r in _envs_micro("m1")]
+    assert alternatives.measured(d, other_env) == {}
+    plain = next(f for f in findings(d, breakdown(d)) if f.title == "Environment stepping")
+    assert "`rlbench run envs` measures env-step implementations" in plain.action
