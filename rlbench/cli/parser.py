@@ -20,6 +20,8 @@ CHOICES = {
     "optimizer": ("lean", "torch"),
     "network": ("fused", "separate"),
     "gradients": ("auto", "manual", "autograd"),
+    "engine": ("local", "ray"),
+    "weight_sync": ("auto", "shm", "store", "gloo"),
 }
 
 

@@ -33,6 +33,10 @@ def write_report(
     draw_charts = output is not None and chart
     if is_micro(records):
         text, charts = micro.render(records, output.stem if draw_charts else None)
+    elif _is_pipeline(records):
+        from rlbench.report import pipeline
+
+        text, charts = pipeline.render(records, output.stem if draw_charts else None)
     elif _is_transports(records):
         from rlbench.report import transports
 
@@ -82,6 +86,12 @@ def _store_context(records_path: str | Path) -> list:
             return read_records(p if p.is_dir() else p.parent)
         except DataError:
             return []
+
+
+def _is_pipeline(records: list) -> bool:
+    from rlbench.report.pipeline import is_pipeline
+
+    return is_pipeline(records)
 
 
 def _is_transports(records: list) -> bool:

@@ -255,9 +255,14 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
     if args.json:
         print(json.dumps(summary, allow_nan=False, default=_json_default))
     elif not args.quiet:
-        from rlbench.report.summary import print_micro_summary, print_summary, print_transports_summary
+        from rlbench.report.summary import (
+            print_micro_summary,
+            print_pipeline_summary,
+            print_summary,
+            print_transports_summary,
+        )
 
-        printers = {"micro": print_micro_summary, "transports": print_transports_summary}
+        printers = {"micro": print_micro_summary, "transports": print_transports_summary, "pipeline": print_pipeline_summary}
         printers.get(spec.report, print_summary)(summary)
     return 0
 

@@ -1,4 +1,4 @@
-"""What a report asks to be drawn: bar charts of shares (drawn by :mod:`rlbench.report.plots`)."""
+"""What a report asks to be drawn: bar charts of shares, actor timelines (drawn by :mod:`rlbench.report.plots`)."""
 
 from __future__ import annotations
 
@@ -28,3 +28,28 @@ class Chart:
     title: str
     bars: list[Bar]
     xlabel: str
+
+
+@dataclass
+class Lane:
+    """One actor's row of a timeline: ``(kind, start, end)`` spans in seconds from the run's start."""
+
+    label: str
+    spans: list[tuple[str, float, float]]
+
+
+@dataclass
+class TimelineChart:
+    """Every actor's phases on one time axis: idle gaps show as empty stretches of a lane.
+
+    Attributes:
+        suffix: File name suffix appended to the report's stem.
+        title: Chart title.
+        lanes: One per actor, top to bottom.
+        kinds: Colour order of the span kinds (``busy``, ``wait``, ``sync``).
+    """
+
+    suffix: str
+    title: str
+    lanes: list[Lane]
+    kinds: tuple[str, ...] = ("busy", "wait", "sync")

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rlbench.children import die_with_parent
-from rlbench.report.charts import Bar, Chart
+from rlbench.report.charts import Bar, Chart, Lane, TimelineChart
 from rlbench.report.micro import Line, ScalingChart
 
 
@@ -66,18 +66,61 @@ def draw_scaling_chart(chart: ScalingChart, path: str | Path) -> Path:
     return path
 
 
-def draw(chart: Chart | ScalingChart, path: str | Path) -> Path:
-    """Draw either kind of chart."""
-    return draw_scaling_chart(chart, path) if isinstance(chart, ScalingChart) else draw_bar_chart(chart, path)
+COLOURS = {"busy": "#4C72B0", "wait": "#DD8452", "sync": "#C44E52"}
 
 
-def _to_json(chart: Chart | ScalingChart) -> dict:
-    return {"kind": "scaling" if isinstance(chart, ScalingChart) else "bars", **asdict(chart)}
+def draw_timeline_chart(chart: TimelineChart, path: str | Path) -> Path:
+    """Draw each actor's spans as a horizontal lane on one time axis (gaps are idle); returns the path."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    fig = Figure(figsize=(10.0, 0.55 * len(chart.lanes) + 1.6), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    for row, lane in enumerate(reversed(chart.lanes)):
+        for kind in chart.kinds:
+            bars = [(a, b - a) for k, a, b in lane.spans if k == kind and b > a]
+            if bars:
+                ax.broken_barh(bars, (row - 0.35, 0.7), facecolors=COLOURS.get(kind, "#8C8C8C"), linewidth=0)
+    ax.set_yticks(range(len(chart.lanes)), [lane.label for lane in reversed(chart.lanes)])
+    ax.set_xlabel("seconds since the run started")
+    ax.set_title(chart.title, fontsize=11)
+    ax.legend(
+        handles=[Patch(color=COLOURS.get(k, "#8C8C8C"), label=k) for k in chart.kinds]
+        + [Patch(color="white", label="idle (gap)")],
+        fontsize=8,
+        loc="upper right",
+        ncol=4,
+    )
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, format="png", metadata={"Software": None})
+    return path
 
 
-def _from_json(c: dict) -> Chart | ScalingChart:
-    if c.pop("kind") == "scaling":
+def draw(chart: Chart | ScalingChart | TimelineChart, path: str | Path) -> Path:
+    """Draw any kind of chart."""
+    if isinstance(chart, ScalingChart):
+        return draw_scaling_chart(chart, path)
+    if isinstance(chart, TimelineChart):
+        return draw_timeline_chart(chart, path)
+    return draw_bar_chart(chart, path)
+
+
+def _to_json(chart: Chart | ScalingChart | TimelineChart) -> dict:
+    kind = "scaling" if isinstance(chart, ScalingChart) else "timeline" if isinstance(chart, TimelineChart) else "bars"
+    return {"kind": kind, **asdict(chart)}
+
+
+def _from_json(c: dict) -> Chart | ScalingChart | TimelineChart:
+    kind = c.pop("kind")
+    if kind == "scaling":
         return ScalingChart(c["suffix"], c["title"], [Line(**ln) for ln in c["lines"]], c["xlabel"], c["ylabel"])
+    if kind == "timeline":
+        lanes = [Lane(ln["label"], [tuple(s) for s in ln["spans"]]) for ln in c["lanes"]]
+        return TimelineChart(c["suffix"], c["title"], lanes, tuple(c["kinds"]))
     return Chart(c["suffix"], c["title"], [Bar(**b) for b in c["bars"]], c["xlabel"])
 
 
@@ -99,7 +142,7 @@ class ChartWorker:
         except OSError:
             self.proc = None
 
-    def draw(self, jobs: list[tuple[Chart | ScalingChart, Path]], timeout: float = 60.0) -> bool:
+    def draw(self, jobs: list[tuple[Chart | ScalingChart | TimelineChart, Path]], timeout: float = 60.0) -> bool:
         """Send the charts to draw and wait; ``False`` if the worker is absent or failed (draw in-process then)."""
         proc, self.proc = self.proc, None
         if proc is None:

@@ -62,6 +62,38 @@ def print_micro_summary(summary: dict[str, Any]) -> None:
     console.print(f"records: {summary['records']}\nreport:  {summary['report']}")
 
 
+def print_pipeline_summary(summary: dict[str, Any]) -> None:
+    """Throughput, each stage's capacity (the lowest bounds the pipeline), weight sync, lag and learning."""
+    from rich.console import Console
+    from rich.table import Table
+
+    def get(key: str) -> float | None:
+        v = summary.get(key)
+        return v if isinstance(v, (int, float)) else None
+
+    caps = {s: get(f"pipeline/capacity/{s}") for s in ("generators", "scorer", "learner")}
+    known = {s: v for s, v in caps.items() if v is not None}
+    bound = min(known, key=lambda s: known[s]) if known else "–"
+    table = Table(title=f"{summary['benchmark']} ({summary['repeats']} repeat(s), baseline medians)")
+    table.add_column("Metric")
+    table.add_column("Value", justify="right")
+    rows = [
+        ("Samples/s reached", fmt(get("pipeline/samples_per_s"), 0)),
+        ("Learner updates/s", fmt(get("pipeline/updates_per_s"), 1)),
+        ("Slices generated/s", fmt(get("pipeline/trajectories_per_s"), 1)),
+        *((f"Capacity: {s} (samples/s)", fmt(v, 0)) for s, v in caps.items()),
+        ("Bounding stage", bound),
+        ("Weight sync, mean latency", fmt_s(get("pipeline/weight_sync_s"))),
+        ("Policy lag, mean (versions)", fmt(get("pipeline/policy_lag"), 2)),
+        ("Greedy reward after training", fmt(get("pipeline/greedy_reward"), 3)),
+    ]
+    for k, v in rows:
+        table.add_row(k, v)
+    console = Console()
+    console.print(table)
+    console.print(f"records: {summary['records']}\nreport:  {summary['report']}")
+
+
 def print_transports_summary(summary: dict[str, Any]) -> None:
     """Per model, env step time and actor count: the fastest transport, its requests/s and p99 latency."""
     from rich.console import Console
