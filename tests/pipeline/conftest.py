@@ -1,10 +1,11 @@
-"""The pipeline tests reuse the CLI helpers (a plain module beside those tests, imported by name)."""
+"""The pipeline tests reuse the CLI and fault helpers (plain modules beside those tests, imported by name)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-_CLI = str(Path(__file__).resolve().parents[1] / "cli")
-if _CLI not in sys.path:
-    sys.path.append(_CLI)
+for helpers in ("cli", "faults"):
+    path = str(Path(__file__).resolve().parents[1] / helpers)
+    if path not in sys.path:
+        sys.path.append(path)

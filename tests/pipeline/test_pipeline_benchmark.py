@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import pytest
 from cli_helpers import run_cli
+from fault_helpers import foreground_signals
 
+from rlbench.errors import UsageError
 from rlbench.store import read_records
 
 
@@ -34,3 +43,75 @@ def test_bad_settings_are_one_line_errors(tmp_path):
     assert r.returncode == 2 and "--weight-sync store is not available on --engine local" in r.stderr
     r = run_cli(["run", "grpo-pipeline", "--group-size", "1", "--store", str(tmp_path)], tmp_path)
     assert r.returncode == 2 and "--group-size must be >= 2" in r.stderr
+
+
+def test_an_engine_without_its_library_names_the_install(monkeypatch):
+    import importlib.util
+
+    from rlbench.engines import get_engine
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    with pytest.raises(UsageError, match=r"--engine ray needs ray, which is not installed: pip install 'rlbench\[ray\]'"):
+        get_engine("ray")
+    with pytest.raises(UsageError, match="unknown engine 'spark'"):
+        get_engine("spark")
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for status in Path("/proc").glob("[0-9]*/status"):
+            try:
+                text = status.read_text()
+            except OSError:
+                continue
+            if f"\nPPid:\t{parent}\n" in text and "\nState:\tZ" not in text:
+                child = int(status.parent.name)
+                out.append(child)
+                todo.append(child)
+    return out
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie waiting for a reaper counts: it runs nothing and holds no memory)."""
+    try:
+        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:120]
+    except OSError:
+        return "?"
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_and_sigterm_stop_every_process_and_free_shared_memory(tmp_path, sig, code):
+    shm_before = set(os.listdir("/dev/shm"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlbench", "run", "grpo-pipeline", "--updates", "1000000", "--store", str(tmp_path), "--quiet"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=foreground_signals,
+    )
+    deadline = time.monotonic() + 60
+    while len(_descendants(proc.pid)) < 4 and time.monotonic() < deadline:  # forkserver, 2 generators, scorer
+        time.sleep(0.2)
+    children = _descendants(proc.pid)
+    assert len(children) >= 4, children
+    time.sleep(1.0)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert "0 of 1 repeats saved" in err
+    deadline = time.monotonic() + 10
+    while [p for p in children if not _gone(p)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [_cmdline(p) for p in children if not _gone(p)] == []
+    assert set(os.listdir("/dev/shm")) - shm_before == set()
