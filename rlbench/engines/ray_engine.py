@@ -146,7 +146,7 @@ def run(cfg: PipelineConfig, on_start: Callable[[dict[str, Any]], None] | None =
     t_start = now()
     started_ray = False
     if not ray.is_initialized():
-        ray.init(address=cfg.address or None, include_dashboard=False, log_to_driver=False)
+        ray.init(address=cfg.address or None, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         started_ray = True
     task = BanditTask(cfg.state_dim, cfg.actions, cfg.seed)
     policy = FlatPolicy(cfg.state_dim, cfg.actions, policy_hidden(cfg), cfg.layers, cfg.seed)

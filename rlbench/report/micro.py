@@ -48,7 +48,8 @@ def _header(first: Record, run_id: str) -> list[str]:
     return [
         *provenance(first, "rlbench micro-benchmark report", run_id, ("numba",)),
         "",
-        "Times are per call, medians of pytest-benchmark rounds (IQR beside them). Speed-up is the reference's median "
+        "Times are per call, medians of the timed rounds (pytest-benchmark rounds for the micro suites; IQR beside "
+        "them). Speed-up is the reference's median "
         "over the implementation's at the same size; ★ marks the fastest at each size."
         + (
             f" The benchmarks ran in a subprocess with {first.params['threads']} torch/OpenMP intra-op thread(s) "
@@ -107,7 +108,7 @@ def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, l
         title = group if op == "call" else f"{group}: {op}"
         lines += ["", f"## {title}", "", md_table(["Implementation", *sizes], rows)]
         if chart_stem is not None and any(s in elements[(group, op)] for s in sizes):
-            suffix = f"-{group}-{op}.png".replace("/", "_")
+            suffix = f"-{group}-{op}.png".replace("/", "_").replace(" ", "-")
             chart_lines = []
             for impl, st in sorted(stats.items()):
                 pts = [(elements[(group, op)][s], st[s].median * 1e6) for s in sizes if s in st and s in elements[(group, op)]]
