@@ -21,12 +21,16 @@ from rlbench.variants import variant_configs
 SPANS_KEPT = 4000  # per actor, for the timeline figure
 
 
+WORK = {"generators": "busy/generate", "scorer": "busy/score", "learner": "busy/update"}
+TRANSPORT_BOUND = 0.5  # below this share of the slowest stage's capacity, the stages mostly wait on the transport
+
+
 def stage_capacity(out: PipelineRun) -> dict[str, float]:
-    """Samples per busy second of each stage: what it could sustain if it never waited (generators summed)."""
+    """Samples per second of each stage's own work: what it could sustain if it never waited (generators summed)."""
     busy: dict[str, float] = {"generators": 0.0, "scorer": 0.0, "learner": 0.0}
     for t in out.timelines:
         stage = "generators" if t.actor.startswith("generator") else t.actor
-        busy[stage] = busy.get(stage, 0.0) + t.split()["busy"]
+        busy[stage] = busy.get(stage, 0.0) + t.totals().get(WORK.get(stage, ""), 0.0)
     per_slice = float(out.engine.get("samples_per_slice", 0))
     done = {
         "generators": out.slices_generated * per_slice,
@@ -42,6 +46,8 @@ def pipeline_metrics(out: PipelineRun) -> list[Metric]:
     capacity = stage_capacity(out)
     finite = {k: v for k, v in capacity.items() if v == v}
     bottleneck = min(finite, key=lambda k: finite[k]) if finite else ""
+    if finite and out.samples / wall < TRANSPORT_BOUND * min(finite.values()):
+        bottleneck = "transport"  # every stage could go faster: they wait on the queues and calls between them
     strategy = {"strategy": out.engine.get("weight_sync"), "engine": out.engine.get("engine"), "bytes": out.weight_bytes}
     m = [
         Metric("pipeline/samples_per_s", "samples/s", "higher", [out.samples / wall], meta={"bottleneck": bottleneck}),

@@ -177,7 +177,7 @@ def _measure_ray(strategy: str, weights: np.ndarray, receivers: int, rounds: int
 
     started = not ray.is_initialized()
     if started:
-        ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     actors = [ray.remote(num_cpus=0)(_RayReceiver).remote(weights.size) for _ in range(receivers)]
     try:
         out = []

@@ -107,7 +107,8 @@ def learner_loop(
     """Train ``cfg.updates`` updates on fresh scored slices, publishing the weights after each; fills ``out``.
 
     ``get()`` blocks until the next scored slice (and raises when a role failed or the run timed out);
-    ``depth()`` gives the trajectory and scored queue depths, sampled after every update.
+    ``depth()`` gives the trajectory and scored queue depths, sampled about 100 times a run. Both measurements
+    (queue depths, the greedy evaluation) are booked as ``measure/...``, apart from the learner's work.
     """
     from rlbench.components.pipeline.replay import VersionWeightedReplay
 
@@ -117,6 +118,7 @@ def learner_loop(
     out.started = tl.started = now()
     out.greedy_reward = (learner.greedy_reward(), 0.0)
     every = max(cfg.updates // 10, 1)
+    depth_every = max(cfg.updates // 100, 1)  # about 100 queue-depth samples (on Ray each is an actor call)
     while learner.version < cfg.updates:
         with tl.span("wait/input"):
             while len(pending) < cfg.slices_per_update:
@@ -131,10 +133,12 @@ def learner_loop(
         out.updates = learner.version
         with tl.span("sync/publish"):
             publish(learner.policy.weights(), learner.version)
-        if depth is not None:
-            out.queue_depth.append((now(), *depth()))
+        if depth is not None and learner.version % depth_every == 0:
+            with tl.span("measure/queues"):
+                out.queue_depth.append((now(), *depth()))
         if learner.version % every == 0:
-            out.reward_history.append((learner.version, learner.greedy_reward()))
+            with tl.span("measure/eval"):
+                out.reward_history.append((learner.version, learner.greedy_reward()))
     out.ended = now()
     out.greedy_reward = (out.greedy_reward[0], learner.greedy_reward())
     return tl

@@ -146,7 +146,7 @@ def run(cfg: PipelineConfig, on_start: Callable[[dict[str, Any]], None] | None =
     t_start = now()
     started_ray = False
     if not ray.is_initialized():
-        ray.init(address=cfg.address or None, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        ray.init(address=cfg.address or "local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         started_ray = True
     task = BanditTask(cfg.state_dim, cfg.actions, cfg.seed)
     policy = FlatPolicy(cfg.state_dim, cfg.actions, policy_hidden(cfg), cfg.layers, cfg.seed)
@@ -162,8 +162,10 @@ def run(cfg: PipelineConfig, on_start: Callable[[dict[str, Any]], None] | None =
     try:
         trajectories, scored = Queue(maxsize=cfg.queue_size), Queue(maxsize=cfg.queue_size)
         queues += [trajectories, scored]
-        gen_cls = ray.remote(num_cpus=0, max_concurrency=2)(GeneratorActor)
-        scorer_cls = ray.remote(num_cpus=0, max_concurrency=2)(ScorerActor)
+        # spread over the cluster's nodes (one node: all here); the roles' CPUs are not reserved, so that the
+        # pipeline also runs where Ray was started with few CPUs, as on a laptop or in CI
+        gen_cls = ray.remote(num_cpus=0, max_concurrency=2, scheduling_strategy="SPREAD")(GeneratorActor)
+        scorer_cls = ray.remote(num_cpus=0, max_concurrency=2, scheduling_strategy="SPREAD")(ScorerActor)
         for i in range(cfg.generators):
             actors[f"generator-{i}"] = gen_cls.remote(cfg, i, trajectories)
         actors["scorer"] = scorer_cls.remote(cfg, trajectories, scored)

@@ -79,8 +79,10 @@ def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, l
         "",
         "## Throughput and the stage that bounds it",
         "",
-        "Capacity is what a stage processed per second it was busy: the rate it could sustain if it never waited. "
-        "The stage with the lowest capacity bounds the pipeline; the others wait on it.",
+        "Capacity is what a stage processed per second of its own work: the rate it could sustain if it never "
+        "waited. The stage with the lowest capacity bounds the pipeline and the others wait on it; when the "
+        "pipeline reaches less than half of even the lowest capacity, every stage is waiting on the transport "
+        "between them (queues, calls, weight pushes), and the bounding stage reads `transport`.",
         "",
     ]
     reached = _med(records, SAMPLES_PER_S)
@@ -211,22 +213,20 @@ def _actors(records: list[Record]) -> list[str]:
     actors = sorted({r.metric.split("/")[1] for r in records if r.metric.startswith("actor/")}, key=_actor_order)
     rows = []
     for actor in actors:
-        split = {k: _med(records, f"actor/{actor}/{k}_s") for k in ("busy", "wait", "sync", "idle")}
+        split = {k: _med(records, f"actor/{actor}/{k}_s") for k in KINDS}
         total = sum(v for v in split.values() if math.isfinite(v))
         node = next(
             (r.meta.get("node", "") for r in records if r.metric == f"actor/{actor}/busy_s" and r.repeat == first_repeat), ""
         )
-        rows.append(
-            [actor, node or "–", *(pct(split[k] / total) if total > 0 else "–" for k in ("busy", "wait", "sync", "idle"))]
-        )
+        shares = [pct(split[k] / total) if total > 0 and math.isfinite(split[k]) else "–" for k in KINDS]
+        rows.append([actor, node or "–", *shares])
     if not rows:
         return []
-    return [
-        "## Where each actor's time goes",
-        "",
-        md_table(["Actor", "Node", "Busy", "Waiting", "Syncing weights", "Idle"], rows),
-        "",
-    ]
+    header = ["Actor", "Node", "Busy", "Waiting", "Syncing weights", "Measuring", "Idle"]
+    return ["## Where each actor's time goes", "", md_table(header, rows), ""]
+
+
+KINDS = ("busy", "wait", "sync", "measure", "idle")
 
 
 def _actor_order(name: str) -> tuple[int, str]:

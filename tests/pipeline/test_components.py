@@ -87,9 +87,10 @@ def test_grpo_learns_the_bandit_from_chance_to_090_greedy():
     assert learner.version == 300 and stats["samples"] == 4 * 64 * 8 and all(lag >= 0 for lag in stats["lags"])
 
 
-def test_timeline_splits_busy_wait_sync_and_idle():
+def test_timeline_splits_busy_wait_sync_measure_and_idle():
     tl = Timeline("x", started=100.0)
     tl.spans += [("busy/generate", 100.0, 103.0), ("wait/queue", 103.0, 104.0), ("sync/weights", 104.0, 104.5)]
     tl.ended = 110.0
-    assert tl.split() == {"busy": 3.0, "wait": 1.0, "sync": 0.5, "idle": 5.5}
+    tl.spans.append(("measure/eval", 105.0, 105.5))
+    assert tl.split() == {"busy": 3.0, "wait": 1.0, "sync": 0.5, "measure": 0.5, "idle": 5.0}
     assert tl.totals()["busy/generate"] == 3.0

@@ -39,7 +39,7 @@ def test_local_pipeline_learns_and_measures_every_stage(sync):
     assert len(out.transfer_s) == len(out.syncs)
     assert len(out.lags) == 300 * 4 and min(out.lags) >= 0
     assert out.slices_generated >= out.slices_scored >= 300 * 4
-    assert len(out.queue_depth) == 300 and out.ended > out.started
+    assert len(out.queue_depth) == 100 and out.ended > out.started  # sampled every 3rd update
     assert sorted(pids) == ["generator-0", "generator-1", "scorer"] and all(_gone(p) for p in pids.values())
 
 

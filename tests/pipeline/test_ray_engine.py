@@ -16,6 +16,7 @@ from rlbench.engines.ray_engine import run  # noqa: E402
 def local_ray():
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     ray.init(
+        address="local",  # a new local Ray, whatever another run left behind
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
@@ -35,7 +36,7 @@ def test_ray_pipeline_learns_and_measures_every_actor(local_ray):
     assert {s.actor for s in out.syncs} == {"generator-0", "generator-1"} and all(s.latency_s >= 0 for s in out.syncs)
     node = ray.get_runtime_context().get_node_id()
     assert set(out.nodes.values()) == {node} and len(out.nodes) == 4
-    assert len(out.queue_depth) == 300 and len(out.lags) == 300 * 4
+    assert len(out.queue_depth) == 100 and len(out.lags) == 300 * 4
 
 
 def test_an_exception_in_a_generator_reaches_the_driver_with_its_name(local_ray, monkeypatch):

@@ -2,7 +2,8 @@
 
 Spans use ``time.time()`` so that actors in different processes (or hosts with synchronized clocks) share one time
 axis for the timeline figure. The kind of a phase is the part of its name before the first slash: ``busy/...``,
-``wait/input``, ``wait/output``, ``sync/...``; an actor's idle time is its lifetime minus its spans.
+``wait/input``, ``wait/output``, ``sync/...``, ``measure/...`` (the harness's own readings); an actor's idle time
+is its lifetime minus its spans.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-KINDS = ("busy", "wait", "sync")
+KINDS = ("busy", "wait", "sync", "measure")
 
 
 @dataclass
@@ -53,7 +54,7 @@ class Timeline:
         return out
 
     def split(self) -> dict[str, float]:
-        """Seconds busy, waiting, syncing and idle over the actor's lifetime."""
+        """Seconds busy, waiting, syncing, measuring and idle over the actor's lifetime."""
         out = dict.fromkeys((*KINDS, "idle"), 0.0)
         for phase, t0, t1 in self.spans:
             kind = phase.split("/", 1)[0]
