@@ -37,7 +37,11 @@ class PipelineConfig:
     lr: float = option("learner Adam learning rate", default=3e-3)
     clip: float = option("PPO clip range of the policy ratio", default=0.2)
     replay: int = option("slices the version-weighted replay keeps", default=64)
-    queue_size: int = option("bound of the trajectory queue (a full queue blocks the generators)", default=16)
+    queue_size: int = option(
+        "bound of the trajectory and scored queues (a full queue blocks the stage before it; deeper queues mean "
+        "staler slices)",
+        default=4,
+    )
     weight_sync: str = option(
         "how weights reach the generators: auto (shm on local, store on ray), shm (shared memory, local), "
         "store (Ray object store, flat NumPy), gloo (torch.distributed broadcast, local)",
