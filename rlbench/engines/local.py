@@ -30,7 +30,15 @@ import numpy as np
 
 from rlbench.components.pipeline.timeline import Timeline
 from rlbench.engines.base import PipelineConfig, PipelineError, PipelineRun, describe, now, policy_hidden, sync_strategy
-from rlbench.engines.loops import generator_loop, learner_loop, merge_reports, scorer_loop, wait_until
+from rlbench.engines.loops import (
+    generator_loop,
+    learner_loop,
+    merge_reports,
+    queue_get,
+    queue_put,
+    scorer_loop,
+    wait_until,
+)
 
 POLL_S = 0.05  # how often a blocked role looks at the stop flag and for new weights
 JOIN_S = 5.0
@@ -178,32 +186,6 @@ def _child_setup() -> None:
     torch.set_num_threads(1)
 
 
-def _queue_put(q: Any, stop: Any) -> Callable[[Any, Callable[[], None] | None], bool]:
-    """``put(item, on_wait)``: put, waiting while the queue is full (calling ``on_wait``); False once stopped."""
-
-    def put(item: Any, on_wait: Callable[[], None] | None) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=POLL_S)
-                return True
-            except queue.Full:
-                if on_wait is not None:
-                    on_wait()
-        return False
-
-    return put
-
-
-def _queue_get(q: Any) -> Callable[[], Any]:
-    def get() -> Any:
-        try:
-            return q.get(timeout=POLL_S)
-        except queue.Empty:
-            return None
-
-    return get
-
-
 def generator_main(cfg: PipelineConfig, index: int, chans: dict[str, Any], board: tuple[Any, ...]) -> None:
     """A generator process (:func:`~rlbench.engines.loops.generator_loop`); its report goes to the results queue."""
     name = f"generator-{index}"
@@ -214,7 +196,7 @@ def generator_main(cfg: PipelineConfig, index: int, chans: dict[str, Any], board
         report = generator_loop(
             cfg,
             index,
-            _queue_put(chans["trajectories"], stop),
+            queue_put(chans["trajectories"], stop.is_set, queue.Full, POLL_S),
             lambda policy: ShmReader(board) if shm else GlooReader(board, index + 1, policy),
             stop.is_set,
         )
@@ -228,7 +210,8 @@ def scorer_main(cfg: PipelineConfig, chans: dict[str, Any]) -> None:
     stop = chans["stop"]
     try:
         _child_setup()
-        report = scorer_loop(cfg, _queue_get(chans["trajectories"]), _queue_put(chans["scored"], stop), stop.is_set)
+        get = queue_get(chans["trajectories"], queue.Empty, POLL_S)
+        report = scorer_loop(cfg, get, queue_put(chans["scored"], stop.is_set, queue.Full, POLL_S), stop.is_set)
         chans["results"].put(("done", "scorer", report))
     except BaseException as exc:
         chans["results"].put(("error", "scorer", describe(exc)))

@@ -164,6 +164,41 @@ def merge_reports(
     return out
 
 
+def queue_put(q: Any, stopped: Callable[[], bool], full: type[Exception], poll_s: float) -> Put:
+    """``put(item, on_wait)`` on a bounded queue: waits while it is full (calling ``on_wait``), False once stopped.
+
+    Args:
+        q: A queue with ``put(item, timeout=...)`` (``multiprocessing.Queue``, ``ray.util.queue.Queue``).
+        stopped: Whether the role has been told to stop.
+        full: The exception the queue raises when a put times out.
+        poll_s: How long one attempt waits.
+    """
+
+    def put(item: Any, on_wait: Callable[[], None] | None) -> bool:
+        while not stopped():
+            try:
+                q.put(item, timeout=poll_s)
+                return True
+            except full:
+                if on_wait is not None:
+                    on_wait()
+        return False
+
+    return put
+
+
+def queue_get(q: Any, empty: type[Exception], poll_s: float) -> Get:
+    """``get()``: the next item, or ``None`` after ``poll_s`` (``empty`` is the queue's timeout exception)."""
+
+    def get() -> Any:
+        try:
+            return q.get(timeout=poll_s)
+        except empty:
+            return None
+
+    return get
+
+
 def wait_until(deadline: float, timeout_s: float) -> None:
     """Raise ``TimeoutError`` once past ``deadline`` (``time.monotonic()``)."""
     if time.monotonic() > deadline:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlbench.engines.base import PipelineConfig, PipelineError, PipelineRun, now, policy_hidden, sync_strategy
-from rlbench.engines.loops import generator_loop, learner_loop, merge_reports, scorer_loop, wait_until
+from rlbench.engines.loops import generator_loop, learner_loop, merge_reports, queue_get, queue_put, scorer_loop, wait_until
 
 POLL_S = 0.05
 
@@ -71,7 +71,7 @@ class GeneratorActor:
 
     def run(self) -> dict[str, Any]:
         stopped = lambda: self.stopping
-        return generator_loop(self.cfg, self.index, _queue_put(self.out, stopped), lambda _: _StoreReader(self.box), stopped)
+        return generator_loop(self.cfg, self.index, _put(self.out, stopped), lambda _: _StoreReader(self.box), stopped)
 
 
 class ScorerActor:
@@ -91,35 +91,15 @@ class ScorerActor:
 
     def run(self) -> dict[str, Any]:
         stopped = lambda: self.stopping
-        return scorer_loop(self.cfg, _queue_get(self.inp), _queue_put(self.out, stopped), stopped)
+        from ray.util.queue import Empty
+
+        return scorer_loop(self.cfg, queue_get(self.inp, Empty, POLL_S), _put(self.out, stopped), stopped)
 
 
-def _queue_put(q: Any, stopped: Callable[[], bool]) -> Callable[[Any, Callable[[], None] | None], bool]:
+def _put(q: Any, stopped: Callable[[], bool]) -> Any:
     from ray.util.queue import Full
 
-    def put(item: Any, on_wait: Callable[[], None] | None) -> bool:
-        while not stopped():
-            try:
-                q.put(item, timeout=POLL_S)
-                return True
-            except Full:
-                if on_wait is not None:
-                    on_wait()
-        return False
-
-    return put
-
-
-def _queue_get(q: Any) -> Callable[[], Any]:
-    from ray.util.queue import Empty
-
-    def get() -> Any:
-        try:
-            return q.get(timeout=POLL_S)
-        except Empty:
-            return None
-
-    return get
+    return queue_put(q, stopped, Full, POLL_S)
 
 
 def run(cfg: PipelineConfig, on_start: Callable[[dict[str, Any]], None] | None = None) -> PipelineRun:

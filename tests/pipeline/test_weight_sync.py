@@ -7,15 +7,15 @@ import importlib.util
 import numpy as np
 import pytest
 from cli_helpers import run_cli
-from rlbench.suites.weight_sync import _measure_local
 
+from rlbench.engines.weight_sync import measure_local
 from rlbench.store import read_records
 
 
 @pytest.mark.parametrize("strategy", ["reference", "gloo", "shm"])
 def test_each_local_strategy_completes_every_round(strategy):
     weights = np.arange(256 * 1024, dtype=np.float32)  # 1 MiB
-    times = _measure_local(strategy, weights, receivers=2, rounds=4)
+    times = measure_local(strategy, weights, receivers=2, rounds=4)
     assert len(times) == 4 and all(0 < t < 10 for t in times)
 
 
