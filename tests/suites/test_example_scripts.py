@@ -44,10 +44,11 @@ SCRIPTS = {
 }
 
 
+HARNESSES = {"__init__", "accuracy", "overhead"}  # rlbench's measurement drivers beside the example scripts
+
+
 def _script_files() -> list[Path]:
-    return sorted(
-        p for p in [*SCRIPTS_DIR.glob("*.py"), *HAND_DIR.glob("*.py")] if p.name not in ("__init__.py", "accuracy.py")
-    )
+    return sorted(p for p in [*SCRIPTS_DIR.glob("*.py"), *HAND_DIR.glob("*.py")] if p.stem not in HARNESSES)
 
 
 def _add_argument_calls(path: Path) -> list[str]:
@@ -77,7 +78,7 @@ def _run(path: Path, flag: str, env: dict[str, str] | None = None) -> str:
 
 
 def test_every_script_has_a_hand_copy_with_the_same_flags() -> None:
-    assert {p.stem for p in SCRIPTS_DIR.glob("*.py")} - {"__init__", "accuracy"} == set(SCRIPTS)
+    assert {p.stem for p in SCRIPTS_DIR.glob("*.py")} - HARNESSES == set(SCRIPTS)
     for name in SCRIPTS:
         original, hand = SCRIPTS_DIR / f"{name}.py", HAND_DIR / f"{name}.py"
         assert hand.is_file(), f"no hand-instrumented copy of {name}"
@@ -133,3 +134,11 @@ def test_sb3_script_and_hand_copy(tmp_path: Path) -> None:
 @pytest.mark.slow  # imports and trains torchrl twice (seconds)
 def test_torchrl_script_and_hand_copy(tmp_path: Path) -> None:
     _check_script_and_hand_copy("torchrl_ppo", tmp_path)
+
+
+def test_overhead_harness_interleaves_hooked_and_plain_iterations() -> None:
+    from rlbench.suites.scripts.overhead import measure
+
+    times = measure("full", 6144)  # 12 iterations: 4 warm-up, then on, off, off, on
+    assert len(times["on"]) == 4 and len(times["off"]) == 4
+    assert all(t > 0 for t in times["on"] + times["off"])
