@@ -14,7 +14,7 @@ from rlbench.metrics import BASELINE, VARIANT
 from rlbench.records import Record
 from rlbench.report.charts import Bar, Chart, Lane, TimelineChart
 from rlbench.report.format import fmt, fmt_s, md_table, pct
-from rlbench.stats import summarize
+from rlbench.stats import quantile, summarize
 
 SAMPLES_PER_S = "pipeline/samples_per_s"
 
@@ -35,13 +35,6 @@ def _med(records: list[Record], metric: str) -> float:
 
 def _pooled(records: list[Record], metric: str) -> list[float]:
     return [v for r in _by(records, metric) for v in r.samples if math.isfinite(v)]
-
-
-def _pctl(values: list[float], q: float) -> float:
-    if not values:
-        return math.nan
-    s = sorted(values)
-    return s[min(int(q * len(s)), len(s) - 1)]
 
 
 def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, list[Chart | TimelineChart]]:
@@ -173,7 +166,7 @@ def _weight_sync(records: list[Record]) -> list[str]:
 
 def _percentiles(label: str, values: list[float]) -> list[str]:
     top = max(values, default=math.nan)
-    return [label, str(len(values)), fmt_s(_pctl(values, 0.5)), fmt_s(_pctl(values, 0.99)), fmt_s(top)]
+    return [label, str(len(values)), fmt_s(quantile(values, 0.5)), fmt_s(quantile(values, 0.99)), fmt_s(top)]
 
 
 def _lag(records: list[Record]) -> list[str]:
@@ -191,7 +184,7 @@ def _lag(records: list[Record]) -> list[str]:
         "",
         md_table(["Lag (versions)", "Slices", "Share"], rows),
         "",
-        f"Trajectory queue depth at each update: median {fmt(_pctl(depth, 0.5), 0)}, "
+        f"Trajectory queue depth at each update: median {fmt(quantile(depth, 0.5), 0)}, "
         f"max {fmt(max(depth, default=math.nan), 0)} "
         f"(bound {records[0].params.get('queue_size')}): a full queue means the stages after it (scorer, then "
         "learner) are slower than the generators, and slices wait in it, growing the lag.",
