@@ -83,6 +83,25 @@ def signals_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+@contextlib.contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """Put back rlbench's SIGINT and SIGTERM handlers after the block, whatever it installed at the C level.
+
+    ``ray.init`` installs a native SIGTERM handler in the driver that logs a stack trace and exits 1: rlbench's own
+    handler (exit 143 with what was saved) must stay in charge of the command.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
 def child_pythonpath(env: dict[str, str] | None = None) -> str:
     """``PYTHONPATH`` for a child that runs elsewhere: the working directory first, every entry made absolute.
 

@@ -29,3 +29,11 @@ class Terminated(KeyboardInterrupt):
     """
 
     exit_code = 143
+    #: set by the CLI's SIGTERM handler: some libraries (Ray's ``ray.wait``, ``ray.get``) turn whatever their signal
+    #: check raised into a plain :class:`KeyboardInterrupt`, and the exit code must still say SIGTERM
+    seen = False
+
+
+def interrupt_exit_code(exc: BaseException) -> int:
+    """What a command ended by ``exc`` (Ctrl-C or SIGTERM) exits with: 143 after SIGTERM, else 130."""
+    return 143 if isinstance(exc, Terminated) or Terminated.seen else 130

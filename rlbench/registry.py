@@ -81,6 +81,9 @@ class BenchmarkSpec:
             raises :class:`~rlbench.errors.UsageError`. Optional.
         source: Where the spec came from (the entry point's module and distribution, ``./suites/x.py``); set by
             discovery.
+        cases: ``cases(config) -> [(label, config)]`` splits one repeat into independent parts whose metrics together
+            are the repeat's (a micro suite's groups), so ``--backend ray`` can run them as separate tasks. Optional:
+            without it a repeat is one case.
     """
 
     name: str
@@ -91,6 +94,7 @@ class BenchmarkSpec:
     report: str = "training"
     check: Callable[[Any], None] | None = None
     source: str = ""
+    cases: Callable[[Any], list[tuple[str, Any]]] | None = None
 
     def defaults(self) -> dict[str, Any]:
         """The default parameters as a plain dict."""

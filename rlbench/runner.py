@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.children import signals_deferred
-from rlbench.errors import RlbenchError, StoreError
+from rlbench.errors import RlbenchError, StoreError, interrupt_exit_code
 from rlbench.fingerprint import fingerprint
 from rlbench.instrument.machine_load import LoadProbe
 from rlbench.metrics import Metric, load_metrics
 from rlbench.records import Record, definition_hash, metric_records
-from rlbench.registry import BenchmarkSpec, RunContext
+from rlbench.registry import BenchmarkSpec, RunContext, display_path, resolve_target
 from rlbench.store import RunWriter, utc_now
 
 
@@ -45,6 +45,22 @@ class RunOutcome:
     error_log: Path | None = None
     interrupted: bool = False
     exit_code: int = 0
+
+
+def _pytest_file_spec(path: Path) -> BenchmarkSpec:
+    """The spec that runs a user's pytest-benchmark file as a micro-benchmark (imported only for such a file)."""
+    from rlbench.suites.micro.runner import file_spec
+
+    return file_spec(path, display_path(path))
+
+
+def resolve_run_target(target: str) -> BenchmarkSpec:
+    """The benchmark ``rlbench run TARGET`` runs: a name, ``FILE.py[:NAME]`` or ``package.module:NAME``.
+
+    Raises:
+        UsageError: With one line saying what to do when the target cannot be run.
+    """
+    return resolve_target(target, pytest_file=_pytest_file_spec)
 
 
 def params_of(config: Any) -> dict[str, Any]:
@@ -142,7 +158,7 @@ def run_benchmark(
                 break
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (errors.Terminated), wherever it lands between repeats too
         outcome.interrupted = True
-        outcome.exit_code = getattr(exc, "exit_code", 130)
+        outcome.exit_code = interrupt_exit_code(exc)
     return outcome
 
 

@@ -38,7 +38,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 PARAMETER_TYPES: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
 #: options every ``rlbench run`` has: a parameter of the same name would shadow them
-RESERVED = ("repeats", "store", "report", "profile", "json", "quiet", "help")
+RESERVED = ("repeats", "store", "report", "profile", "json", "quiet", "backend", "help")
 
 
 @overload

@@ -133,6 +133,7 @@ def _version() -> str:
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
+    Terminated.seen = True
     raise Terminated
 
 

@@ -85,3 +85,54 @@ class TrainingProgress:
             if exc_type is not None:
                 self.discard()
             self.progress.stop()
+
+
+class CaseProgress:
+    """A rich bar over every case of a fanned-out run (``--backend ray``), advanced as each case's records land.
+
+    Args:
+        name: Benchmark id shown in the bar.
+        enabled: ``False`` shows nothing (``--quiet``).
+    """
+
+    def __init__(self, name: str, enabled: bool = True) -> None:
+        self.name = name
+        self.enabled = enabled
+        self.progress: Any = None
+        self.task: Any = None
+        self.failed = 0
+
+    def __enter__(self) -> CaseProgress:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("cases"),
+                TextColumn("{task.fields[last]}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                refresh_per_second=4,
+                transient=False,
+            )
+            self.progress.start()
+        return self
+
+    def plan(self, cases: list[Any]) -> None:
+        """Set the total: every case of the matrix."""
+        if self.progress is not None:
+            self.task = self.progress.add_task(f"{self.name} on ray", total=len(cases), last="")
+
+    def done(self, case: Any, reason: str | None) -> None:
+        """One case ended: saved, or failed for ``reason``."""
+        self.failed += reason is not None
+        if self.progress is not None and self.task is not None:
+            last = f"{case.label} failed" if reason else f"{case.label} saved"
+            failed = f" ({self.failed} failed)" if self.failed else ""
+            self.progress.update(self.task, advance=1, last=last + failed)
+
+    discard = TrainingProgress.discard
+    __exit__ = TrainingProgress.__exit__

@@ -15,7 +15,7 @@ from typing import Any
 from rlbench.cli.parser import Parser, add_config_options, config_overrides
 from rlbench.errors import UsageError
 from rlbench.metrics import PROFILE_SELF_S, STARTUP_S, Metric
-from rlbench.registry import BenchmarkSpec, all_specs, display_path, resolve_target, user_pytest_files
+from rlbench.registry import BenchmarkSpec, all_specs, display_path, user_pytest_files
 
 
 def _run_help() -> str:
@@ -33,22 +33,6 @@ def _run_help() -> str:
         f"benchmarks:\n{names}\n\n"
         "`rlbench run TARGET --help` lists every option of that benchmark.\n"
     )
-
-
-def _pytest_file_spec(path: Path) -> BenchmarkSpec:
-    """The spec that runs a user's pytest-benchmark file as a micro-benchmark (imported only for such a file)."""
-    from rlbench.suites.micro.runner import file_spec
-
-    return file_spec(path, display_path(path))
-
-
-def resolve_run_target(target: str) -> BenchmarkSpec:
-    """The benchmark ``rlbench run TARGET`` runs: a name, ``FILE.py[:NAME]`` or ``package.module:NAME``.
-
-    Raises:
-        UsageError: With one line saying what to do when the target cannot be run.
-    """
-    return resolve_target(target, pytest_file=_pytest_file_spec)
 
 
 def build_run_parser(spec: BenchmarkSpec, config: Any) -> Parser:
@@ -83,6 +67,21 @@ def build_run_parser(spec: BenchmarkSpec, config: Any) -> Parser:
         help="print exactly one JSON object on stdout (medians over repeats, paths of records and report)",
     )
     g.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+    g.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="where repeats run: local (this process, one after another) or ray (each case a Ray task with its "
+        "declared CPUs/GPUs, records streamed into the store; a case whose worker dies is retried once; needs "
+        "pip install 'rlbench[ray]') (default: local)",
+    )
+    if not hasattr(config, "address"):  # a benchmark with its own --address (grpo-pipeline) joins the cluster itself
+        g.add_argument(
+            "--address",
+            default="",
+            metavar="ADDR",
+            help="with --backend ray: the Ray cluster to join (host:port, or auto); default: a local Ray, stopped after",
+        )
     add_config_options(p, config)
     return p
 
@@ -135,6 +134,8 @@ def run_command(argv: list[str], t0: float) -> int:
         return 0
     if argv[0].startswith("-"):
         raise UsageError("missing BENCHMARK: `rlbench run BENCHMARK [options]` (see `rlbench list`)")
+    from rlbench.runner import resolve_run_target
+
     spec = resolve_run_target(argv[0])
     defaults = spec.config_factory()
     parser = build_run_parser(spec, defaults)
@@ -150,6 +151,10 @@ def run_command(argv: list[str], t0: float) -> int:
 
     device_spec = getattr(config, "device", "auto")
     validate_device_string(device_spec)
+    if args.backend == "ray" and args.profile:
+        raise UsageError("--profile records this process only: drop it with --backend ray, or run with --backend local")
+    if args.address and args.backend != "ray" and not hasattr(config, "address"):
+        raise UsageError("--address names a Ray cluster: add --backend ray")
     from rlbench.report.plots import ChartWorker
 
     charts = ChartWorker()  # imports matplotlib on the other core while this process imports torch and trains
@@ -164,6 +169,8 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
 
     if spec.check is not None:
         spec.check(config)  # what needs imports (env ids, optional libraries), before the device is opened
+    if args.backend == "ray":
+        return _run_on_ray(spec, config, args, argv, device_spec, charts, t0)
     device = resolve_device(device_spec)  # imports torch
 
     from rlbench.runner import run_benchmark
@@ -224,32 +231,49 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
         prof = Metric(PROFILE_SELF_S, "s", "none", secs, meta={"frames": names, "total_s": total, "html": html.name})
         writer.write(to_records(spec, config, [prof], writer.run_id, 0, str(device), fingerprint(), {"command": command}))
 
+    return _finish(spec, args, writer.run_id, outcome.records_path, report_path, outcome.metrics, str(device), charts, t0)
+
+
+def _finish(
+    spec: BenchmarkSpec,
+    args: Any,
+    run_id: str,
+    records_path: Path,
+    report_path: Path,
+    metrics: list[list[Metric]],
+    device: str,
+    charts: Any,
+    t0: float,
+    extra: dict[str, Any] | None = None,
+) -> int:
+    """Write the report of a finished run and print its summary (``--json``: one JSON object); returns 0."""
     from rlbench.cli.report import write_report
 
-    write_report(outcome.records_path, report_path, run_id=writer.run_id, worker=charts)
+    write_report(records_path, report_path, run_id=run_id, worker=charts)
     if spec.report == "micro":
-        summary = summarize_micro(outcome.metrics)
+        summary = summarize_micro(metrics)
     elif spec.report == "transports":
         from rlbench.report.transports import summary_rows
         from rlbench.store import read_records
 
-        rows = summary_rows([r for r in read_records(outcome.records_path) if r.run_id == writer.run_id])
+        rows = summary_rows([r for r in read_records(records_path) if r.run_id == run_id])
         summary = {
             "cases": [
                 {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()} for row in rows
             ]
         }
     else:
-        summary = summarize_outcome(outcome.metrics)
+        summary = summarize_outcome(metrics)
     summary.update(
         {
             "benchmark": spec.name,
-            "run_id": writer.run_id,
-            "device": str(device),
-            "repeats": outcome.repeats_done,
-            "records": str(outcome.records_path),
+            "run_id": run_id,
+            "device": device,
+            "repeats": len(metrics) if args.backend == "local" else args.repeats,
+            "records": str(records_path),
             "report": str(report_path),
             "cli_wall_s": _since_start(t0),
+            **(extra or {}),
         }
     )
     if args.json:
@@ -265,6 +289,52 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
         printers = {"micro": print_micro_summary, "transports": print_transports_summary, "pipeline": print_pipeline_summary}
         printers.get(spec.report, print_summary)(summary)
     return 0
+
+
+def _run_on_ray(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_spec: str, charts: Any, t0: float) -> int:
+    """``--backend ray``: every case a Ray task (:mod:`rlbench.fanout`), records streamed in, then the same report."""
+    from rlbench.cli.progress import CaseProgress
+    from rlbench.fanout import fan_out
+    from rlbench.store import RunWriter
+
+    writer = RunWriter(args.store)
+    report_path = Path(args.report) if args.report else writer.store / f"{writer.run_id}.md"
+    _check_report_path(report_path)
+    command = "rlbench run " + " ".join(shlex.quote(a) for a in argv)
+    progress = CaseProgress(spec.name, enabled=not args.quiet)
+    with progress:
+        outcome = fan_out(
+            spec,
+            argv[0],
+            config,
+            writer,
+            repeats=args.repeats,
+            device_spec=device_spec,
+            address=args.address or "",
+            meta={"command": command},
+            on_plan=progress.plan,
+            on_done=progress.done,
+        )
+        if outcome.failed or outcome.interrupted:
+            progress.discard()
+    saved = f"{len(outcome.done)} of {len(outcome.cases)} cases saved in {outcome.records_path}"
+    if outcome.interrupted:
+        what = "terminated (SIGTERM)" if outcome.exit_code == 143 else "interrupted"
+        hint = f"; `rlbench report {outcome.records_path}` renders them" if outcome.done else ""
+        print(f"rlbench: {what}: {saved}{hint}", file=sys.stderr)
+        return outcome.exit_code
+    if outcome.usage_error:
+        print(f"rlbench: error: {outcome.usage_error}; {saved}", file=sys.stderr)
+        return 2
+    if outcome.failed:
+        label, reason = next(iter(outcome.failed.items()))
+        more = f" (and {len(outcome.failed) - 1} more)" if len(outcome.failed) > 1 else ""
+        where = f"; details in {outcome.error_log}" if outcome.error_log else ""
+        print(f"rlbench: error: {spec.name} case {label} {reason}{more}; {saved}{where}", file=sys.stderr)
+        return 1
+    device = ", ".join(sorted(set(outcome.devices.values()))) or device_spec
+    extra = {"backend": "ray", "fanout": {"cases": len(outcome.cases), "nodes": outcome.nodes}}
+    return _finish(spec, args, writer.run_id, outcome.records_path, report_path, outcome.metrics, device, charts, t0, extra)
 
 
 def _json_default(v: Any) -> Any:

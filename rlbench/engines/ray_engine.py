@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rlbench.children import signal_handlers_kept
 from rlbench.engines.base import PipelineConfig, PipelineError, PipelineRun, now, policy_hidden, sync_strategy
 from rlbench.engines.loops import generator_loop, learner_loop, merge_reports, queue_get, queue_put, scorer_loop, wait_until
 
@@ -126,7 +127,8 @@ def run(cfg: PipelineConfig, on_start: Callable[[dict[str, Any]], None] | None =
     t_start = now()
     started_ray = False
     if not ray.is_initialized():
-        ray.init(address=cfg.address or "local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        with signal_handlers_kept():  # Ray's native SIGTERM handler would exit 1 with a stack trace
+            ray.init(address=cfg.address or "local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         started_ray = True
     task = BanditTask(cfg.state_dim, cfg.actions, cfg.seed)
     policy = FlatPolicy(cfg.state_dim, cfg.actions, policy_hidden(cfg), cfg.layers, cfg.seed)

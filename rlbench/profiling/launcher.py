@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.children import child_pythonpath, die_with_parent, end_child, remove_orphan_dirs, signals_deferred
-from rlbench.errors import StoreError, UsageError
+from rlbench.errors import StoreError, UsageError, interrupt_exit_code
 from rlbench.fingerprint import fingerprint, git_fingerprint
 from rlbench.instrument.machine_load import LoadProbe
 from rlbench.metrics import Metric, load_metrics
@@ -253,7 +253,7 @@ def run_profile(
                     outcome.metrics.append(metrics)
         except KeyboardInterrupt as exc:
             outcome.interrupted = True
-            outcome.exit_code = getattr(exc, "exit_code", 130)
+            outcome.exit_code = interrupt_exit_code(exc)
     return outcome
 
 

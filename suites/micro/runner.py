@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,10 @@ class MicroConfig:
     """Options of a micro-benchmark group."""
 
     impl: tuple[str, ...] = option("your implementation to compare, as package.module:function (repeatable)", default=())
+    group: tuple[str, ...] = option(
+        "group to run, of this benchmark's (repeatable; default: all of them); `--backend ray` runs each group as a case",
+        default=(),
+    )
     select: str = option("pytest -k expression selecting benchmarks, e.g. 'numpy or numba'", default="")
     max_time: float = option("seconds pytest-benchmark spends per benchmark (more: tighter medians)", default=0.3)
     threads: int = option(
@@ -77,6 +81,9 @@ class MicroConfig:
             raise UsageError(f"--timeout must be positive, got {self.timeout}")
         if self.threads < 1:
             raise UsageError(f"--threads must be at least 1, got {self.threads}")
+        unknown = [g for g in self.group if g not in GROUPS]
+        if unknown:
+            raise UsageError(f"unknown --group {unknown[0]!r}; choose from {', '.join(GROUPS)}")
 
 
 def available_groups() -> list[str]:
@@ -215,9 +222,9 @@ def make_run(groups: list[str]):
     def run(config: MicroConfig, ctx: RunContext) -> list[Metric]:
         from rlbench.suites.micro.user_impls import check_user_impls
 
-        present = [g for g in groups if g in available_groups()]
+        present = [g for g in _selected(groups, config) if g in available_groups()]
         if not present:
-            raise UsageError(f"no suite file for {', '.join(groups)} in this installation")
+            raise UsageError(f"no suite file for {', '.join(_selected(groups, config))} in this installation")
         user = check_user_impls(config.impl, present, config.timeout)
         data = run_group_files([MICRO_DIR / GROUPS[g][0] for g in present], config, user)
         metrics = metrics_from_json(data)
@@ -226,6 +233,29 @@ def make_run(groups: list[str]):
         return metrics
 
     return run
+
+
+def _selected(groups: list[str], config: MicroConfig) -> list[str]:
+    """The groups of ``groups`` that ``--group`` keeps (all when it names none).
+
+    Raises:
+        UsageError: When ``--group`` names a group this benchmark does not hold.
+    """
+    if not config.group:
+        return list(groups)
+    outside = [g for g in config.group if g not in groups]
+    if outside:
+        raise UsageError(f"--group {outside[0]} is not part of this benchmark; it holds {', '.join(groups)}")
+    return [g for g in groups if g in config.group]
+
+
+def make_cases(groups: list[str]):
+    """The ``cases`` function of a spec covering ``groups``: one case per selected group present here."""
+
+    def cases(config: MicroConfig) -> list[tuple[str, MicroConfig]]:
+        return [(g, replace(config, group=(g,))) for g in _selected(groups, config) if g in available_groups()]
+
+    return cases
 
 
 @dataclass
@@ -285,7 +315,14 @@ def file_spec(path: Path, source: str | None = None) -> BenchmarkSpec:
 
 BENCHMARKS = [
     *(
-        BenchmarkSpec(name=name, summary=f"micro: {summary}", config_factory=MicroConfig, run=make_run([name]), report="micro")
+        BenchmarkSpec(
+            name=name,
+            summary=f"micro: {summary}",
+            config_factory=MicroConfig,
+            run=make_run([name]),
+            report="micro",
+            cases=make_cases([name]),
+        )
         for name, (file, summary) in GROUPS.items()
         if (MICRO_DIR / file).is_file()
     ),
@@ -295,5 +332,6 @@ BENCHMARKS = [
         config_factory=MicroConfig,
         run=make_run(list(GROUPS)),
         report="micro",
+        cases=make_cases(list(GROUPS)),
     ),
 ]

@@ -52,3 +52,37 @@ def record(run_id: str = "20260101T000000Z-aaaaaa", metric: str = "sps", samples
     )
     base.update(kw)
     return Record(**base)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, grandchildren, ...); zombies excluded."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def gone(pid: int) -> bool:
+    """Exited (a zombie waiting for a reaper counts: it runs nothing and holds no memory)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def cmdline(pid: int) -> str:
+    """The first 120 characters of a process's command line (``?`` once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:120]
+    except OSError:
+        return "?"

@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from fault_helpers import foreground_signals
+from fault_helpers import descendants, foreground_signals
 
 from rlbench.children import remove_orphan_dirs
 from rlbench.store import RecordsWarning, read_records
@@ -59,22 +59,6 @@ RUNS = {
 SIGNALS = {"TERM": (signal.SIGTERM, 143), "INT": (signal.SIGINT, 130), "KILL": (signal.SIGKILL, -signal.SIGKILL)}
 
 
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
 def _running(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -94,7 +78,7 @@ def _started(run: str, cwd: Path, pid: int) -> bool:
     if run == "micro":
         return any(
             "benchmark-json" in Path(f"/proc/{c}/cmdline").read_text(errors="replace")
-            for c in _descendants(pid)
+            for c in descendants(pid)
             if Path(f"/proc/{c}/cmdline").exists()
         )
     if run == "ab":
@@ -125,7 +109,7 @@ def test_signal_at_a_random_point(tmp_path: Path, run: str, sig_name: str, seed:
         time.sleep(0.005)
     assert proc.poll() is None, "the run ended before the signal could be sent"
     time.sleep(random.Random(f"{run}-{sig_name}-{seed}").uniform(0.0, 1.0))  # a random point, the same every time
-    family = _descendants(proc.pid)
+    family = descendants(proc.pid)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err

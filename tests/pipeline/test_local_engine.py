@@ -6,20 +6,12 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from fault_helpers import gone
 
 from rlbench.engines.base import PipelineConfig, PipelineError
 from rlbench.engines.local import run
-
-
-def _gone(pid: int) -> bool:
-    status = Path(f"/proc/{pid}/status")
-    try:
-        return "\nState:\tZ" in status.read_text()
-    except OSError:
-        return True
 
 
 @pytest.mark.parametrize("sync", ["shm", "gloo"])
@@ -40,7 +32,7 @@ def test_local_pipeline_learns_and_measures_every_stage(sync):
     assert len(out.lags) == 300 * 4 and min(out.lags) >= 0
     assert out.slices_generated >= out.slices_scored >= 300 * 4
     assert len(out.queue_depth) == 100 and out.ended > out.started  # sampled every 3rd update
-    assert sorted(pids) == ["generator-0", "generator-1", "scorer"] and all(_gone(p) for p in pids.values())
+    assert sorted(pids) == ["generator-0", "generator-1", "scorer"] and all(gone(p) for p in pids.values())
 
 
 def test_a_failing_generator_fails_the_run_with_its_name(monkeypatch):
@@ -73,4 +65,4 @@ def test_a_killed_process_fails_the_run_keeps_what_was_measured_and_leaves_nothi
     assert partial is not None and partial.updates > 0 and partial.samples > 0
     # the scorer may have died too: a process killed while writing leaves a torn message in the shared queue
     assert {t.actor for t in partial.timelines} >= {"learner", "generator-0"}
-    assert all(_gone(p) for p in pids.values())
+    assert all(gone(p) for p in pids.values())

@@ -8,11 +8,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from cli_helpers import run_cli
-from fault_helpers import foreground_signals
+from fault_helpers import cmdline, descendants, foreground_signals, gone
 
 from rlbench.errors import UsageError
 from rlbench.store import read_records
@@ -58,37 +57,6 @@ def test_an_engine_without_its_library_names_the_install(monkeypatch):
         get_engine("spark")
 
 
-def _descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        for status in Path("/proc").glob("[0-9]*/status"):
-            try:
-                text = status.read_text()
-            except OSError:
-                continue
-            if f"\nPPid:\t{parent}\n" in text and "\nState:\tZ" not in text:
-                child = int(status.parent.name)
-                out.append(child)
-                todo.append(child)
-    return out
-
-
-def _gone(pid: int) -> bool:
-    """Exited (a zombie waiting for a reaper counts: it runs nothing and holds no memory)."""
-    try:
-        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return True
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:120]
-    except OSError:
-        return "?"
-
-
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_and_sigterm_stop_every_process_and_free_shared_memory(tmp_path, sig, code):
     shm_before = set(os.listdir("/dev/shm"))
@@ -101,9 +69,9 @@ def test_ctrl_c_and_sigterm_stop_every_process_and_free_shared_memory(tmp_path, 
         preexec_fn=foreground_signals,
     )
     deadline = time.monotonic() + 60
-    while len(_descendants(proc.pid)) < 4 and time.monotonic() < deadline:  # forkserver, 2 generators, scorer
+    while len(descendants(proc.pid)) < 4 and time.monotonic() < deadline:  # forkserver, 2 generators, scorer
         time.sleep(0.2)
-    children = _descendants(proc.pid)
+    children = descendants(proc.pid)
     assert len(children) >= 4, children
     time.sleep(1.0)
     proc.send_signal(sig)
@@ -111,7 +79,7 @@ def test_ctrl_c_and_sigterm_stop_every_process_and_free_shared_memory(tmp_path, 
     assert proc.returncode == code, err
     assert "0 of 1 repeats saved" in err
     deadline = time.monotonic() + 10
-    while [p for p in children if not _gone(p)] and time.monotonic() < deadline:
+    while [p for p in children if not gone(p)] and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert [_cmdline(p) for p in children if not _gone(p)] == []
+    assert [cmdline(p) for p in children if not gone(p)] == []
     assert set(os.listdir("/dev/shm")) - shm_before == set()

@@ -44,7 +44,7 @@ SCRIPTS = {
 }
 
 
-HARNESSES = {"__init__", "accuracy", "overhead"}  # rlbench's measurement drivers beside the example scripts
+HARNESSES = {"__init__", "accuracy", "overhead", "fanout"}  # rlbench's measurement drivers beside the example scripts
 
 
 def _script_files() -> list[Path]:
