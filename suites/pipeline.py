@@ -3,7 +3,7 @@
 Generators sample G actions per state of a contextual bandit with their copy of the policy, a scorer rewards them
 (the task knows the best action), and a learner trains group-relative PPO with a KL penalty to a frozen reference
 on a replay that favours newer versions, pushing its weights back to the generators after every update. The engine
-(``--engine local|ray``) decides where the roles run and ``--weight-sync`` how weights travel.
+(``--engine local|ray|monarch``) decides where the roles run and ``--weight-sync`` how weights travel.
 
 Per repeat it records throughput (slices generated, learner updates and samples per second), each stage's capacity
 (what it processed per busy second) and the stage that bounds the pipeline, weight-sync latency and transfer time
@@ -120,7 +120,7 @@ BENCHMARKS = [
     BenchmarkSpec(
         name="grpo-pipeline",
         summary="generator / scorer / learner pipeline (group-relative PPO on a contextual bandit): throughput, "
-        "stage capacity, weight sync, policy lag, per-actor timeline; --engine local|ray",
+        "stage capacity, weight sync, policy lag, per-actor timeline; --engine local|ray|monarch",
         config_factory=PipelineConfig,
         run=run_pipeline,
         version=1,

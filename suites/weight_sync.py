@@ -19,6 +19,7 @@ from rlbench.options import option
 from rlbench.registry import BenchmarkSpec, RunContext
 
 GROUP = "weight-sync"
+MONARCH = ("monarch-rdma",)
 
 
 @dataclass
@@ -29,18 +30,27 @@ class WeightSyncConfig:
     receivers: int = option("receiver processes (generators)", default=2)
     rounds: int = option("timed rounds per strategy and size (after 2 warm-up rounds)", default=20)
     strategies: tuple[str, ...] = option(
-        "strategies to measure: reference (raw gloo), gloo, shm, ray-store, ray-store-torch", default=LOCAL + RAY
+        "strategies to measure: reference (raw gloo), gloo, shm, ray-store, ray-store-torch, monarch-rdma",
+        default=LOCAL + RAY + MONARCH,
     )
     seed: int = option("seed of the payload", default=0)
 
     def validate(self) -> None:
         from rlbench.errors import UsageError
 
-        unknown = sorted(set(self.strategies) - set(LOCAL + RAY))
+        unknown = sorted(set(self.strategies) - set(LOCAL + RAY + MONARCH))
         if unknown:
-            raise UsageError(f"unknown --strategies {', '.join(unknown)}; choose from {', '.join(LOCAL + RAY)}")
+            raise UsageError(f"unknown --strategies {', '.join(unknown)}; choose from {', '.join(LOCAL + RAY + MONARCH)}")
         if self.receivers < 1 or self.rounds < 1 or not self.sizes_mb or min(self.sizes_mb) <= 0:
             raise UsageError("--receivers and --rounds must be >= 1 and --sizes-mb positive")
+
+
+def _measure(strategy: str, weights: np.ndarray, receivers: int, rounds: int) -> list[float]:
+    if strategy in MONARCH:
+        from rlbench.engines.monarch_engine import measure_rdma
+
+        return measure_rdma(weights, receivers, rounds)
+    return (measure_ray if strategy in RAY else measure_local)(strategy, weights, receivers, rounds)
 
 
 def run_weight_sync(config: WeightSyncConfig, ctx: RunContext) -> list[Metric]:
@@ -52,6 +62,9 @@ def run_weight_sync(config: WeightSyncConfig, ctx: RunContext) -> list[Metric]:
     if importlib.util.find_spec("ray") is None and any(s in RAY for s in strategies):
         notes.append("ray-store rows: ray is not installed (pip install 'rlbench[ray]')")
         strategies = [s for s in strategies if s not in RAY]
+    if importlib.util.find_spec("monarch") is None and any(s in MONARCH for s in strategies):
+        notes.append("monarch-rdma rows: torchmonarch is not installed (pip install 'rlbench[monarch]')")
+        strategies = [s for s in strategies if s not in MONARCH]
     rng = np.random.default_rng(config.seed)
     out: list[Metric] = []
     for k, mb in enumerate(config.sizes_mb):
@@ -59,9 +72,8 @@ def run_weight_sync(config: WeightSyncConfig, ctx: RunContext) -> list[Metric]:
         order = strategies if k % 2 == 0 else strategies[::-1]
         rounds = max(3, config.rounds // 4) if mb >= 100 else config.rounds
         for strategy in order:
-            measure = measure_ray if strategy in RAY else measure_local
             try:
-                samples = measure(strategy, weights, config.receivers, rounds)
+                samples = _measure(strategy, weights, config.receivers, rounds)
             except Exception as exc:
                 notes.append(f"{strategy}@{mb}MiB failed: {type(exc).__name__}: {exc}")
                 continue
@@ -84,7 +96,7 @@ BENCHMARKS = [
     BenchmarkSpec(
         name="weight-sync",
         summary="micro: weight sync from a learner to N generators, 1/10/100 MiB: raw gloo floor, gloo, shared memory, "
-        "Ray object store (NumPy, torch)",
+        "Ray object store (NumPy, torch), Monarch RDMABuffer",
         config_factory=WeightSyncConfig,
         run=run_weight_sync,
         version=1,

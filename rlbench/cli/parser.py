@@ -20,8 +20,8 @@ CHOICES = {
     "optimizer": ("lean", "torch"),
     "network": ("fused", "separate"),
     "gradients": ("auto", "manual", "autograd"),
-    "engine": ("local", "ray"),
-    "weight_sync": ("auto", "shm", "store", "gloo"),
+    "engine": ("local", "ray", "monarch"),
+    "weight_sync": ("auto", "shm", "store", "gloo", "rdma"),
 }
 
 

@@ -1,7 +1,9 @@
 """Engines that place the pipeline's roles in processes or actors: one small interface, each imported lazily.
 
 * ``local`` (:mod:`.local`): processes on this machine, no extra dependency (the default);
-* ``ray`` (:mod:`.ray_engine`): Ray actors, on a local Ray or a cluster (``--address``); extra ``rlbench[ray]``.
+* ``ray`` (:mod:`.ray_engine`): Ray actors, on a local Ray or a cluster (``--address``); extra ``rlbench[ray]``;
+* ``monarch`` (:mod:`.monarch_engine`, experimental): Monarch actors on process meshes of this host, weights through
+  an ``RDMABuffer``; extra ``rlbench[monarch]``.
 
 :func:`get_engine` returns an engine's ``run(config) -> PipelineRun`` function; an engine whose library is missing
 fails with a one-line error naming the ``pip install``.
@@ -15,8 +17,12 @@ from typing import Any
 
 from rlbench.errors import UsageError
 
-ENGINES = {"local": ("rlbench.engines.local", None), "ray": ("rlbench.engines.ray_engine", "ray")}
-EXTRAS = {"ray": "pip install 'rlbench[ray]'"}
+ENGINES = {
+    "local": ("rlbench.engines.local", None),
+    "ray": ("rlbench.engines.ray_engine", "ray"),
+    "monarch": ("rlbench.engines.monarch_engine", "monarch"),
+}
+EXTRAS = {"ray": "pip install 'rlbench[ray]'", "monarch": "pip install 'rlbench[monarch]'"}
 
 
 def get_engine(name: str) -> Callable[[Any], Any]:

@@ -20,7 +20,11 @@ from rlbench.options import option
 class PipelineConfig:
     """The generator / scorer / learner pipeline (``rlbench run grpo-pipeline``); field help is the CLI's help."""
 
-    engine: str = option("where the roles run: local (processes on this machine) or ray (rlbench[ray])", default="local")
+    engine: str = option(
+        "where the roles run: local (processes on this machine), ray (rlbench[ray]) or monarch (experimental, "
+        "rlbench[monarch])",
+        default="local",
+    )
     address: str = option("Ray cluster address (auto, ray://host:port); empty: start a local Ray", default="")
     generators: int = option("generator processes or actors", default=2)
     group_size: int = option("G: actions sampled per state (advantages are relative to the group)", default=8)
@@ -44,7 +48,7 @@ class PipelineConfig:
     )
     weight_sync: str = option(
         "how weights reach the generators: auto (shm on local, store on ray), shm (shared memory, local), "
-        "store (Ray object store, flat NumPy), gloo (torch.distributed broadcast, local)",
+        "store (Ray object store, flat NumPy), gloo (torch.distributed broadcast, local), rdma (Monarch RDMABuffer)",
         default="auto",
     )
     seed: int = option("seed of the task, the initial weights and the sampling", default=0)
@@ -77,8 +81,8 @@ class PipelineConfig:
             variant_configs(self)  # parses and validates every variant now, before anything runs
 
 
-WEIGHT_SYNCS = {"local": ("auto", "shm", "gloo"), "ray": ("auto", "store")}
-DEFAULT_SYNC = {"local": "shm", "ray": "store"}
+WEIGHT_SYNCS = {"local": ("auto", "shm", "gloo"), "ray": ("auto", "store"), "monarch": ("auto", "rdma")}
+DEFAULT_SYNC = {"local": "shm", "ray": "store", "monarch": "rdma"}
 
 
 def sync_strategy(cfg: PipelineConfig) -> str:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
+
+import pytest
 
 # before any test module imports Ray: otherwise Ray rewrites 127.0.0.1 to this VM's own address, and a
 # ray.cluster_utils cluster bound to 127.0.0.1 hangs on connect (../shared/research/distributed-engines.md)
@@ -14,3 +17,25 @@ for helpers in ("cli", "faults"):
     path = str(Path(__file__).resolve().parents[1] / helpers)
     if path not in sys.path:
         sys.path.append(path)
+
+
+@pytest.fixture
+def learner_progressed(monkeypatch):
+    """An event set once the driver's learner has made 5 updates: a fault injected after it finds something measured.
+
+    (A fixed delay after the actors start raced the first update on a loaded CI machine: the partial run then held
+    nothing to keep.)
+    """
+    from rlbench.components.pipeline.roles import Learner
+
+    done = threading.Event()
+    update = Learner.update
+
+    def counted(self, slices):
+        out = update(self, slices)
+        if self.version >= 5:
+            done.set()
+        return out
+
+    monkeypatch.setattr(Learner, "update", counted)
+    return done

@@ -46,9 +46,8 @@ def test_an_exception_in_a_generator_reaches_the_driver_with_its_name(local_ray,
     assert info.value.partial is not None
 
 
-def test_a_killed_actor_fails_the_run_and_keeps_what_was_measured(local_ray):
+def test_a_killed_actor_fails_the_run_and_keeps_what_was_measured(local_ray, learner_progressed):
     import threading
-    import time
 
     handles: dict = {}
     ready = threading.Event()
@@ -59,7 +58,7 @@ def test_a_killed_actor_fails_the_run_and_keeps_what_was_measured(local_ray):
 
     def kill():
         ready.wait(120)
-        time.sleep(3.0)
+        learner_progressed.wait(120)
         ray.kill(handles["scorer"])
 
     threading.Thread(target=kill, daemon=True).start()
