@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 _PACKAGES = ("rlbench", "torch", "numpy", "gymnasium", "pandas", "numba")
+_PEERS = ("stable-baselines3", "torchrl", "tensordict", "rlox", "ray", "torchmonarch")
 
 
 def _cpu_model() -> str:
@@ -67,6 +68,11 @@ def software_fingerprint() -> dict[str, Any]:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
+    for name in _PEERS:  # the libraries measured beside rlbench (and the engines), where installed
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
     torch = sys.modules.get("torch")
     return {
         "python": platform.python_version(),

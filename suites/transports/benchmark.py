@@ -4,7 +4,9 @@ Grid: actors x model x transport x simulated env-step time (busy work, holding t
 Python env). Per case, actors loop "env step, request" against one :class:`InferenceServer` for
 ``--duration`` seconds after ``--warmup``; metrics are requests/s, round-trip p50/p99 latency (client-side,
 per request), the server's mean batch size and its forward/queue latency. Thread actors for ``direct``,
-``lock`` and ``slot``; process actors for ``multiprocess``. A stress run (``--stress-requests``, 10^6 by
+``lock`` and ``slot``; process actors for ``multiprocess``. Where torchrl is installed, TorchRL's own
+``InferenceServer`` (``torchrl-slot``, ``torchrl-threading``) runs every case too, in the same run, with the same
+model and actors (``--no-peers`` leaves it out). A stress run (``--stress-requests``, 10^6 by
 default) then pushes requests through 64 threads with random delays and injected model faults and
 records lost / duplicated / mismatched counts.
 """
@@ -25,6 +27,7 @@ MODELS = {
     "tiny-numpy": ((64,), "MLP 4-64-2 (tanh) on a NumPy weight snapshot (labelled variant)"),
 }
 TRANSPORT_NAMES = ("direct", "lock", "slot", "multiprocess")
+PEERS = ("torchrl-slot", "torchrl-threading")  # TorchRL's InferenceServer (suites/transports/loadgen.py)
 OBS_DIM = 4
 
 
@@ -39,6 +42,10 @@ class TransportsConfig:
         "simulated env step times in µs (busy work before each request; 0 is added by --env-zero)", default=(50, 500)
     )
     env_zero: bool = option("also run with no env work (0 µs)", default=True)
+    peers: bool = option(
+        "also run every case on TorchRL's InferenceServer (SlotTransport, ThreadingTransport) when torchrl is installed",
+        default=True,
+    )
     duration: float = option("seconds measured per case (after the warm-up)", default=0.6)
     warmup: float = option("seconds of warm-up per case", default=0.2)
     max_batch_size: int = option("server batch limit", default=256)
@@ -127,13 +134,17 @@ def run_transports(config: TransportsConfig, ctx: RunContext) -> list[Metric]:
     torch.set_num_threads(config.threads)
     actors, models, env_times, duration = config.grid()
     metrics: list[Metric] = []
+    transports = list(config.transports)
+    peer_version = _torchrl_version() if config.peers else None
+    if peer_version is not None:
+        transports += PEERS
     for model in models:
         model_fn = make_model(model, config.seed)
         with torch.inference_mode():
             outputs = probe_outputs(model_fn, (OBS_DIM,))
         for env_us in env_times:
             for n in actors:
-                for tr in config.transports:
+                for tr in transports:
                     r = run_load(
                         model_fn,
                         tr,
@@ -153,6 +164,8 @@ def run_transports(config: TransportsConfig, ctx: RunContext) -> list[Metric]:
                         "model_desc": MODELS[model][1],
                         "actor_kind": "process" if tr == "multiprocess" else "thread",
                     }
+                    if tr in PEERS:
+                        meta["peer"] = {"torchrl": peer_version}
                     metrics += [
                         Metric("requests_per_s", "req/s", "higher", [r.requests_per_s], meta=meta, params=params),
                         Metric("latency/p50_ms", "ms", "lower", [r.pct(50)], params=params),
@@ -164,6 +177,20 @@ def run_transports(config: TransportsConfig, ctx: RunContext) -> list[Metric]:
     if config.stress_requests > 0:
         metrics += stress_metrics(config)
     return metrics
+
+
+def _torchrl_version() -> str | None:
+    """TorchRL's version where it (and its InferenceServer) is installed, else ``None``."""
+    import importlib.util
+    from importlib.metadata import version
+
+    if importlib.util.find_spec("torchrl") is None:
+        return None
+    try:
+        import torchrl.modules.inference_server  # noqa: F401
+    except ImportError:
+        return None
+    return version("torchrl")
 
 
 def stress_metrics(config: TransportsConfig) -> list[Metric]:

@@ -58,6 +58,75 @@ def actor_loop(k: int, client: Any, obs: np.ndarray, env_ns: int, shared: dict[s
         print(f"actor {k} failed: {exc!r}", file=sys.stderr)
 
 
+TORCHRL = ("torchrl-slot", "torchrl-threading")  # TorchRL's InferenceServer, measured beside rlbench's transports
+
+
+class TorchRLServer:
+    """TorchRL's ``InferenceServer`` (``SlotTransport`` or ``ThreadingTransport``) behind what :func:`run_load` drives.
+
+    The peer runs the same model function as rlbench's server, under ``torch.inference_mode`` as rlbench's does;
+    each actor's request TensorDict is built once (the cheapest way to call it), so the comparison favours TorchRL
+    by the cost of building a request, and one request goes through before the warm-up starts (TorchRL's first batch
+    took about a second here, which a short warm-up would otherwise count). Its statistics report a p95 queue time,
+    not a p99: that cell stays empty.
+    """
+
+    def __init__(
+        self, model_fn: Callable[[np.ndarray], Any], kind: str, num_actors: int, obs_shape: tuple[int, ...], max_batch: int
+    ) -> None:
+        import torch
+        from tensordict import TensorDict
+        from tensordict.nn import TensorDictModule
+        from torchrl.modules.inference_server import InferenceServer as PeerServer
+        from torchrl.modules.inference_server import SlotTransport, ThreadingTransport
+
+        class Policy(torch.nn.Module):
+            def forward(self, obs: Any) -> Any:
+                with torch.inference_mode():
+                    return torch.as_tensor(model_fn(obs.numpy()))
+
+        transport = SlotTransport(num_actors) if kind == "torchrl-slot" else ThreadingTransport()
+        module = TensorDictModule(Policy(), in_keys=["observation"], out_keys=["action"])
+        self.server = PeerServer(module, transport, max_batch_size=max_batch)
+        self.request = TensorDict({"observation": torch.zeros(obs_shape)}, [])
+        self.error: BaseException | None = None
+        self.closing = False
+        self.server.start()
+        self.clients = [self.server.client() for _ in range(num_actors)]  # a SlotTransport has one slot per actor
+        self.clients[0](self.request.clone())  # its first batch took ~1 s here: before the warm-up, not in it
+
+    def client(self) -> Callable[[np.ndarray], Any]:
+        call, request = self.clients.pop(0), self.request.clone()
+
+        def send(obs: np.ndarray) -> Any:
+            try:
+                return call(request)
+            except RuntimeError as exc:  # "InferenceServer is shutting down": the end of the run, as for rlbench's
+                if self.closing:
+                    raise TransportClosedError(str(exc)) from None
+                raise
+
+        return send
+
+    def start(self) -> None:
+        """Already serving (TorchRL hands out clients of a started server)."""
+
+    def reset_stats(self) -> None:
+        """TorchRL keeps a rolling window; nothing to reset."""
+
+    def stats(self) -> dict[str, float]:
+        s = self.server.stats()
+        return {
+            "mean_batch_size": float(s.get("avg_batch_size", float("nan"))),
+            "forward_p50_ms": float(s.get("p50_forward_ms", float("nan"))),
+            "queue_p99_ms": float("nan"),
+        }
+
+    def close(self) -> None:
+        self.closing = True
+        self.server.shutdown()
+
+
 @dataclass
 class LoadResult:
     """What one load run measured."""
@@ -96,7 +165,6 @@ def run_load(
     ctx = None
     if procs:
         ctx = context if not isinstance(context, (str, type(None))) else mp.get_context(context or "fork")
-    t = make_transport(transport, num_actors, obs_shape, outputs, ctx)
     alloc = ctx if procs else mp.get_context()
     shared = {
         "counts": _shared(alloc, (num_actors,), np.int64),
@@ -106,8 +174,14 @@ def run_load(
     counts = _view(shared["counts"])
     stop = alloc.RawArray("b", 1) if procs else [0]
     obs = np.zeros(obs_shape, dtype=np.float32)
-    server = InferenceServer(model_fn, t, max_batch_size=max_batch_size, max_wait_s=max_wait_s)
-    clients = [t.client() for _ in range(num_actors)]
+    server: Any
+    if transport in TORCHRL:
+        server = TorchRLServer(model_fn, transport, num_actors, obs_shape, max_batch_size)
+        clients = [server.client() for _ in range(num_actors)]
+    else:
+        t = make_transport(transport, num_actors, obs_shape, outputs, ctx)
+        server = InferenceServer(model_fn, t, max_batch_size=max_batch_size, max_wait_s=max_wait_s)
+        clients = [t.client() for _ in range(num_actors)]
     env_ns = int(env_us * 1000)
     if procs:
         workers: list[Any] = [

@@ -34,6 +34,9 @@ def test_transports_quick_run_writes_report(cli, tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     text = (tmp_path / "out" / "transports.md").read_text()
+    # TorchRL's InferenceServer ran the same cases in this run (CI installs torchrl): its rows are measured, not quoted
+    assert "ran every case in this run" in text and "| `torchrl-slot` |" not in text.split("## Against TorchRL")[0]
+    assert "torchrl-slot" in text.split("## Throughput and latency per case")[1]
     for needle in (
         "# rlbench transports report",
         "## Against TorchRL",
@@ -53,3 +56,16 @@ def test_transports_quick_run_writes_report(cli, tmp_path: Path) -> None:
 def test_transports_rejects_unknown_transport(cli) -> None:
     proc = cli("run", "transports", "--transports", "carrier-pigeon", "--quick")
     assert proc.returncode == 2 and "unknown transport" in proc.stderr
+
+
+@pytest.mark.slow
+def test_update_roofline_reports_every_phase_against_the_machine(cli, tmp_path: Path) -> None:
+    proc = cli("run", "update-roofline", "--updates", "5", "--warmup", "1", "--store", "rec", "--report", "r.md", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "r.md").read_text()
+    needles = ("## This machine's limits", "Achievable matmul rate", "`update/critic`", "`update/actor`", "**all phases**")
+    for needle in needles:
+        assert needle in text, needle
+    assert "compute-bound" in text or "memory-bound" in text or "dispatch-bound" in text
+    again = cli("report", "rec", "-o", "-")
+    assert again.returncode == 0 and "## Each phase against them" in again.stdout
