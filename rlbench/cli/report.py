@@ -41,6 +41,10 @@ def write_report(
         from rlbench.report import transports
 
         text, charts = transports.render(records, output.stem if draw_charts else None)
+    elif _is_roofline(records):
+        from rlbench.report import roofline
+
+        text, charts = roofline.render(records), []
     elif any(r.meta.get("library") for r in records):  # another library's run: timing and learning only
         from rlbench.report import training
 
@@ -92,6 +96,12 @@ def _is_pipeline(records: list) -> bool:
     from rlbench.report.pipeline import is_pipeline
 
     return is_pipeline(records)
+
+
+def _is_roofline(records: list) -> bool:
+    from rlbench.report.roofline import is_roofline
+
+    return is_roofline(records)
 
 
 def _is_transports(records: list) -> bool:

@@ -1,0 +1,156 @@
+"""This machine's own limits, and where a piece of torch code stands against them.
+
+* :func:`matmul_gflops`: the achievable matmul rate at given shapes and dtype (median of timed rounds);
+* :func:`memory_gbps`: copy bandwidth of a large tensor (bytes read plus written per second);
+* :func:`dispatch_us`: the floor cost of one torch op dispatch (a one-element add);
+* :class:`OpRecorder`: a ``TorchDispatchMode`` that counts, per phase, the aten ops dispatched and the FLOPs and
+  shapes of the matrix products (``mm``, ``addmm``, ``bmm``, ``baddbmm``), so a phase's time can be set against
+  ``ops x dispatch floor`` and ``FLOPs / achievable rate at its own shapes``.
+
+Three lower bounds on a phase's time: its ops at the dispatch floor, its FLOPs at the achievable rate for their
+shapes, and the bytes its ops read and write at the copy bandwidth (an upper estimate of traffic: it assumes nothing
+stays in cache). The largest names the bound (dispatch-, compute- or memory-bound); none explains all of the time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+aten = torch.ops.aten
+MATMULS = {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.bmm.default: "bmm", aten.baddbmm.default: "baddbmm"}
+
+
+def _timed(fn: Callable[[], Any], min_time: float, rounds: int) -> list[float]:
+    """Seconds per call of ``fn``: ``rounds`` rounds, each as many calls as fill ``min_time`` (after a warm-up)."""
+    fn()
+    t0, n = time.perf_counter(), 0
+    while time.perf_counter() - t0 < min_time / 4 or n < 3:
+        fn()
+        n += 1
+    per = (time.perf_counter() - t0) / n
+    inner = max(1, int(min_time / max(per, 1e-9)))
+    out = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        out.append((time.perf_counter() - t0) / inner)
+    return out
+
+
+def matmul_gflops(
+    m: int, k: int, n: int, dtype: torch.dtype = torch.float32, device: str = "cpu", batch: int = 0, rounds: int = 7
+) -> float:
+    """Achievable GFLOP/s of an ``(m, k) @ (k, n)`` product (``batch`` of them with ``bmm``): median over rounds."""
+    g = torch.Generator(device=device).manual_seed(0)
+    shape_a, shape_b = ((batch, m, k), (batch, k, n)) if batch else ((m, k), (k, n))
+    a = torch.randn(shape_a, generator=g, device=device).to(dtype)
+    b = torch.randn(shape_b, generator=g, device=device).to(dtype)
+    out = torch.empty(((batch, m, n) if batch else (m, n)), device=device, dtype=dtype)
+    op = (lambda: torch.bmm(a, b, out=out)) if batch else (lambda: torch.mm(a, b, out=out))
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def call() -> None:
+        op()
+        sync()
+
+    secs = statistics.median(_timed(call, 0.02, rounds))
+    return 2.0 * m * k * n * max(batch, 1) / secs / 1e9
+
+
+def memory_gbps(mib: int = 256, device: str = "cpu", rounds: int = 5) -> float:
+    """Copy bandwidth: ``2 x bytes`` (read and write) per second of ``dst.copy_(src)`` on ``mib`` MiB."""
+    src = torch.ones(mib * 2**20 // 4, device=device)
+    dst = torch.empty_like(src)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def call() -> None:
+        dst.copy_(src)
+        sync()
+
+    secs = statistics.median(_timed(call, 0.2, rounds))
+    return 2 * src.numel() * 4 / secs / 1e9
+
+
+def dispatch_us(device: str = "cpu", rounds: int = 7) -> float:
+    """The floor cost of one op: a one-element ``torch.add`` with ``out=`` (no allocation), in µs (median)."""
+    x = torch.ones(1, device=device)
+    out = torch.empty_like(x)
+    return statistics.median(_timed(lambda: torch.add(x, x, out=out), 0.02, rounds)) * 1e6
+
+
+@dataclass
+class PhaseOps:
+    """What one phase dispatched."""
+
+    ops: int = 0
+    flops: float = 0.0
+    bytes: float = 0.0  # tensor bytes read and written by every op (inputs plus outputs): traffic if nothing is cached
+    matmuls: dict[tuple[str, tuple[int, ...]], int] = field(default_factory=dict)  # (kind, (b, m, k, n)) -> count
+
+
+class OpRecorder(TorchDispatchMode):
+    """Counts ops, matmul FLOPs and matmul shapes per phase while active; :meth:`phase` names the current phase.
+
+    Dispatch modes see ops below autograd, so a backward pass's products count in the phase that ran it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phases: dict[str, PhaseOps] = defaultdict(PhaseOps)
+        self.stack: list[str] = ["other"]
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        self.stack.append(name)
+        try:
+            yield
+        finally:
+            self.stack.pop()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        rec = self.phases[self.stack[-1]]
+        rec.ops += 1
+        kind = MATMULS.get(func)
+        if kind is not None:
+            a, b = (args[1], args[2]) if kind in ("addmm", "baddbmm") else (args[0], args[1])
+            if a.dim() == 3:
+                shape = (a.shape[0], a.shape[1], a.shape[2], b.shape[2])
+            else:
+                shape = (0, a.shape[0], a.shape[1], b.shape[1])
+            key = (kind, tuple(int(v) for v in shape))
+            rec.matmuls[key] = rec.matmuls.get(key, 0) + 1
+            rec.flops += 2.0 * max(shape[0], 1) * shape[1] * shape[2] * shape[3]
+        out = func(*args, **(kwargs or {}))
+        rec.bytes += _nbytes(args) + _nbytes(kwargs) + _nbytes(out)
+        return out
+
+
+def _nbytes(value: Any) -> float:
+    """Bytes of the tensors in ``value`` (nested lists, tuples and dicts)."""
+    if isinstance(value, torch.Tensor):
+        return float(value.numel() * value.element_size())
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    return 0.0
+
+
+def achievable_seconds(rec: PhaseOps, dtype: torch.dtype, device: str, cache: dict[tuple[int, ...], float]) -> float:
+    """Seconds the phase's matrix products take at this machine's achievable rate for each one's own shape."""
+    total = 0.0
+    for (_, (b, m, k, n)), count in rec.matmuls.items():
+        if (b, m, k, n) not in cache:
+            cache[(b, m, k, n)] = matmul_gflops(m, k, n, dtype, device, batch=b)
+        total += count * 2.0 * max(b, 1) * m * k * n / (cache[(b, m, k, n)] * 1e9)
+    return total

@@ -1,0 +1,153 @@
+"""The roofline report: an update's phases against this machine's matmul rate, bandwidth and dispatch floor.
+
+Rendered from the records of ``rlbench run update-roofline`` alone (metrics ``roofline/...``), so ``rlbench report``
+re-renders it identically. Repeats are pooled by median.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from rlbench.records import Record
+from rlbench.report.format import fmt, md_table, provenance
+from rlbench.stats import median
+
+
+def is_roofline(records: list[Record]) -> bool:
+    """Whether a run's records come from ``update-roofline``."""
+    return any(r.metric.startswith("roofline/") for r in records)
+
+
+def _med(records: list[Record], metric: str) -> float:
+    xs = [v for r in records if r.metric == metric for v in r.samples if math.isfinite(v)]
+    return median(xs) if xs else math.nan
+
+
+def verdict(seconds: float, achievable_s: float, dispatch_s: float, memory_s: float = 0.0) -> str:
+    """Which lower bound explains most of a phase's time: its products at the achievable rate, its ops at the
+    dispatch floor, or its bytes at the copy bandwidth."""
+    if not seconds > 0:
+        return "–"
+    shares = {"compute-bound": achievable_s, "dispatch-bound": dispatch_s, "memory-bound": memory_s}
+    name, value = max(shares.items(), key=lambda kv: kv[1] if math.isfinite(kv[1]) else -1.0)
+    return name if value / seconds >= 0.1 else "none of the three (Python, other)"
+
+
+def render(records: list[Record]) -> str:
+    """Markdown of one roofline run."""
+    first = records[0]
+    p = first.params
+    peak, bw, floor_us = (_med(records, f"roofline/{m}") for m in ("peak_gflops", "memory_gbps", "dispatch_us"))
+    total = _med(records, "roofline/update_s")
+    lines = [
+        *provenance(first, f"rlbench roofline report: the {str(p.get('algo', '')).upper()} update against this machine"),
+        "",
+        f"Update: batch {p.get('batch_size')}, hidden {'x'.join(map(str, p.get('hidden') or []))}, critics "
+        f"`{p.get('critics')}`, gradients `{p.get('gradients')}`, {p.get('threads')} threads, on `{first.device}`; "
+        f"{p.get('updates')} timed updates after {p.get('warmup')}.",
+        "",
+        "## This machine's limits (measured in this run)",
+        "",
+        md_table(
+            ["Limit", "Value", "How"],
+            [
+                ["Achievable matmul rate", f"{fmt(peak, 1)} GFLOP/s", "fp32 1024×1024×1024 `torch.mm`, median of rounds"],
+                ["Memory bandwidth", f"{fmt(bw, 1)} GB/s", "256 MiB `copy_`, bytes read + written"],
+                ["Dispatch floor", f"{fmt(floor_us, 2)} µs per op", "one-element `torch.add(out=)`"],
+            ],
+        ),
+    ]
+    phases: dict[str, list[Record]] = defaultdict(list)
+    for r in records:
+        if r.metric == "roofline/phase_s":
+            phases[str(r.params.get("phase"))].append(r)
+    rows, sums = [], {"secs": 0.0, "flops": 0.0, "ach": 0.0, "disp": 0.0, "mem": 0.0, "ops": 0}
+    for name, recs in phases.items():
+        secs = median([v for r in recs for v in r.samples])
+        meta = recs[0].meta
+        flops, ops = float(meta.get("flops", 0.0)), int(meta.get("ops", 0))
+        ach, disp = float(meta.get("achievable_s", 0.0)), float(meta.get("dispatch_floor_s", 0.0))
+        mem = float(meta.get("memory_s", 0.0))
+        achieved = flops / secs / 1e9 if secs > 0 else math.nan
+        at_shapes = flops / ach / 1e9 if ach > 0 else math.nan
+        rows.append(
+            [
+                f"`{name}`",
+                fmt(secs * 1e3, 3),
+                str(ops),
+                fmt(flops / 1e6, 2),
+                fmt(achieved, 2),
+                fmt(at_shapes, 1) if ach > 0 else "–",
+                f"{100 * ach / secs:.1f}%" if secs > 0 and ach > 0 else "–",
+                f"{100 * disp / secs:.0f}%" if secs > 0 else "–",
+                f"{100 * mem / secs:.0f}%" if secs > 0 else "–",
+                verdict(secs, ach, disp, mem),
+            ]
+        )
+        sums["mem"] += mem
+        sums["secs"] += secs
+        sums["flops"] += flops
+        sums["ach"] += ach
+        sums["disp"] += disp
+        sums["ops"] += ops
+    s = sums
+    rows.append(
+        [
+            "**all phases**",
+            fmt(s["secs"] * 1e3, 3),
+            str(s["ops"]),
+            fmt(s["flops"] / 1e6, 2),
+            fmt(s["flops"] / s["secs"] / 1e9, 2) if s["secs"] > 0 else "–",
+            fmt(s["flops"] / s["ach"] / 1e9, 1) if s["ach"] > 0 else "–",
+            f"{100 * s['ach'] / s['secs']:.1f}%" if s["secs"] > 0 else "–",
+            f"{100 * s['disp'] / s['secs']:.0f}%" if s["secs"] > 0 else "–",
+            f"{100 * s['mem'] / s['secs']:.0f}%" if s["secs"] > 0 else "–",
+            verdict(s["secs"], s["ach"], s["disp"], s["mem"]),
+        ]
+    )
+    lines += [
+        "",
+        "## Each phase against them",
+        "",
+        f"Median time per update {fmt(total * 1e3, 3)} ms. *Achieved* is the phase's matmul FLOPs over its measured "
+        "time; *at its shapes* is the rate this machine reaches on the phase's own matrix products timed alone; "
+        "*compute share* is the time those products need at that rate over the measured time; *dispatch share* is the "
+        "phase's ops at the dispatch floor over it; *memory share* is the bytes its ops read and write at the copy "
+        "bandwidth over it (an upper estimate of traffic: nothing assumed cached). Each is a lower bound on the time; "
+        "the largest names the bound, and what none explains is Python and everything else.",
+        "",
+        md_table(
+            [
+                "Phase",
+                "ms",
+                "ops",
+                "MFLOP",
+                "achieved GFLOP/s",
+                "GFLOP/s at its shapes",
+                "compute share",
+                "dispatch share",
+                "memory share",
+                "bound",
+            ],
+            rows,
+        ),
+    ]
+    shapes: dict[str, int] = defaultdict(int)
+    rates: dict[str, float] = {}
+    for recs in phases.values():
+        for k, n in (recs[0].meta.get("matmuls") or {}).items():
+            shapes[k] += int(n)
+        rates.update(recs[0].meta.get("rates_gflops") or {})
+    if shapes:
+        lines += [
+            "",
+            "Matrix products of one update (kind, b×m×k×n with b = 0 for a plain product) and this machine's rate on each "
+            "shape alone:",
+            "",
+            md_table(
+                ["Product", "Per update", "GFLOP/s alone"],
+                [[f"`{k}`", str(n), fmt(rates.get(k.split(" ", 1)[1], math.nan), 1)] for k, n in sorted(shapes.items())],
+            ),
+        ]
+    return "\n".join(lines) + "\n"

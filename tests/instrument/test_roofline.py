@@ -1,0 +1,39 @@
+"""The roofline probes: FLOPs and ops counted per phase, rates measured, bounds named."""
+
+from __future__ import annotations
+
+import torch
+
+from rlbench.instrument.roofline import OpRecorder, dispatch_us, matmul_gflops, memory_gbps
+from rlbench.report.roofline import verdict
+
+
+def test_the_recorder_counts_matmul_flops_shapes_and_ops_per_phase():
+    lin = torch.nn.Linear(8, 16)
+    x = torch.randn(32, 8, requires_grad=True)
+    rec = OpRecorder()
+    with rec:
+        with rec.phase("forward"):
+            y = lin(x)  # addmm: 2 * 32 * 8 * 16 FLOPs
+        with rec.phase("backward"):
+            y.sum().backward()  # grad of x (32x16 @ 16x8) and of the weight (16x32 @ 32x8)
+        torch.mm(torch.ones(2, 3), torch.ones(3, 4))  # outside any named phase
+    fwd, bwd = rec.phases["forward"], rec.phases["backward"]
+    assert fwd.flops == 2 * 32 * 8 * 16 and fwd.matmuls == {("addmm", (0, 32, 8, 16)): 1}
+    assert bwd.flops == 2 * (32 * 16 * 8 + 16 * 32 * 8) and sum(bwd.matmuls.values()) == 2
+    assert rec.phases["other"].flops == 2 * 2 * 3 * 4 and fwd.ops >= 1 and bwd.ops > 2
+    assert fwd.bytes >= (32 * 8 + 16 * 8 + 16 + 32 * 16) * 4  # input, weight, bias, output
+
+
+def test_the_machine_probes_return_finite_positive_rates():
+    assert matmul_gflops(64, 64, 64, rounds=3) > 0
+    assert matmul_gflops(8, 16, 8, batch=2, rounds=3) > 0
+    assert memory_gbps(8, rounds=2) > 0
+    assert 0 < dispatch_us(rounds=3) < 1_000
+
+
+def test_the_largest_lower_bound_names_the_phase():
+    assert verdict(1.0, achievable_s=0.4, dispatch_s=0.1, memory_s=0.2) == "compute-bound"
+    assert verdict(1.0, achievable_s=0.0, dispatch_s=0.3, memory_s=0.2) == "dispatch-bound"
+    assert verdict(1.0, achievable_s=0.1, dispatch_s=0.0, memory_s=0.5) == "memory-bound"
+    assert verdict(1.0, achievable_s=0.01, dispatch_s=0.02, memory_s=0.0).startswith("none")
