@@ -8,8 +8,9 @@ number, tells the generators the version (a broadcast, no reply awaited), and ea
 ``read_into`` between slices and loads it when both copies agree (a read that raced a write is retried at the next
 poll). Without an ibverbs NIC Monarch falls back to TCP, so on such a machine this measures the fallback, not RDMA.
 
-Faults: Monarch's default ``unhandled_fault_hook`` exits the client; this engine replaces it while it runs, so a dead
-process fails the run with the actor's name, keeps what was measured, and stops the meshes. An exception in a role's
+Faults: Monarch's default ``unhandled_fault_hook`` exits the client; this engine replaces it (for the rest of the
+process: a late event of a stopped mesh must not exit it), so a dead process fails the run with the actor's name,
+keeps what was measured, and stops the meshes. An exception in a role's
 loop reaches the driver through its ``report`` endpoint.
 """
 
@@ -51,6 +52,10 @@ class QueueActor(Actor):
     """A bounded queue as an actor (the reference's ``TrajectoryQueue``). Its endpoints never wait: an actor handles
     one message at a time, so a ``get`` waiting for an item would hold back the ``put`` that brings it; callers
     (:class:`_Queue`) retry after a short sleep instead."""
+
+    def _handle_undeliverable_message(self, message: Any) -> bool:
+        """A reply to a role whose process died: dropped (escalated, Monarch would crash the client after 30 s)."""
+        return True
 
     def __init__(self, maxsize: int) -> None:
         self.items: collections.deque[Any] = collections.deque()
@@ -265,8 +270,9 @@ def run(cfg: PipelineConfig, on_start: Callable[[dict[str, Any]], None] | None =
     strategy = f"{sync_strategy(cfg)}/{get_rdma_backend()}"
     out = PipelineRun(weight_bytes=policy.nbytes, engine={"engine": "monarch", "weight_sync": strategy})
     faults: list[str] = []
-    previous_hook = monarch.actor.unhandled_fault_hook
-    monarch.actor.unhandled_fault_hook = lambda failure: faults.append(_last_line(Exception(failure.report())))
+    dead: set[str] = set()  # roles whose process died: nothing more is sent to them
+    _FAULTS.append(faults)
+    monarch.actor.unhandled_fault_hook = _on_fault  # for good: a late event of a stopped mesh must not exit us
     meshes: list[Any] = []
     actors: dict[str, Any] = {}
     reports: dict[str, dict[str, Any]] = {}
@@ -300,6 +306,7 @@ def run(cfg: PipelineConfig, on_start: Callable[[dict[str, Any]], None] | None =
                 try:
                     why = a.status.call_one().get(timeout=10)
                 except Exception as exc:  # SupervisionError: its process is gone
+                    dead.add(name)
                     raise PipelineError(name, f"its process died ({_last_line(exc)})") from None
                 if why is not None:
                     raise PipelineError(name, why)
@@ -326,14 +333,29 @@ def run(cfg: PipelineConfig, on_start: Callable[[dict[str, Any]], None] | None =
 
         learner_tl = learner_loop(cfg, out, get, publish, learner, depth=depth)
     except PipelineError as exc:
-        _stop(actors, reports, meshes)
+        _stop(actors, reports, meshes, dead)
         out.updates = out.updates or learner.version
         exc.partial = merge_reports(out, learner_tl or Timeline("learner"), reports, {})
         raise
     finally:
-        _stop(actors, reports, meshes)
-        monarch.actor.unhandled_fault_hook = previous_hook
+        _stop(actors, reports, meshes, dead)
+        _FAULTS.remove(faults)
     return merge_reports(out, learner_tl, reports, nodes)
+
+
+_FAULTS: list[list[str]] = []  # the fault lists of the runs in progress in this process
+
+
+def _on_fault(failure: Any) -> None:
+    """Monarch's ``unhandled_fault_hook`` once this engine ran: book the fault on the runs in progress, else drop it.
+
+    Monarch's default exits the client process. A supervision event can arrive after a run stopped its meshes (a
+    killed process reported late), and the process hosting rlbench (the CLI, a test session, a notebook) must not
+    die of it: returning normally drops the event, which Monarch logs.
+    """
+    line = _last_line(Exception(failure.report()))
+    for faults in _FAULTS:
+        faults.append(line)
 
 
 def _last_line(exc: BaseException) -> str:
@@ -342,11 +364,13 @@ def _last_line(exc: BaseException) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
-def _stop(actors: dict[str, Any], reports: dict[str, dict[str, Any]], meshes: list[Any]) -> None:
-    """Halt the loops, collect what each role measured, stop the process meshes (once)."""
+def _stop(actors: dict[str, Any], reports: dict[str, dict[str, Any]], meshes: list[Any], dead: set[str]) -> None:
+    """Halt the loops, collect what each role measured, stop the process meshes (once); nothing is sent to a dead
+    role (a message Monarch cannot deliver comes back to the client, which it then crashes)."""
     if reports.get("_stopped") is not None or not meshes:
         return
     reports["_stopped"] = {}
+    actors = {name: a for name, a in actors.items() if name not in dead}
     for a in actors.values():
         try:
             a.halt.call_one().get(timeout=5)

@@ -19,13 +19,8 @@ for helpers in ("cli", "faults"):
         sys.path.append(path)
 
 
-@pytest.fixture
-def learner_progressed(monkeypatch):
-    """An event set once the driver's learner has made 5 updates: a fault injected after it finds something measured.
-
-    (A fixed delay after the actors start raced the first update on a loaded CI machine: the partial run then held
-    nothing to keep.)
-    """
+def count_learner_updates() -> threading.Event:
+    """Patch the learner to set the returned event once it has made 5 updates (undo: :func:`uncount_learner_updates`)."""
     from rlbench.components.pipeline.roles import Learner
 
     done = threading.Event()
@@ -37,5 +32,20 @@ def learner_progressed(monkeypatch):
             done.set()
         return out
 
-    monkeypatch.setattr(Learner, "update", counted)
+    counted.original = update
+    Learner.update = counted
     return done
+
+
+@pytest.fixture
+def learner_progressed():
+    """An event set once the driver's learner has made 5 updates: a fault injected after it finds something measured.
+
+    (A fixed delay after the actors start raced the first update on a loaded CI machine: the partial run then held
+    nothing to keep.)
+    """
+    from rlbench.components.pipeline.roles import Learner
+
+    done = count_learner_updates()
+    yield done
+    Learner.update = Learner.update.original

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import os
+import json
 import signal
-import threading
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
+from fault_helpers import cmdline, descendants, foreground_signals, gone
 
 pytest.importorskip("monarch", reason="the Monarch engine needs the rlbench[monarch] extra (CI installs it)")
 
-import monarch.actor
 
 from rlbench.engines.base import PipelineConfig, PipelineError
 from rlbench.engines.monarch_engine import run
@@ -28,7 +31,7 @@ def test_monarch_pipeline_learns_and_measures_every_actor():
         versions = [s.version for s in out.syncs if s.actor == name]
         assert versions == sorted(set(versions)), name
     assert len({where for where in out.nodes.values()}) == 4  # four processes
-    assert monarch.actor.unhandled_fault_hook is not None and len(out.lags) == 300 * 4
+    assert len(out.lags) == 300 * 4
 
 
 def test_an_exception_in_a_generator_reaches_the_driver_with_its_name(monkeypatch):
@@ -38,23 +41,66 @@ def test_an_exception_in_a_generator_reaches_the_driver_with_its_name(monkeypatc
     assert info.value.partial is not None
 
 
-def test_a_killed_process_fails_the_run_keeps_what_was_measured_and_the_client_survives(learner_progressed):
-    pids: dict[str, int] = {}
-    ready = threading.Event()
-    hook = monarch.actor.unhandled_fault_hook
+KILL_SCORER = """
+import json, os, signal, sys, threading
+sys.path.insert(0, sys.argv[1])
+from conftest import count_learner_updates
+from rlbench.engines.base import PipelineConfig, PipelineError
+from rlbench.engines.monarch_engine import run
+from monarch import actor as monarch_actor
+pids, ready, progressed = {}, threading.Event(), count_learner_updates()
+def on_start(started):
+    pids.update(started)
+    ready.set()
+def kill():
+    ready.wait(120)
+    progressed.wait(120)
+    os.kill(pids["scorer"], signal.SIGKILL)
+threading.Thread(target=kill, daemon=True).start()
+try:
+    run(PipelineConfig(engine="monarch", generators=1, updates=10**6, timeout_s=120), on_start=on_start)
+except PipelineError as exc:
+    partial = exc.partial
+    print(json.dumps({"error": str(exc), "updates": partial.updates, "actors": [t.actor for t in partial.timelines],
+                      "hook": monarch_actor.unhandled_fault_hook.__module__}), flush=True)
+    os._exit(0)  # Monarch 0.7 may crash this client ~30 s later on a message to the dead process (see the engine)
+"""
 
-    def on_start(started: dict[str, int]) -> None:
-        pids.update(started)
-        ready.set()
 
-    def kill() -> None:
-        ready.wait(120)
-        learner_progressed.wait(120)
-        os.kill(pids["scorer"], signal.SIGKILL)
+def test_a_killed_process_fails_the_run_and_keeps_what_was_measured():
+    """In a child process: Monarch 0.7's client can crash ~30 s after a role's process was killed (a message it could
+    not deliver comes back to it), which must not take the test session down with it."""
+    here = str(Path(__file__).resolve().parent)
+    proc = subprocess.run([sys.executable, "-c", KILL_SCORER, here], capture_output=True, text=True, timeout=240)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    out = json.loads(lines[-1])
+    assert out["error"].startswith("scorer failed: its process died"), out
+    assert out["updates"] > 0 and "learner" in out["actors"]
+    assert out["hook"] == "rlbench.engines.monarch_engine"  # not Monarch's default, which exits the client
 
-    threading.Thread(target=kill, daemon=True).start()
-    with pytest.raises(PipelineError, match="its process died") as info:
-        run(PipelineConfig(engine="monarch", generators=1, updates=10**6, timeout_s=120), on_start=on_start)
-    partial = info.value.partial
-    assert partial.updates > 0 and "learner" in {t.actor for t in partial.timelines}
-    assert monarch.actor.unhandled_fault_hook is hook  # Monarch's own hook (exit the client) is back after the run
+
+def test_sigterm_stops_the_run_and_leaves_no_monarch_process(tmp_path):
+    args = ["run", "grpo-pipeline", "--engine", "monarch", "--updates", "1000000", "--store", str(tmp_path), "--quiet"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlbench", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=foreground_signals,
+    )
+    deadline = time.monotonic() + 90
+    while len(descendants(proc.pid)) < 4 and time.monotonic() < deadline:  # queues, scorer, 2 generators
+        time.sleep(0.2)
+    children = descendants(proc.pid)
+    assert len(children) >= 4, [cmdline(p) for p in children]
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-2000:]
+    assert "terminated (SIGTERM): 0 of 1 repeats saved" in err
+    deadline = time.monotonic() + 15
+    while [p for p in children if not gone(p)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [cmdline(p) for p in children if not gone(p)] == []
