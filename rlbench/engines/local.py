@@ -37,6 +37,7 @@ from rlbench.engines.loops import (
     queue_get,
     queue_put,
     scorer_loop,
+    throttled,
     wait_until,
 )
 
@@ -328,8 +329,11 @@ def run(cfg: PipelineConfig, on_start: Callable[[dict[str, int]], None] | None =
     learner_tl: Timeline | None = None
     deadline = time.monotonic() + (cfg.timeout_s or float("inf"))
 
+    health = throttled(procs.check)
+
     def get() -> Any:
         while True:
+            health()
             try:
                 s = procs.chans["scored"].get(timeout=POLL_S)
             except queue.Empty:

@@ -199,6 +199,26 @@ def queue_get(q: Any, empty: type[Exception], poll_s: float) -> Get:
     return get
 
 
+CHECK_S = 0.5  # how often the learner looks at the roles' health while slices keep arriving
+
+
+def throttled(fn: Callable[[], None], every_s: float = CHECK_S) -> Callable[[], None]:
+    """``fn`` at most once per ``every_s`` seconds.
+
+    The learner checks the roles when its input runs dry, and with this also while slices keep flowing: one dead
+    generator of several starves nothing, and must still fail the run at once.
+    """
+    last = [time.monotonic()]
+
+    def call() -> None:
+        t = time.monotonic()
+        if t - last[0] >= every_s:
+            last[0] = t
+            fn()
+
+    return call
+
+
 def wait_until(deadline: float, timeout_s: float) -> None:
     """Raise ``TimeoutError`` once past ``deadline`` (``time.monotonic()``)."""
     if time.monotonic() > deadline:

@@ -29,7 +29,16 @@ from typing import Any
 import numpy as np
 
 from rlbench.engines.base import PipelineConfig, PipelineError, PipelineRun, now, policy_hidden, sync_strategy
-from rlbench.engines.loops import generator_loop, learner_loop, merge_reports, queue_get, queue_put, scorer_loop, wait_until
+from rlbench.engines.loops import (
+    generator_loop,
+    learner_loop,
+    merge_reports,
+    queue_get,
+    queue_put,
+    scorer_loop,
+    throttled,
+    wait_until,
+)
 
 try:  # the actor classes must be importable in Monarch's worker processes, so they live at module level
     from monarch.actor import Actor, endpoint
@@ -313,8 +322,11 @@ def run(cfg: PipelineConfig, on_start: Callable[[dict[str, Any]], None] | None =
             if faults:
                 raise PipelineError("a queue", f"its process died ({faults[0]})")
 
+        health = throttled(check)
+
         def get() -> Any:
             while True:
+                health()
                 try:
                     return scored_q.get(POLL_S)
                 except queue.Empty:

@@ -20,7 +20,16 @@ from typing import Any
 
 from rlbench.children import signal_handlers_kept
 from rlbench.engines.base import PipelineConfig, PipelineError, PipelineRun, now, policy_hidden, sync_strategy
-from rlbench.engines.loops import generator_loop, learner_loop, merge_reports, queue_get, queue_put, scorer_loop, wait_until
+from rlbench.engines.loops import (
+    generator_loop,
+    learner_loop,
+    merge_reports,
+    queue_get,
+    queue_put,
+    scorer_loop,
+    throttled,
+    wait_until,
+)
 
 POLL_S = 0.05
 
@@ -164,8 +173,11 @@ def run(cfg: PipelineConfig, on_start: Callable[[dict[str, Any]], None] | None =
                 if ref in done:
                     _raise_for(name, ref, ray, RayTaskError, (ActorDiedError, RayActorError))
 
+        health = throttled(check)
+
         def get() -> Any:
             while True:
+                health()
                 try:
                     return scored.get(timeout=POLL_S)
                 except Empty:

@@ -25,6 +25,7 @@ def test_weight_sync_run_records_every_strategy_beside_the_floor(tmp_path):
     assert r.returncode == 0, r.stderr
     impls = {rec.params["impl"] for rec in read_records(tmp_path) if rec.metric == "time/call"}
     expected = {"reference", "gloo", "shm"} | ({"ray-store", "ray-store-torch"} if importlib.util.find_spec("ray") else set())
+    expected |= {"monarch-rdma"} if importlib.util.find_spec("monarch") else set()
     assert impls == expected
     text = (tmp_path / "ws.md").read_text()
     assert "## weight-sync: 2 receivers" in text and "`reference`" in text
