@@ -262,6 +262,10 @@ def _finish(
                 {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()} for row in rows
             ]
         }
+    elif spec.report == "roofline":
+        from rlbench.report.roofline import summary as roofline_summary
+
+        summary = roofline_summary(metrics)
     else:
         summary = summarize_outcome(metrics)
     summary.update(
@@ -282,11 +286,17 @@ def _finish(
         from rlbench.report.summary import (
             print_micro_summary,
             print_pipeline_summary,
+            print_roofline_summary,
             print_summary,
             print_transports_summary,
         )
 
-        printers = {"micro": print_micro_summary, "transports": print_transports_summary, "pipeline": print_pipeline_summary}
+        printers = {
+            "micro": print_micro_summary,
+            "transports": print_transports_summary,
+            "pipeline": print_pipeline_summary,
+            "roofline": print_roofline_summary,
+        }
         printers.get(spec.report, print_summary)(summary)
     return 0
 

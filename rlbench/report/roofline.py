@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import Any
 
 from rlbench.records import Record
 from rlbench.report.format import fmt, md_table, provenance
@@ -32,6 +33,48 @@ def verdict(seconds: float, achievable_s: float, dispatch_s: float, memory_s: fl
     shares = {"compute-bound": achievable_s, "dispatch-bound": dispatch_s, "memory-bound": memory_s}
     name, value = max(shares.items(), key=lambda kv: kv[1] if math.isfinite(kv[1]) else -1.0)
     return name if value / seconds >= 0.1 else "none of the three (Python, other)"
+
+
+def summary(metrics_per_repeat: list[list[Any]]) -> dict[str, Any]:
+    """What ``rlbench run update-roofline --json`` prints: the machine's limits and each phase, medians over repeats."""
+    pooled: dict[tuple[str, str], list[float]] = defaultdict(list)
+    metas: dict[str, dict[str, Any]] = {}
+    for metrics in metrics_per_repeat:
+        for m in metrics:
+            phase = str(m.params.get("phase"))
+            pooled[(m.name, phase)].extend(v for v in m.samples if math.isfinite(v))
+            if m.name == "roofline/phase_s":
+                metas.setdefault(phase, m.meta)
+    med = {k: median(v) if v else math.nan for k, v in pooled.items()}
+    machine = {k: med.get((f"roofline/{k}", "machine"), math.nan) for k in ("peak_gflops", "memory_gbps", "dispatch_us")}
+    phases = []
+    for phase, meta in metas.items():
+        secs = med[("roofline/phase_s", phase)]
+        flops = float(meta.get("flops", 0.0))
+        bound = verdict(secs, meta.get("achievable_s", 0.0), meta.get("dispatch_floor_s", 0.0), meta.get("memory_s", 0.0))
+        phases.append(
+            {
+                "phase": phase,
+                "ms": secs * 1e3,
+                "ops": int(meta.get("ops", 0)),
+                "mflop": flops / 1e6,
+                "achieved_gflops": flops / secs / 1e9 if secs > 0 else None,
+                "bound": bound,
+            }
+        )
+    update_ms = med.get(("roofline/update_s", "update"), math.nan) * 1e3
+    return _finite({"machine": machine, "update_ms": update_ms, "phases": phases})
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float as ``None`` (what JSON can carry)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def render(records: list[Record]) -> str:

@@ -62,6 +62,25 @@ def print_micro_summary(summary: dict[str, Any]) -> None:
     console.print(f"records: {summary['records']}\nreport:  {summary['report']}")
 
 
+def print_roofline_summary(summary: dict[str, Any]) -> None:
+    """The machine's limits, then each update phase: time, achieved GFLOP/s and its bound."""
+    from rich.console import Console
+    from rich.table import Table
+
+    m = summary.get("machine", {})
+    table = Table(
+        title=f"{summary['benchmark']}: {fmt(m.get('peak_gflops'), 1)} GFLOP/s achievable, "
+        f"{fmt(m.get('memory_gbps'), 1)} GB/s, {fmt(m.get('dispatch_us'), 2)} µs per op (medians)"
+    )
+    for col in ("Phase", "ms", "Achieved GFLOP/s", "Bound"):
+        table.add_column(col, justify="left" if col in ("Phase", "Bound") else "right")
+    for ph in summary.get("phases", []):
+        table.add_row(ph["phase"], fmt(ph["ms"], 3), fmt(ph["achieved_gflops"], 1), ph["bound"])
+    console = Console()
+    console.print(table)
+    console.print(f"records: {summary['records']}\nreport:  {summary['report']}")
+
+
 def print_pipeline_summary(summary: dict[str, Any]) -> None:
     """Throughput, each stage's capacity (the lowest bounds the pipeline), weight sync, lag and learning."""
     from rich.console import Console

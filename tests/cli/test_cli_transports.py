@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -60,8 +61,12 @@ def test_transports_rejects_unknown_transport(cli) -> None:
 
 @pytest.mark.slow
 def test_update_roofline_reports_every_phase_against_the_machine(cli, tmp_path: Path) -> None:
-    proc = cli("run", "update-roofline", "--updates", "5", "--warmup", "1", "--store", "rec", "--report", "r.md", "--quiet")
+    proc = cli("run", "update-roofline", "--updates", "5", "--warmup", "1", "--store", "rec", "--report", "r.md", "--json")
     assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    phases = {p["phase"]: p for p in summary["phases"]}
+    assert summary["machine"]["peak_gflops"] > 0 and summary["machine"]["dispatch_us"] > 0
+    assert phases["update/critic"]["mflop"] > 0 and phases["update/critic"]["bound"].endswith("-bound")
     text = (tmp_path / "r.md").read_text()
     needles = ("## This machine's limits", "Achievable matmul rate", "`update/critic`", "`update/actor`", "**all phases**")
     for needle in needles:
