@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import signal
 import socket
@@ -42,6 +43,9 @@ from rlbench.engines.loops import (
 )
 
 POLL_S = 0.05  # how often a blocked role looks at the stop flag and for new weights
+# what reading a queue raises when its writer was killed mid-message (a torn pickle); shutdown must survive it, or
+# the exception replaces Ctrl-C's and processes are left unreaped
+TORN = (EOFError, OSError, ValueError, pickle.UnpicklingError)
 JOIN_S = 5.0
 
 
@@ -261,6 +265,8 @@ class _Procs:
                 kind, name, payload = self.chans["results"].get(block=block, timeout=timeout or None)
             except queue.Empty:
                 return
+            except TORN:  # a message cut off by a writer killed mid-put: the exit codes say who died
+                return
             if kind == "error":
                 self.reports[name] = {"error": payload}
                 if raise_errors:
@@ -281,7 +287,7 @@ class _Procs:
                 try:
                     while True:
                         q.get_nowait()
-                except (queue.Empty, OSError, ValueError):
+                except (queue.Empty, *TORN):
                     pass
             self._drain_results(block=True, timeout=POLL_S, raise_errors=False)
         for p in self.procs.values():
