@@ -63,16 +63,12 @@ def machine_fingerprint() -> dict[str, Any]:
 def software_fingerprint() -> dict[str, Any]:
     """Python and package versions and the thread settings in force."""
     versions = {}
-    for name in _PACKAGES:
+    for name in (*_PACKAGES, *_PEERS):  # the peers (libraries measured beside rlbench) only where installed
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
-            versions[name] = None
-    for name in _PEERS:  # the libraries measured beside rlbench (and the engines), where installed
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
+            if name in _PACKAGES:
+                versions[name] = None
     torch = sys.modules.get("torch")
     return {
         "python": platform.python_version(),

@@ -34,11 +34,12 @@ from rlbench.fingerprint import machine_fingerprint, software_fingerprint
 from rlbench.store import read_records
 
 # the process title rlbench.fanout gives a Ray worker while it runs a case (suites sit below fanout: not imported);
-# main() fails if no worker with it was seen, so a renamed title cannot pass unnoticed
+# main() fails if no worker with it was seen, and tests/pipeline/test_fanout.py checks it is rlbench.fanout's
 TASK_NAME = "rlbench-case"
 
 
-def _case_workers() -> dict[int, str]:
+def case_workers() -> dict[int, str]:
+    """Ray workers running an rlbench case now: pid -> the case's label (from the process title)."""
     out = {}
     for cmd in Path("/proc").glob("[0-9]*/cmdline"):
         try:
@@ -72,12 +73,12 @@ def _run(args: list[str], cwd: Path, kill_after: float | None = None) -> dict[st
         deadline = time.monotonic() + 600
         first: tuple[int, str, float] | None = None
         while proc.poll() is None and time.monotonic() < deadline:
-            workers = _case_workers()
+            workers = case_workers()
             if first is None and workers:
                 pid, label = next(iter(workers.items()))
                 first = (pid, label, time.monotonic())
             if first is not None and time.monotonic() - first[2] >= kill_after:
-                if first[0] in _case_workers():
+                if first[0] in case_workers():
                     os.kill(first[0], signal.SIGKILL)
                     killed = {"pid": first[0], "case": first[1], "after_s": time.monotonic() - first[2]}
                 break
@@ -89,7 +90,7 @@ def _run(args: list[str], cwd: Path, kill_after: float | None = None) -> dict[st
     if proc.returncode != 0:
         raise SystemExit(f"`{' '.join(cmd[2:])}` exited {proc.returncode}: {err.strip()[-500:]}")
     summary = json.loads(out)
-    return {"summary": summary, "wall_s": wall, "killed": killed, "leftover": list(_case_workers().values())}
+    return {"summary": summary, "wall_s": wall, "killed": killed, "leftover": list(case_workers().values())}
 
 
 def _key(r: Any) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli
 from fault_helpers import cmdline, descendants, foreground_signals, gone, one_line_error
+from rlbench.suites.scripts import fanout as harness
 
 from rlbench.fanout import TASK_NAME, plan_cases
 from rlbench.runner import resolve_run_target
@@ -55,27 +56,18 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _case_pids() -> dict[int, str]:
-    """Ray workers running an rlbench case now: pid -> process title (``ray::rlbench-case <label>``)."""
-    out = {}
-    for cmd in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            text = cmd.read_text().replace("\0", " ").strip()
-        except OSError:
-            continue
-        if text.startswith(f"ray::{TASK_NAME} "):
-            out[int(cmd.parent.name)] = text
-    return out
-
-
 def _wait_for_case(timeout: float = 90) -> tuple[int, str]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = _case_pids()
+        found = harness.case_workers()  # pid -> case label
         if found:
             return next(iter(found.items()))
         time.sleep(0.1)
     raise AssertionError("no Ray worker started a case")
+
+
+def test_the_kill_harness_looks_for_the_title_rlbench_gives_a_case_worker():
+    assert harness.TASK_NAME == TASK_NAME
 
 
 def test_cases_split_micro_groups_and_repeats():
@@ -127,7 +119,7 @@ def test_a_killed_worker_is_retried_once_and_nothing_is_lost_or_doubled(project,
         stderr=subprocess.PIPE,
         text=True,
     )
-    killed, title = _wait_for_case()
+    killed, label = _wait_for_case()
     time.sleep(0.3)  # mid-case: it sleeps 1.5 s
     os.kill(killed, signal.SIGKILL)
     out, err = proc.communicate(timeout=120)
@@ -137,7 +129,6 @@ def test_a_killed_worker_is_retried_once_and_nothing_is_lost_or_doubled(project,
 
     records = [r for r in read_records(next((project / "st").glob("*.jsonl"))) if r.metric == "pid"]
     assert Counter(r.repeat for r in records) == {0: 1, 1: 1, 2: 1, 3: 1}  # 0 lost, 0 duplicated
-    label = title.removeprefix(f"ray::{TASK_NAME} ")
     (retried,) = [r for r in records if r.meta["case"] == label]
     assert retried.samples == [float(retried.meta["worker_pid"])] and retried.meta["worker_pid"] != killed
     assert len({r.fingerprint["node"]["ray_node_id"] for r in records}) == 2  # one CPU a node: both nodes ran cases
