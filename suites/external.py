@@ -8,9 +8,7 @@ Stable-Baselines3 is not a dependency of rlbench: ``pip install stable-baselines
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from typing import Any
 
 from rlbench.errors import UsageError
 from rlbench.metrics import ENV_STEPS, EVAL_RETURN, EVAL_S, INIT_S, SPS, TRAIN_S, WALL_S, Metric
@@ -48,51 +46,32 @@ class SB3SACConfig:
             raise UsageError("sb3-sac-pendulum needs Stable-Baselines3: pip install stable-baselines3")
 
 
-class _SB3Policy:
-    def __init__(self, model: Any) -> None:
-        self.model = model
-
-    def act_deterministic(self, obs: Any) -> Any:
-        return self.model.predict(obs, deterministic=True)[0]
-
-
 def run_sb3_sac(config: SB3SACConfig, ctx: RunContext) -> list[Metric]:
-    """One repeat: build SB3's SAC, time ``learn``, evaluate deterministically like rlbench's runs."""
-    import stable_baselines3
-    import torch
-    from stable_baselines3 import SAC
+    """One repeat: SB3's SAC through the peers' runner (:mod:`rlbench.suites.peers.sb3_peer`), timed apart."""
+    from rlbench.suites.peers.common import PeerSetting
+    from rlbench.suites.peers.sb3_peer import run_sac
 
-    from rlbench.algos.scaffold import evaluate_policy
-
-    torch.set_num_threads(config.threads)
-    t0 = time.perf_counter()
-    kwargs = {
-        "learning_rate": config.lr,
-        "buffer_size": 1_000_000,
+    hp = {
         "learning_starts": config.learning_starts,
         "batch_size": config.batch_size,
-        "tau": 0.005,
-        "gamma": 0.99,
-        "train_freq": 1,
-        "gradient_steps": 1,
-        "ent_coef": "auto",
-        "policy_kwargs": {"net_arch": list(config.hidden)},
+        "hidden": config.hidden,
+        "critic_lr": config.lr,
+        "actor_lr": config.lr,
+        "alpha_lr": config.lr,
     }
-    model = SAC("MlpPolicy", config.env, seed=config.seed, device=str(ctx.device), verbose=0, **kwargs)
-    t1 = time.perf_counter()
-    model.learn(total_timesteps=config.total_steps)
-    t2 = time.perf_counter()
-    returns = evaluate_policy(_SB3Policy(model), config.env, config.eval_episodes, config.seed + 10_000)
-    t3 = time.perf_counter()
-    lib = {"library": f"stable-baselines3 {stable_baselines3.__version__}"}
+    setting = PeerSetting(
+        "sac", config.env, config.total_steps, config.seed, config.threads, config.eval_episodes, hp, str(ctx.device)
+    )
+    run = run_sac(setting)
+    lib = {"library": run.library}
     return [
-        Metric(SPS, "steps/s", "higher", [config.total_steps / (t2 - t1)], meta={**lib, "synchronized": False}),
-        Metric(INIT_S, "s", "lower", [t1 - t0]),
-        Metric(TRAIN_S, "s", "lower", [t2 - t1]),
-        Metric(EVAL_S, "s", "lower", [t3 - t2]),
-        Metric(WALL_S, "s", "lower", [t3 - t0]),
-        Metric(ENV_STEPS, "steps", "none", [float(config.total_steps)]),
-        Metric(EVAL_RETURN, "return", "higher", [float(v) for v in returns]),
+        Metric(SPS, "steps/s", "higher", [run.env_steps / run.train_s], meta={**lib, "synchronized": False}),
+        Metric(INIT_S, "s", "lower", [run.init_s]),
+        Metric(TRAIN_S, "s", "lower", [run.train_s]),
+        Metric(EVAL_S, "s", "lower", [run.eval_s]),
+        Metric(WALL_S, "s", "lower", [run.init_s + run.train_s + run.eval_s]),
+        Metric(ENV_STEPS, "steps", "none", [float(run.env_steps)]),
+        Metric(EVAL_RETURN, "return", "higher", run.eval_returns),
     ]
 
 

@@ -74,8 +74,22 @@ def build_parser() -> Parser:
 
     from rlbench.cli.compare import add_side_arguments
 
-    p_cmp = sub.add_parser("compare", help="compare two runs: ratio of medians with 95%% CI and a verdict per case")
-    add_side_arguments(p_cmp)
+    p_cmp = sub.add_parser(
+        "compare",
+        help="compare two runs, or the groups of one run (--by impl): ratio of medians with 95%% CI and a verdict per case",
+    )
+    add_side_arguments(p_cmp, cand_optional=True)
+    p_cmp.add_argument(
+        "--by",
+        metavar="PARAM",
+        help="compare the groups of ONE run that differ in this parameter (e.g. --by impl for `rlbench run peers`): "
+        "each group against the --against group; give BASE only",
+    )
+    p_cmp.add_argument(
+        "--against",
+        metavar="VALUE",
+        help="with --by: the parameter value of the baseline group (default: rlbench if present, else the first)",
+    )
     p_cmp.add_argument(
         "--min-effect",
         type=float,

@@ -12,14 +12,17 @@ from rlbench.errors import DataError, UsageError
 from rlbench.records import Record
 
 
-def add_side_arguments(p: argparse.ArgumentParser) -> None:
-    """BASE, CAND and the options both commands share."""
+def add_side_arguments(p: argparse.ArgumentParser, cand_optional: bool = False) -> None:
+    """BASE, CAND and the options both commands share (``cand_optional``: compare's ``--by`` needs BASE only)."""
     p.add_argument(
         "base",
         help="baseline: a records file, a store directory (its latest run) or a run id in --store; several, joined by "
         "commas (RUN1,RUN2), are merged by seed",
     )
-    p.add_argument("cand", help="candidate: same forms as BASE")
+    if cand_optional:
+        p.add_argument("cand", nargs="?", help="candidate: same forms as BASE (left out with --by)")
+    else:
+        p.add_argument("cand", help="candidate: same forms as BASE")
     p.add_argument("--store", default=".rlbench", help="store where run ids are looked up (default: .rlbench)")
     p.add_argument(
         "--allow-mismatch",
@@ -95,6 +98,12 @@ def compare_command(args: argparse.Namespace) -> int:
 
     if not 0.0 <= args.min_effect < 1.0:
         raise UsageError(f"--min-effect must be a fraction in [0, 1), got {args.min_effect}")
+    if args.by:
+        return compare_by_command(args)
+    if args.cand is None:
+        raise UsageError("compare needs BASE and CAND (or one run and --by PARAM, e.g. --by impl)")
+    if args.against:
+        raise UsageError("--against picks the baseline group of --by; give --by PARAM too")
     report = prepare_output(args.report, "--report")
     base, cand, notes = load_pair(args)
     metrics = args.metric or None
@@ -117,6 +126,65 @@ def compare_command(args: argparse.Namespace) -> int:
     from rlbench.report.summary import print_comparison
 
     console = print_comparison(results, base, cand, notes)
+    if args.report:
+        console.print(f"report: {args.report}")
+    return 0
+
+
+def split_by(records: list[Record], param: str, against: str | None) -> tuple[str, dict[str, list[Record]]]:
+    """One run's records grouped by the value of ``param``: the baseline value and every group.
+
+    Raises:
+        UsageError: If no record has ``param``, fewer than two values occur, or ``against`` is not one of them.
+    """
+    groups: dict[str, list[Record]] = {}
+    for r in records:
+        if param in r.params:
+            groups.setdefault(str(r.params[param]), []).append(r)
+    if len(groups) < 2:
+        found = ", ".join(groups) or "none"
+        raise UsageError(f"--by {param}: the run needs records with at least two values of {param!r} (found: {found})")
+    base = against or ("rlbench" if "rlbench" in groups else next(iter(groups)))
+    if base not in groups:
+        raise UsageError(f"--against {base!r} is not a value of {param!r} in this run; choose from {', '.join(groups)}")
+    return base, groups
+
+
+def compare_by_command(args: argparse.Namespace) -> int:
+    """``compare RUN --by PARAM``: every group of one run against the baseline group, case by case."""
+    from rlbench.compare import compare, sample_flags
+
+    if args.cand is not None:
+        raise UsageError(f"--by compares the groups of ONE run; drop {args.cand!r} (or drop --by to compare two runs)")
+    report = prepare_output(args.report, "--report")
+    records = load_side(args.base, args.store)
+    base_value, groups = split_by(records, args.by, args.against)
+    ignore = (args.by, *args.ignore_param)
+    outcome: dict[str, list] = {}
+    for value, group in groups.items():
+        if value != base_value:
+            outcome[value] = compare(
+                groups[base_value], group, min_effect=args.min_effect, metrics=args.metric or None, ignore_params=ignore
+            )
+    if not any(outcome.values()):
+        raise DataError(f"no case (metric and parameters other than {args.by}) is present in two groups: nothing to compare")
+    if args.report:
+        from rlbench.report.comparison import comparison_markdown
+
+        parts = [
+            f"<!-- {args.by}={value} against {args.by}={base_value} -->\n"
+            + comparison_markdown(results, groups[base_value], groups[value], sample_flags(results), args.min_effect)
+            for value, results in outcome.items()
+        ]
+        write_output(report, "\n".join(parts), "--report")
+    if args.json:
+        cases = {v: [r.to_dict() for r in results] for v, results in outcome.items()}
+        print(json.dumps({"by": args.by, "baseline": base_value, "groups": cases, "report": args.report}))
+        return 0
+    from rlbench.report.summary import print_comparison
+
+    for value, results in outcome.items():
+        console = print_comparison(results, groups[base_value], groups[value], [f"{args.by}: {base_value} → {value}"])
     if args.report:
         console.print(f"report: {args.report}")
     return 0

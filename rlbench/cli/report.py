@@ -41,6 +41,10 @@ def write_report(
         from rlbench.report import transports
 
         text, charts = transports.render(records, output.stem if draw_charts else None)
+    elif _is_peers(records):
+        from rlbench.report import peers
+
+        text, charts = peers.render(records), []
     elif _is_roofline(records):
         from rlbench.report import roofline
 
@@ -96,6 +100,12 @@ def _is_pipeline(records: list) -> bool:
     from rlbench.report.pipeline import is_pipeline
 
     return is_pipeline(records)
+
+
+def _is_peers(records: list) -> bool:
+    from rlbench.report.peers import is_peers
+
+    return is_peers(records)
 
 
 def _is_roofline(records: list) -> bool:

@@ -262,6 +262,11 @@ def _finish(
                 {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()} for row in rows
             ]
         }
+    elif spec.report == "peers":
+        from rlbench.report.peers import summary as peers_summary
+        from rlbench.store import read_records
+
+        summary = peers_summary([r for r in read_records(records_path) if r.run_id == run_id])
     elif spec.report == "roofline":
         from rlbench.report.roofline import summary as roofline_summary
 
@@ -285,6 +290,7 @@ def _finish(
     elif not args.quiet:
         from rlbench.report.summary import (
             print_micro_summary,
+            print_peers_summary,
             print_pipeline_summary,
             print_roofline_summary,
             print_summary,
@@ -296,6 +302,7 @@ def _finish(
             "transports": print_transports_summary,
             "pipeline": print_pipeline_summary,
             "roofline": print_roofline_summary,
+            "peers": print_peers_summary,
         }
         printers.get(spec.report, print_summary)(summary)
     return 0

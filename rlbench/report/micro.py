@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from rlbench.metrics import LEGACY_TIME_CALL, TIME_CALL
 from rlbench.records import Record
@@ -60,10 +61,38 @@ def _header(first: Record, run_id: str) -> list[str]:
     ]
 
 
+def _against_peers(stats: dict[str, dict[str, Any]], sizes: list[str], peers: set[str]) -> list[str]:
+    """Rows: each other library's time over rlbench's fastest implementation at each size (same run, same process)."""
+    present = sorted(p for p in peers if p in stats)
+    ours = [i for i in stats if i not in peers and i != REFERENCE]
+    if not present or not ours:
+        return []
+    rows = []
+    for peer in present:
+        row = [f"`{peer}`"]
+        for s in sizes:
+            mine = [(stats[i][s].median, i) for i in ours if s in stats[i] and stats[i][s].n]
+            theirs = stats[peer].get(s)
+            if not mine or theirs is None or not theirs.n:
+                row.append("–")
+                continue
+            best, name = min(mine)
+            row.append(f"`{name}` {theirs.median / best:.1f}× faster" if best > 0 else "–")
+        rows.append(row)
+    return [
+        "",
+        "Other libraries, timed in the same process and run (on inputs in their own layout): rlbench's fastest "
+        "implementation against each.",
+        "",
+        md_table(["Library", *sizes], rows),
+    ]
+
+
 def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, list[ScalingChart]]:
     """Markdown of a micro-benchmark run and its scaling charts (one per group and operation)."""
     cells: dict[tuple[str, str], dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(dict))
     elements: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    peers = {str(r.params.get("impl")) for r in records if r.meta.get("peer")}
     for r in records:
         if r.metric not in (TIME_CALL, LEGACY_TIME_CALL):
             continue
@@ -107,6 +136,7 @@ def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, l
             rows.append(row)
         title = group if op == "call" else f"{group}: {op}"
         lines += ["", f"## {title}", "", md_table(["Implementation", *sizes], rows)]
+        lines += _against_peers(stats, sizes, peers)
         if chart_stem is not None and any(s in elements[(group, op)] for s in sizes):
             suffix = f"-{group}-{op}.png".replace("/", "_").replace(" ", "-")
             chart_lines = []

@@ -130,6 +130,31 @@ def print_transports_summary(summary: dict[str, Any]) -> None:
     console.print(f"records: {summary['records']}\nreport:  {summary['report']}")
 
 
+def print_peers_summary(summary: dict[str, Any]) -> None:
+    """Per implementation: SPS, rlbench's speed-up over it with its interval, and whether it learned."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{summary['benchmark']}: {summary['algo']}, seeds interleaved")
+    for col in ("Implementation", "SPS", "rlbench ÷ this", "95% CI", "Eval return", "Learned"):
+        table.add_column(col, justify="left" if col == "Implementation" else "right")
+    for r in summary["impls"]:
+        ci = f"{fmt(r['ratio_low'], 2)} – {fmt(r['ratio_high'], 2)}" if r["ratio"] is not None else "–"
+        table.add_row(
+            r["impl"],
+            fmt(r["sps"], 0),
+            f"{fmt(r['ratio'], 2)}×" if r["ratio"] is not None else "–",
+            ci,
+            fmt(r["eval_return"], 1),
+            "yes" if r["learned"] else "[red]no[/]",
+        )
+    console = Console()
+    console.print(table)
+    for f in summary["flags"]:
+        console.print(f"[bold red]{f}[/]")
+    console.print(f"records: {summary['records']}\nreport:  {summary['report']}")
+
+
 def print_comparison(results: list, base: list, cand: list, notes: list[str]) -> Any:
     """A rich table of compared cases (ratio, 95% CI, verdict coloured); returns the console for further lines."""
     from rich.console import Console

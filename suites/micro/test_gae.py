@@ -7,6 +7,9 @@ warm-up call before timing, so its import and compile cost are not part of these
 ``test_gae_torch_device`` times :func:`gae_torch` on tensors already on each device of the matrix
 (:mod:`rlbench.suites.micro.devices`), synchronized inside the timed call; rows ``torch-tensors`` (CPU) and
 ``torch-tensors@cuda:N``. Absent devices are skipped with a note that the report shows.
+
+``test_gae_peer`` adds rows for other libraries' GAE where they are installed (rlox, TorchRL, Stable-Baselines3),
+each timed on inputs in its own layout (:mod:`rlbench.suites.micro.peer_gae`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from rlbench.suites.micro.devices import device_params, impl_label, timed_on
+from rlbench.suites.micro.peer_gae import installed as installed_peers
 from rlbench.suites.micro.user_impls import user_cases
 
 from rlbench.components.returns.gae import GAE_IMPLEMENTATIONS, gae_torch
@@ -73,3 +77,16 @@ def test_gae_torch_device(benchmark: Any, device: str, T: int, N: int) -> None:
     benchmark.extra_info.update(group="gae", impl=name, size=f"{T}x{N}", elements=T * N, T=T, N=N, device=device)
     result = benchmark(call, r, v, d, lv, GAMMA, LAM)
     assert tuple(result.shape) == (T, N)
+
+
+@pytest.mark.parametrize("peer", sorted(installed_peers()))
+@pytest.mark.parametrize("T, N", SIZES, ids=[f"T{T}xN{N}" for T, N in SIZES])
+def test_gae_peer(benchmark: Any, peer: str, T: int, N: int) -> None:
+    """Times another library's GAE on inputs already in its own layout (rlox, TorchRL, SB3; see ``peer_gae``)."""
+    p = installed_peers()[peer]
+    args = p.prepare(*rollout(T, N), GAMMA, LAM)
+    p.call(*args)  # warm-up: imports, lazy init
+    benchmark.group = f"gae T={T} N={N}"
+    benchmark.extra_info.update(group="gae", impl=peer, size=f"{T}x{N}", elements=T * N, T=T, N=N, peer=True)
+    result = benchmark(p.call, *args)
+    assert p.to_tn(result, args, T, N).shape == (T, N)

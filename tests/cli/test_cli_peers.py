@@ -1,0 +1,47 @@
+"""``rlbench run peers`` end to end with real libraries, then ``compare --by impl`` and ``report`` on its records.
+
+The libraries are real (CI installs stable-baselines3, rlox and torchrl with the test extra); the runs are short,
+so these tests check the plumbing and the counting, not who learns: ``tests/suites/test_peers_learning.py`` and the
+committed peers reports carry that.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli_helpers import one_line_error
+
+
+def test_peers_run_compare_by_impl_and_report(cli, tmp_path: Path) -> None:  # noqa: ANN001
+    proc = cli(
+        "run", "peers", "--impls", "rlbench", "--impls", "sb3", "--total-steps", "2048", "--repeats", "2",
+        "--eval-episodes", "2", "--json", "--quiet", timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    impls = {r["impl"]: r for r in out["impls"]}
+    assert set(impls) == {"rlbench", "sb3"} and impls["sb3"]["ratio"] > 0
+    assert impls["sb3"]["library"].startswith("stable-baselines3 ") and impls["sb3"]["env_steps"] == 2048
+    assert impls["sb3"]["shares"], "the profiled pass of seed 0 gives SB3's phase shares"
+    text = (tmp_path / out["report"]).read_text()
+    assert "sb3 → rlbench" in text and "rlbench → sb3" in text  # seed 1 ran in the reverse order
+
+    cmp = cli("compare", out["records"], "--by", "impl", "--metric", "sps", "--json")
+    assert cmp.returncode == 0, cmp.stderr
+    got = json.loads(cmp.stdout)
+    assert got["baseline"] == "rlbench" and [c["metric"] for c in got["groups"]["sb3"]] == ["sps"]
+
+    bad = cli("compare", out["records"], "--by", "impl", "--against", "cleanrl")
+    assert bad.returncode == 2 and "--against 'cleanrl' is not a value of 'impl'" in one_line_error(bad)
+    two = cli("compare", out["records"], out["records"], "--by", "impl")
+    assert two.returncode == 2 and "ONE run" in one_line_error(two)
+    none = cli("compare", out["records"], "--by", "device")
+    assert none.returncode == 2 and "at least two values of 'device'" in one_line_error(none)
+    again = cli("report", out["records"], "-o", "-")
+    assert again.returncode == 0 and again.stdout == text
+
+
+def test_unknown_peer_is_a_one_line_usage_error(cli) -> None:  # noqa: ANN001
+    proc = cli("run", "peers", "--impls", "cleanrl")
+    assert proc.returncode == 2 and "unknown implementation 'cleanrl'" in one_line_error(proc)
