@@ -65,7 +65,8 @@ MICRO_CASE_KEYS = ("group", "impl", "size", "op", "device")
 TIME = "time/"  #: prefix: seconds per phase over the run (``meta``: ``events``, ``layer``)
 ITER_TIME = "iter_time/"  #: prefix: seconds per phase, one sample per steady iteration
 DIAG = "diag/"  #: prefix: update diagnostics per iteration (losses, KL, ...)
-COUNTERS = ("ops", "syncs", "copies")  #: prefixes of noise-free counts per phase (``ops/iteration`` ...)
+COUNTERS = ("ops", "syncs", "copies", "flops")  #: prefixes of noise-free counts per phase (``ops/iteration`` ...)
+LIMITS = "limits/"  #: prefix: this machine's limits for a profiled run's products (``limits/achievable_s/<phase>`` ...)
 
 MACHINE = "machine/"  #: prefix: what else the machine was doing during a repeat (context, never compared as a case)
 MACHINE_OTHER_CPU = "machine/other_cpu"  #: share of CPU capacity other processes used during the repeat

@@ -84,6 +84,7 @@ class Attribution:
     mem_marks: int
     counted_iteration: int | None
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    matmuls: dict[str, dict[tuple[int, int, int, int], int]] = field(default_factory=dict)
     trace: list[TraceEvent] = field(default_factory=list)
     trace_dropped: int = 0
     env_ids: list[str] = field(default_factory=list)
@@ -124,6 +125,7 @@ class Attributor:
         "iterations",
         "kinds",
         "layers",
+        "matmuls",
         "mem_bytes",
         "mem_marks",
         "mem_on",
@@ -187,6 +189,7 @@ class Attributor:
         self.count_iteration = count_iteration
         self.counter: Any = None
         self.counted: dict[str, dict[str, int]] = {}
+        self.matmuls: dict[str, dict[tuple[int, int, int, int], int]] = {}
         self.profiler_enabled: Callable[[], bool] = _false
         self.rf_on = False  # emit record_function ranges: torch's profiler was on at the last iteration boundary
         self.mem_on = memory
@@ -442,7 +445,13 @@ class Attributor:
     def _stop_counting(self) -> None:
         counter, self.counter = self.counter, None
         counter.__exit__(None, None, None)
-        self.counted = {"ops": dict(counter.ops), "syncs": dict(counter.syncs), "copies": dict(counter.copies)}
+        self.counted = {
+            "ops": dict(counter.ops),
+            "syncs": dict(counter.syncs),
+            "copies": dict(counter.copies),
+            "flops": dict(counter.flops),
+        }
+        self.matmuls = {phase: dict(per) for phase, per in counter.matmuls.items()}
 
     def finish(self) -> Attribution:
         """Close every open phase, stop counting, and return what was measured."""
@@ -455,6 +464,7 @@ class Attributor:
             self.counter.__exit__(None, None, None)
             self.counter = None
             self.counted = {}
+            self.matmuls = {}
             counted = None
         else:
             counted = self.count_iteration if self.counted else None
@@ -474,6 +484,7 @@ class Attributor:
             mem_marks=self.mem_marks,
             counted_iteration=counted,
             counts=self.counted,
+            matmuls=self.matmuls,
             trace=list(self.trace or []),
             trace_dropped=self.trace_dropped,
             env_ids=sorted({i for i in self.env_ids.values() if i}),

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from rlbench.instrument.roofline import matmul_flops, matmul_key
+
 _SYNC_OPS = {"_local_scalar_dense"}  # .item(), bool(tensor), .tolist() element reads: the host waits for the device
 _COPY_OPS = {"_to_copy", "copy_"}
 
@@ -31,6 +33,8 @@ class OpCounter(TorchDispatchMode):
         ops: Ops per phase.
         syncs: Device-to-host synchronizations per phase (``aten::_local_scalar_dense``).
         copies: Copies between different devices per phase.
+        flops: Matrix-product FLOPs per phase (``mm``, ``addmm``, ``bmm``, ``baddbmm``; backward's included).
+        matmuls: Per phase, ``{(batch, m, k, n): count}`` of those products.
     """
 
     @classmethod
@@ -44,10 +48,16 @@ class OpCounter(TorchDispatchMode):
         self.ops: Counter[str] = Counter()
         self.syncs: Counter[str] = Counter()
         self.copies: Counter[str] = Counter()
+        self.flops: Counter[str] = Counter()
+        self.matmuls: dict[str, Counter[tuple[int, int, int, int]]] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         self.ops[self.phase] += 1
+        key = matmul_key(func, args)
+        if key is not None:
+            self.flops[self.phase] += int(matmul_flops(key[1]))
+            self.matmuls.setdefault(self.phase, Counter())[key[1]] += 1
         name = func.overloadpacket.__name__
         if name in _SYNC_OPS:
             self.syncs[self.phase] += 1

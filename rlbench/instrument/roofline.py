@@ -120,19 +120,70 @@ class OpRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         rec = self.phases[self.stack[-1]]
         rec.ops += 1
-        kind = MATMULS.get(func)
-        if kind is not None:
-            a, b = (args[1], args[2]) if kind in ("addmm", "baddbmm") else (args[0], args[1])
-            if a.dim() == 3:
-                shape = (a.shape[0], a.shape[1], a.shape[2], b.shape[2])
-            else:
-                shape = (0, a.shape[0], a.shape[1], b.shape[1])
-            key = (kind, tuple(int(v) for v in shape))
+        key = matmul_key(func, args)
+        if key is not None:
             rec.matmuls[key] = rec.matmuls.get(key, 0) + 1
-            rec.flops += 2.0 * max(shape[0], 1) * shape[1] * shape[2] * shape[3]
+            rec.flops += matmul_flops(key[1])
         out = func(*args, **(kwargs or {}))
         rec.bytes += _nbytes(args) + _nbytes(kwargs) + _nbytes(out)
         return out
+
+
+def matmul_key(func: Any, args: tuple[Any, ...]) -> tuple[str, tuple[int, int, int, int]] | None:
+    """``(kind, (batch, m, k, n))`` of a matrix-product op (batch 0 for a plain product), ``None`` for any other op."""
+    kind = MATMULS.get(func)
+    if kind is None:
+        return None
+    a, b = (args[1], args[2]) if kind in ("addmm", "baddbmm") else (args[0], args[1])
+    if a.dim() == 3:
+        return kind, (int(a.shape[0]), int(a.shape[1]), int(a.shape[2]), int(b.shape[2]))
+    return kind, (0, int(a.shape[0]), int(a.shape[1]), int(b.shape[1]))
+
+
+def matmul_flops(shape: tuple[int, int, int, int]) -> float:
+    """Multiply-adds times two of a ``(batch, m, k, n)`` product."""
+    b, m, k, n = shape
+    return 2.0 * max(b, 1) * m * k * n
+
+
+def machine_limits(
+    matmuls: dict[str, dict[tuple[int, int, int, int], int]], device: str = "cpu", max_shapes: int = 12
+) -> dict[str, Any]:
+    """This machine's limits for the products a run made, measured now (the threads are the run's own).
+
+    Args:
+        matmuls: Per phase, ``{(batch, m, k, n): count}`` of one iteration.
+        device: Where the products ran.
+        max_shapes: Shapes measured at most (those with the most FLOPs); the others are priced at the rate of the
+            closest measured shape by size.
+
+    Returns:
+        ``{"achievable_s": {phase: seconds}, "dispatch_us": ..., "memory_gbps": ..., "peak_gflops": ...,
+        "shapes": measured}``: the seconds each phase's products take at the achievable rate of their own shapes.
+    """
+    totals: dict[tuple[int, int, int, int], float] = defaultdict(float)
+    for per in matmuls.values():
+        for shape, count in per.items():
+            totals[shape] += count * matmul_flops(shape)
+    measured = sorted(totals, key=lambda s: -totals[s])[:max_shapes]
+    rates = {s: matmul_gflops(s[1], s[2], s[3], device=device, batch=s[0], rounds=5) for s in measured}
+
+    def rate(shape: tuple[int, int, int, int]) -> float:
+        if shape in rates:
+            return rates[shape]
+        near = min(rates, key=lambda s: abs(matmul_flops(s) - matmul_flops(shape)))
+        return rates[near]
+
+    achievable = {
+        phase: sum(count * matmul_flops(s) / (rate(s) * 1e9) for s, count in per.items()) for phase, per in matmuls.items()
+    }
+    return {
+        "achievable_s": achievable,
+        "dispatch_us": dispatch_us(device),
+        "memory_gbps": memory_gbps(64, device),
+        "peak_gflops": max(rates.values(), default=float("nan")),
+        "shapes": len(measured),
+    }
 
 
 def _nbytes(value: Any) -> float:

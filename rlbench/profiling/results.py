@@ -18,6 +18,7 @@ from rlbench.metrics import (
     CUDA_MEM,
     ENV_STEPS,
     ITERATIONS,
+    LIMITS,
     MEM,
     PROFILE_EVENT_US,
     PROFILE_EVENTS,
@@ -98,6 +99,7 @@ def attribution_metrics(
     *,
     startup_s: float | None = None,
     costs: dict[str, float] | None = None,
+    limits: dict[str, Any] | None = None,
 ) -> list[Metric]:
     """The run's metrics: SPS, wall-time parts, phases (with layer and events), per-iteration times, counts, memory.
 
@@ -105,6 +107,8 @@ def attribution_metrics(
         r: What the attributor measured.
         startup_s: Seconds from the process start to the first iteration (imports, setup), if known.
         costs: The hooks' per-event costs measured in this run (:func:`rlbench.profiling.session.measure_costs`).
+        limits: This machine's limits for the counted iteration's products
+            (:func:`rlbench.instrument.roofline.machine_limits`), if measured.
     """
     marks = r.iterations or [IterationMark(r.started, 0, {})]
     ends = [*marks[1:], IterationMark(r.ended, r.steps, r.excl)]
@@ -168,6 +172,15 @@ def attribution_metrics(
         for p, n in per_phase.items():
             m.append(Metric(f"{kind}/{p or 'other'}", "count", "lower", [float(n)]))
         m.append(Metric(f"{kind}/iteration", "count", "lower", [float(sum(per_phase.values()))]))
+    if limits:
+        ctx = {"device": limits.get("device"), "threads": limits.get("threads"), "shapes": limits.get("shapes")}
+        m += [
+            Metric(f"{LIMITS}dispatch_us", "us", "none", [limits["dispatch_us"]], meta=ctx),
+            Metric(f"{LIMITS}memory_gbps", "GB/s", "none", [limits["memory_gbps"]], meta=ctx),
+            Metric(f"{LIMITS}peak_gflops", "GFLOP/s", "none", [limits["peak_gflops"]], meta=ctx),
+        ]
+        for p, secs in limits["achievable_s"].items():
+            m.append(Metric(f"{LIMITS}achievable_s/{p or 'other'}", "s", "none", [secs], meta=ctx))
     for prefix, values in ((MEM, r.mem_bytes), (CUDA_MEM, r.cuda_peak_bytes)):
         for p, v in values.items():
             m.append(Metric(f"{prefix}{p or 'other'}", "bytes", "lower", [float(v)]))

@@ -56,10 +56,12 @@ class Outcome:
     attribution: Attribution
     costs: dict[str, float]
     user_metrics: list[Metric] = field(default_factory=list)
+    limits: dict[str, Any] = field(default_factory=dict)
 
     def metrics(self, startup_s: float | None = None) -> list[Metric]:
         """Every metric of the session (attribution first, then the user's)."""
-        return [*attribution_metrics(self.attribution, startup_s=startup_s, costs=self.costs), *self.user_metrics]
+        found = attribution_metrics(self.attribution, startup_s=startup_s, costs=self.costs, limits=self.limits)
+        return [*found, *self.user_metrics]
 
 
 def _sync_fn(settings: Settings) -> Callable[[], None] | None:
@@ -116,7 +118,7 @@ class Session:
             activate(None)
             Session.current = None
             uninstall(self.hooks)
-        self.outcome = Outcome(result, measure_costs(self.settings), self.user_metrics)
+        self.outcome = Outcome(result, measure_costs(self.settings), self.user_metrics, measure_limits(result))
         return self.outcome
 
     def __enter__(self) -> Session:
@@ -124,6 +126,18 @@ class Session:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self.stop()
+
+
+def measure_limits(result: Attribution) -> dict[str, Any]:
+    """This machine's limits for the matrix products of the counted iteration (``--count-ops``), or ``{}``."""
+    if not any(result.matmuls.values()):
+        return {}
+    import torch
+
+    from rlbench.instrument.roofline import machine_limits
+
+    device = "cuda" if torch.cuda.is_initialized() else "cpu"
+    return {**machine_limits(result.matmuls, device), "device": device, "threads": torch.get_num_threads()}
 
 
 def measure_costs(settings: Settings, n: int = 4_000, repeats: int = 3) -> dict[str, float]:

@@ -14,6 +14,7 @@ from rlbench.metrics import (
     CUDA_MEM,
     DIAG,
     ITER_TIME,
+    LIMITS,
     MACHINE,
     MEM,
     PROFILE_EVENT_US,
@@ -27,7 +28,9 @@ from rlbench.report.data import RunData
 from rlbench.report.format import fmt, fmt_s, md_table, pct
 from rlbench.report.phases import Breakdown
 
-KNOWN_PREFIXES = (TIME, ITER_TIME, DIAG, MACHINE, MEM, CUDA_MEM, "profile/", "timer/", "train/", *(f"{c}/" for c in COUNTERS))
+KNOWN_PREFIXES = (
+    TIME, ITER_TIME, DIAG, MACHINE, MEM, CUDA_MEM, LIMITS, "profile/", "timer/", "train/", *(f"{c}/" for c in COUNTERS)
+)  # fmt: skip
 KNOWN = {
     "sps",
     "sps/steady",
@@ -84,6 +87,70 @@ def overhead_section(d: RunData, b: Breakdown) -> list[str]:
             f"its {fmt_s(excluded)} are left out of the steady state above.",
         ]
     return lines
+
+
+def _exclusive_iter_s(d: RunData, phase: str) -> float:
+    """Median seconds per steady iteration spent in ``phase`` itself (its children's medians taken off)."""
+    own = d.med(f"{ITER_TIME}{phase}")
+    children = [m for m in d.by_metric if m.startswith(f"{ITER_TIME}{phase}/") and "/" not in m[len(f"{ITER_TIME}{phase}/") :]]
+    return own - sum(d.med(c) for c in children)
+
+
+def limits_section(d: RunData) -> list[str]:
+    """Each counted phase against this machine's matmul rate at its own shapes and its op-dispatch floor."""
+    from rlbench.report.roofline import verdict
+
+    if not d.has(f"{LIMITS}dispatch_us"):
+        return []
+    dispatch = d.med(f"{LIMITS}dispatch_us")
+    ctx = d.by_metric[f"{LIMITS}dispatch_us"][0].meta
+    phases = sorted(
+        {m[len("ops/") :] for m in d.by_metric if m.startswith("ops/") and m != "ops/iteration"},
+        key=lambda p: -d.med(f"flops/{p}") if d.has(f"flops/{p}") else 0.0,
+    )
+    rows = []
+    for phase in phases:
+        secs = _exclusive_iter_s(d, phase) if phase != "other" else math.nan
+        ops = d.med(f"ops/{phase}")
+        flops = d.med(f"flops/{phase}") if d.has(f"flops/{phase}") else 0.0
+        achievable = d.med(f"{LIMITS}achievable_s/{phase}") if d.has(f"{LIMITS}achievable_s/{phase}") else 0.0
+        floor = ops * dispatch * 1e-6
+        ok = math.isfinite(secs) and secs > 0
+        rows.append(
+            [
+                "Python/other" if phase == "other" else f"`{phase}`",
+                fmt(secs * 1e6, 0) if ok else "–",
+                fmt(ops, 0),
+                fmt(flops / 1e6, 1),
+                fmt(flops / secs / 1e9, 1) if ok and flops else "–",
+                pct(achievable / secs) if ok and achievable else "–",
+                pct(floor / secs) if ok else "–",
+                verdict(secs, achievable, floor) if ok else "–",
+            ]
+        )
+    return [
+        "## Against this machine's limits",
+        "",
+        f"Measured in the same process after the script ended ({ctx.get('device')}, {ctx.get('threads')} torch threads, "
+        f"the script's own): the achievable matmul rate at each product shape the counted iteration used "
+        f"({ctx.get('shapes')} shapes, up to {fmt(d.med(f'{LIMITS}peak_gflops'), 0)} GFLOP/s), and the floor cost of "
+        f"one torch op ({fmt(dispatch, 2)} µs). A phase is compute-bound when its products at that rate explain most "
+        "of its time, dispatch-bound when its op count at the floor does; neither means Python or other work.",
+        "",
+        md_table(
+            [
+                "Phase",
+                "µs / iteration",
+                "Torch ops",
+                "MFLOP",
+                "Achieved GFLOP/s",
+                "Products at achievable rate",
+                "Dispatch floor",
+                "Bound",
+            ],
+            rows,
+        ),
+    ]
 
 
 def memory_section(d: RunData) -> list[str]:

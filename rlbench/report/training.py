@@ -39,7 +39,14 @@ from rlbench.report.charts import Chart
 from rlbench.report.data import RunData
 from rlbench.report.format import fmt, fmt_s, md_table, pct, renumber_sections, spread
 from rlbench.report.phases import Breakdown, breakdown, layer_table, phase_chart, phase_table
-from rlbench.report.profiled import is_profiled, memory_section, no_eval_note, overhead_section, user_metrics_section
+from rlbench.report.profiled import (
+    is_profiled,
+    limits_section,
+    memory_section,
+    no_eval_note,
+    overhead_section,
+    user_metrics_section,
+)
 from rlbench.stats import median
 
 
@@ -288,6 +295,7 @@ def render(
             bottlenecks_section(findings(d, b, alternatives=alternatives.measured(d, context or []))),
             overhead_section(d, b),
             _counters(d),
+            limits_section(d),
             memory_section(d),
             profile_table(d),
         ]

@@ -85,6 +85,15 @@ def test_profiles_an_unmodified_script_into_records_and_a_report(project: Path) 
     assert layers["time/env/step"] == "environment" and layers["time/train/backward"] == "update"
     report = (project / summary["report"]).read_text(encoding="utf-8")
     assert "`env/step`" in report and "What profiling cost" in report and "Operation counters" in report
+    # matrix-product FLOPs of the counted iteration, exactly: addmm (32x4 @ 4x16) + (32x16 @ 16x2) forward, the
+    # three weight/input gradients backward, and 16 steps of the same two products on 2 envs for inference
+    flops = {r.metric: r.samples[0] for r in records if r.metric.startswith("flops/")}
+    assert flops["flops/train/forward"] == 2 * 32 * (4 * 16 + 16 * 2)
+    assert flops["flops/train/backward"] == 2 * 32 * (2 * 16 + 2 * 16 + 16 * 4)
+    assert flops["flops/inference"] == 16 * 2 * 2 * (4 * 16 + 16 * 2)
+    achievable = {r.metric: r.samples[0] for r in records if r.metric.startswith("limits/")}
+    assert achievable["limits/achievable_s/train/forward"] > 0 and achievable["limits/dispatch_us"] > 0
+    assert "Against this machine's limits" in report and "Achieved GFLOP/s" in report
     assert "--network" not in report and "--inference" not in report  # no rlbench-internal switch about user code
 
 
