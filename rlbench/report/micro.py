@@ -77,7 +77,13 @@ def _against_peers(stats: dict[str, dict[str, Any]], sizes: list[str], peers: se
                 row.append("–")
                 continue
             best, name = min(mine)
-            row.append(f"`{name}` {theirs.median / best:.1f}× faster" if best > 0 else "–")
+            ratio = theirs.median / best if best > 0 else math.nan
+            if not math.isfinite(ratio) or ratio <= 0:
+                row.append("–")
+            elif ratio >= 1:
+                row.append(f"`{name}` {ratio:.1f}× faster" if ratio >= 1.05 else f"`{name}` {ratio:.2f}× faster")
+            else:
+                row.append(f"`{name}` {1 / ratio:.2f}× **slower**")
         rows.append(row)
     return [
         "",

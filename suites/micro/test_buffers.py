@@ -14,7 +14,9 @@ by the benchmarks of that pair (``add`` keeps wrapping around a full buffer). Va
   fused compiled call / NumPy kernels;
 * ``trajectory-slices``: ``sample_slices(batch // 8, 8)`` (200-step episodes), elements = rows returned;
 * ``memmap``: the uniform buffer on ``np.memmap`` files in a temporary directory (page-cache warm), ``sample``;
-* ``user:NAME``: ``rlbench run buffers --impl pkg.mod:Class`` (checked first, see :mod:`rlbench.suites.micro.user_impls`).
+* ``user:NAME``: ``rlbench run buffers --impl pkg.mod:Class`` (checked first, see :mod:`rlbench.suites.micro.user_impls`);
+* ``rlox`` / ``torchrl`` / ``sb3``: other libraries' replay buffers where installed (``peer=True`` rows, filled with the
+  same transitions; what each times and its asymmetries: :mod:`rlbench.suites.micro.peer_replay`).
 
 ``add`` pushes ``batch`` transitions per call as a dict of arrays, except ``uniform-numba-rows`` and
 ``prioritized-numba-rows``: ``add_rows`` of one packed record array (``new_rows``), the fast push.
@@ -32,6 +34,7 @@ import numpy as np
 import pytest
 import torch
 from rlbench.suites.micro.devices import device_params, impl_label, timed_on
+from rlbench.suites.micro.peer_replay import installed as installed_peers
 from rlbench.suites.micro.user_impls import user_cases
 
 from rlbench.components.replay import MemmapReplayBuffer, PrioritizedReplayBuffer, TrajectoryReplayBuffer, UniformReplayBuffer
@@ -217,3 +220,54 @@ def test_add_torch_storage(benchmark: Any, filled: Callable[..., Any], device: s
     )
     benchmark(call, rows)
     assert len(buf) == CAPACITIES[cap]
+
+
+@pytest.fixture(scope="module")
+def filled_peer() -> Callable[..., Any]:
+    """``get(peer, capacity, add_batch=None)``: a peer's full buffer (the same transitions as ``filled``), built once.
+
+    SB3 builds one buffer per add batch size (``n_envs``); its sampling buffer has ``n_envs=1``.
+    """
+    cache: dict[tuple[str, int, int], Any] = {}
+
+    def get(peer: str, capacity: int, add_batch: int | None = None) -> Any:
+        p = installed_peers()[peer]
+        rows_per_add = add_batch if p.per_add_batch and add_batch else 1
+        if (peer, capacity, rows_per_add) not in cache:
+            buf = p.make(capacity, rows_per_add)
+            chunks = [transitions(start, min(100_000, capacity - start)) for start in range(0, capacity, 100_000)]
+            p.fill(buf, {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]})
+            cache[peer, capacity, rows_per_add] = buf
+        return cache[peer, capacity, rows_per_add]
+
+    yield get
+    cache.clear()
+
+
+@pytest.mark.parametrize("batch", SAMPLE_BATCHES, ids=[f"b{b}" for b in SAMPLE_BATCHES])
+@pytest.mark.parametrize("cap", CAPACITIES, ids=[f"cap{c}" for c in CAPACITIES])
+@pytest.mark.parametrize("peer", sorted(installed_peers()))
+def test_sample_peer(benchmark: Any, filled_peer: Callable[..., Any], peer: str, cap: str, batch: int) -> None:
+    """Times another library's ``sample`` of ``batch`` rows from its full buffer (rlox, TorchRL, SB3; see ``peer_replay``)."""
+    p = installed_peers()[peer]
+    buf = filled_peer(peer, CAPACITIES[cap])
+    p.sample(buf, batch)  # warm-up: imports, lazy init
+    benchmark.group = f"buffers sample cap={cap} batch={batch}"
+    benchmark.extra_info.update(group="buffers", impl=peer, size=f"cap{cap}-b{batch}", elements=batch, op="sample", peer=True)
+    _check_rows(p.to_rows(benchmark(p.sample, buf, batch)), batch)
+
+
+@pytest.mark.parametrize("batch", ADD_BATCHES, ids=[f"b{b}" for b in ADD_BATCHES])
+@pytest.mark.parametrize("cap", CAPACITIES, ids=[f"cap{c}" for c in CAPACITIES])
+@pytest.mark.parametrize("peer", sorted(installed_peers()))
+def test_add_peer(benchmark: Any, filled_peer: Callable[..., Any], peer: str, cap: str, batch: int) -> None:
+    """Times another library's push of ``batch`` transitions, already in its own types, to its full buffer."""
+    p = installed_peers()[peer]
+    buf = filled_peer(peer, CAPACITIES[cap], batch)
+    held = p.size(buf)
+    args = p.prepare(transitions(7, batch))
+    p.add(buf, *args)  # warm-up
+    benchmark.group = f"buffers add cap={cap} batch={batch}"
+    benchmark.extra_info.update(group="buffers", impl=peer, size=f"cap{cap}-b{batch}", elements=batch, op="add", peer=True)
+    benchmark(p.add, buf, *args)
+    assert p.size(buf) == held > CAPACITIES[cap] - batch

@@ -12,7 +12,10 @@ Run with ``pytest rlbench/suites/micro/test_envs.py --benchmark-only``. Implemen
   (CartPole only: Pendulum has no vector entry point; gymnasium's default next-step autoreset);
 * ``user:NAME`` — ``rlbench run envs --impl pkg.mod:make_env``: ``make_env(env_id, num_envs)`` returning a gymnasium
   vector env, checked against gymnasium's first (see :mod:`rlbench.suites.micro.user_impls`); env ids it declines are
-  skipped.
+  skipped;
+* ``rlox`` / ``sb3`` / ``torchrl`` — other libraries' vector envs where installed (``peer=True`` rows): rlox's Rust
+  ``VecEnv``, SB3's ``DummyVecEnv`` and TorchRL's ``SerialEnv`` of ``GymEnv``, all auto-resetting in the step (what
+  each times and its asymmetries: :mod:`rlbench.suites.micro.peer_envs`).
 
 Each call steps all N envs once with the next of 64 precomputed batches of random valid actions (episodes end and
 autoreset inside the timing, as in training). ``extra_info``: ``group="envs"``, ``op`` (the env id), ``impl``,
@@ -28,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from rlbench.suites.micro.peer_envs import installed as installed_peers
 from rlbench.suites.micro.user_checks import env_actions, make_user_env
 from rlbench.suites.micro.user_impls import user_cases
 
@@ -108,5 +112,31 @@ def test_env_step(benchmark: Any, env_id: str, impl: str, n: int) -> None:
         benchmark.extra_info.update(group="envs", op=env_id, impl=impl, size=f"N={n}", elements=n)
         result = benchmark(lambda: step(next(actions)))
         assert result[0].shape[0] == n
+    finally:
+        close()
+
+
+PEER_CASES = [
+    pytest.param(env_id, peer, n, id=f"{env_id.split('-')[0]}-{peer}-N{n}")
+    for env_id in ENVS
+    for n in SIZES
+    for peer, p in sorted(installed_peers().items())
+    if env_id in p.env_ids
+]
+
+
+@pytest.mark.parametrize("env_id, peer, n", PEER_CASES)
+def test_env_step_peer(benchmark: Any, env_id: str, peer: str, n: int) -> None:
+    """Times one auto-resetting step of another library's ``n`` envs (rlox, SB3, TorchRL; see ``peer_envs``)."""
+    p = installed_peers()[peer]
+    env, close = p.make(env_id, n)
+    actions = itertools.cycle([p.prepare(env_id, a) for a in action_batches(env_id, n)])
+    try:
+        for _ in range(3):  # warm-up: lazy imports and init, caches
+            p.step(env, next(actions))
+        benchmark.group = f"envs {env_id} N={n}"
+        benchmark.extra_info.update(group="envs", op=env_id, impl=peer, size=f"N={n}", elements=n, peer=True)
+        result = benchmark(lambda: p.step(env, next(actions)))
+        assert p.obs(result).shape[0] == n and p.done(result).shape == (n,)
     finally:
         close()
