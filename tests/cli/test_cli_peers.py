@@ -13,7 +13,7 @@ from pathlib import Path
 from cli_helpers import one_line_error
 
 
-def test_peers_run_compare_by_impl_and_report(cli, tmp_path: Path) -> None:  # noqa: ANN001
+def test_peers_run_compare_by_impl_and_report(cli, tmp_path: Path) -> None:
     proc = cli(
         "run", "peers", "--impls", "rlbench", "--impls", "sb3", "--total-steps", "2048", "--repeats", "2",
         "--eval-episodes", "2", "--json", "--quiet", timeout=300,
@@ -42,6 +42,6 @@ def test_peers_run_compare_by_impl_and_report(cli, tmp_path: Path) -> None:  # n
     assert again.returncode == 0 and again.stdout == text
 
 
-def test_unknown_peer_is_a_one_line_usage_error(cli) -> None:  # noqa: ANN001
+def test_unknown_peer_is_a_one_line_usage_error(cli) -> None:
     proc = cli("run", "peers", "--impls", "cleanrl")
     assert proc.returncode == 2 and "unknown implementation 'cleanrl'" in one_line_error(proc)
