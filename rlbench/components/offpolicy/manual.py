@@ -114,7 +114,7 @@ def critic_step(critic: EnsembleCritic, opt: Any, batch: dict, y: torch.Tensor) 
         td = q - y
         sq = td.square()
         loss = loss + 0.5 * (sq.mean() if w is None else (sq * w).mean())
-        g = (td if w is None else td * w).mul_(scale).unsqueeze(-1)
+        g = (td.mul(scale) if w is None else (td * w).mul_(scale)).unsqueeze(-1)  # td itself stays |Q - y|
         mc.backward(hs, e, g, grads, input_grad=False)
         td_abs = td_abs + td.abs()
         q_sum = q_sum + q.mean()

@@ -363,3 +363,18 @@ def test_manual_gradients_refuse_what_they_do_not_cover() -> None:
         SACUpdate(actor, make_critic("ensemble", OBS, ACT, HIDDEN, 2), SACHyperparams(gradients="manual", precision="bf16"))
     auto = SACUpdate(actor, make_critic("ensemble", OBS, ACT, HIDDEN, 2), SACHyperparams(precision="bf16"))
     assert not auto.manual  # auto falls back to autograd under bf16 autocast
+
+
+@pytest.mark.parametrize("weights", [False, True])
+def test_manual_critic_step_reports_unscaled_td_errors(weights: bool) -> None:
+    """``td_abs`` (new priorities) is ``|Q - y|`` averaged over members, with or without importance weights."""
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(OBS, ACT, HIDDEN, LOW, HIGH)
+    critic = make_critic("ensemble", OBS, ACT, HIDDEN, 2)
+    batch = _batch(8, weights=weights)
+    upd = SACUpdate(actor, critic, SACHyperparams(gradients="manual"), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        q = critic(batch["obs"], batch["action"])
+    y = torch.randn(B, generator=torch.Generator().manual_seed(1))
+    _, td_abs = upd.critic_step(batch, y)
+    torch.testing.assert_close(td_abs, (q - y).abs().mean(0))
