@@ -120,10 +120,12 @@ def _rlox_rows(s: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _torchrl_make(capacity: int, rows_per_add: int) -> Any:
-    from torchrl.data import LazyTensorStorage, ReplayBuffer
+    from torchrl.data import LazyTensorStorage, ReplayBuffer, RoundRobinWriter
     from torchrl.data.replay_buffers.samplers import RandomSampler
 
-    return ReplayBuffer(storage=LazyTensorStorage(capacity), sampler=RandomSampler())
+    return ReplayBuffer(  # plain counters: the default mp.Value ones are process-shared semaphores
+        storage=LazyTensorStorage(capacity, compilable=True), sampler=RandomSampler(), writer=RoundRobinWriter(compilable=True)
+    )
 
 
 def _torchrl_prepare(batch: dict[str, np.ndarray]) -> tuple:

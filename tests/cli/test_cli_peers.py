@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from cli_helpers import one_line_error
 
 
@@ -45,3 +46,20 @@ def test_peers_run_compare_by_impl_and_report(cli, tmp_path: Path) -> None:
 def test_unknown_peer_is_a_one_line_usage_error(cli) -> None:
     proc = cli("run", "peers", "--impls", "cleanrl")
     assert proc.returncode == 2 and "unknown implementation 'cleanrl'" in one_line_error(proc)
+
+
+@pytest.mark.parametrize(("algo", "steps"), [("ppo", "2048"), ("sac", "1100")])
+def test_every_peer_library_runs_for_real(cli, algo: str, steps: str) -> None:
+    """rlbench, SB3, rlox and TorchRL each train (briefly), count the steps they took and get a phase breakdown."""
+    proc = cli(
+        "run", "peers", "--algo", algo, "--total-steps", steps, "--eval-episodes", "1", "--json", "--quiet", timeout=600
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)  # nothing a library logged reached stdout
+    impls = {r["impl"]: r for r in out["impls"]}
+    assert set(impls) == {"rlbench", "sb3", "rlox", "torchrl"}, out["flags"]
+    for impl, row in impls.items():
+        assert row["sps"] > 0 and row["env_steps"] > 0 and row["shares"], impl
+        assert abs(row["env_steps"] - int(steps)) <= 1024, (impl, row["env_steps"])  # whole rollouts at most
+    assert impls["rlox"]["library"].startswith("rlox ") and impls["torchrl"]["library"].startswith("torchrl ")
+    assert "resource_tracker" not in proc.stderr  # no leaked semaphores (TorchRL's default buffer counters)
