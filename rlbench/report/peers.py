@@ -29,7 +29,7 @@ from rlbench.metrics import (
     TIME_TO_THRESHOLD_S,
 )
 from rlbench.records import Record
-from rlbench.report.format import fmt, md_table, pct, provenance
+from rlbench.report.format import fmt, fmt_s, md_table, pct, provenance
 from rlbench.stats import median
 
 BASE = "rlbench"
@@ -200,7 +200,7 @@ def render(records: list[Record]) -> str:
                 "Init",
                 "Eval return (median)",
                 "Per seed",
-                f"Reached {fmt(threshold, 0)}",
+                f"Training return reached {fmt(threshold, 0)}",
                 "Steps to it",
                 "Time to it",
             ],
@@ -214,7 +214,7 @@ def render(records: list[Record]) -> str:
                     if r["impl"] == BASE
                     else f"**{fmt(r['ratio'], 2)}×** [{fmt(r['ratio_low'], 2)}, {fmt(r['ratio_high'], 2)}]",
                     fmt(r["env_steps"], 0),
-                    f"{fmt(r['init_s'], 2)} s",
+                    fmt_s(r["init_s"]),
                     fmt(r["eval_return"], 1),
                     ", ".join(fmt(v, 0) for v in r["eval_per_seed"]),
                     r["reached"],
