@@ -75,7 +75,7 @@ class PeersConfig:
     )
     profile_seeds: tuple[int, ...] = option(
         "seeds whose repeat also trains every peer once more under rlbench's automatic attribution, for phase "
-        "shares (untimed; none: no phase pass)",
+        "shares (untimed; a seed outside the run, e.g. -1, skips the phase pass)",
         default=(0,),
     )
 
