@@ -41,6 +41,9 @@ def _episode_callback(log: EpisodeLog) -> Any:
 
 
 def _train(model: Any, setting: PeerSetting, t_built: float, t0: float, notes: list[str]) -> PeerRun:
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(None, []))  # SB3's default makes an empty tempdir/SB3-<time> per learn(); log nowhere
     log = EpisodeLog()
     log.start()
     t1 = time.perf_counter()

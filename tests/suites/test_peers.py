@@ -141,3 +141,16 @@ def test_reached_uses_the_mean_of_the_last_ten_episodes() -> None:
     assert benchmark.reached(run, 475.0) == (14, 14.0)
     assert benchmark.reached(run, 501.0) is None
     assert math.isfinite(benchmark.threshold_of(benchmark.PeersConfig(algo="sac")))
+
+
+def test_the_sb3_peer_leaves_no_temporary_directory(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    import tempfile
+
+    from rlbench.suites.peers import sb3_peer
+
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    setting = benchmark.setting_for(benchmark.PeersConfig(algo="ppo", total_steps=1024, eval_episodes=1))
+    run = sb3_peer.run_ppo(setting)
+    assert run.env_steps == 1024
+    assert not list(tmp_path.glob("SB3-*"))
