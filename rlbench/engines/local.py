@@ -22,6 +22,7 @@ import pickle
 import queue
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing import shared_memory
@@ -47,6 +48,26 @@ POLL_S = 0.05  # how often a blocked role looks at the stop flag and for new wei
 # the exception replaces Ctrl-C's and processes are left unreaped
 TORN = (EOFError, OSError, ValueError, pickle.UnpicklingError)
 JOIN_S = 5.0
+
+
+def bounded(fn: Callable[[], None], seconds: float) -> None:
+    """Run ``fn`` in a daemon thread and wait at most ``seconds`` for it.
+
+    Reading a queue whose writer was killed mid-put can block for good: ``poll`` sees the message's first bytes, the
+    rest never comes, and this process holds the pipe's write end too, so no EOF ends the read. Shutdown reads
+    through this, so such a read is abandoned (the thread keeps the queue's read lock, and later non-blocking reads
+    of that queue find it taken and return at once) instead of hanging the CLI.
+    """
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException:  # a closed or torn queue at exit: nothing left to read
+            pass
+
+    t = threading.Thread(target=run, name="rlbench-drain", daemon=True)
+    t.start()
+    t.join(seconds)
 
 
 def _context() -> Any:
@@ -284,12 +305,8 @@ class _Procs:
         deadline = time.monotonic() + JOIN_S
         while time.monotonic() < deadline and any(p.is_alive() for p in self.procs.values()):
             for q in (self.chans["trajectories"], self.chans["scored"]):  # unblock writers
-                try:
-                    while True:
-                        q.get_nowait()
-                except (queue.Empty, *TORN):
-                    pass
-            self._drain_results(block=True, timeout=POLL_S, raise_errors=False)
+                bounded(lambda q=q: _discard(q), POLL_S * 4)
+            bounded(lambda: self._drain_results(block=True, timeout=POLL_S, raise_errors=False), POLL_S * 4)
         for p in self.procs.values():
             if p.is_alive():
                 p.terminate()
@@ -297,10 +314,19 @@ class _Procs:
             if p.is_alive():
                 p.kill()
                 p.join()
-        self._drain_results(block=True, timeout=POLL_S, raise_errors=False)
+        bounded(lambda: self._drain_results(block=True, timeout=POLL_S, raise_errors=False), POLL_S * 4)
         for q in (self.chans["trajectories"], self.chans["scored"], self.chans["results"]):
             q.cancel_join_thread()
             q.close()
+
+
+def _discard(q: Any) -> None:
+    """Empty ``q`` without waiting (its writers are being stopped)."""
+    try:
+        while True:
+            q.get_nowait()
+    except (queue.Empty, *TORN):
+        pass
 
 
 def run(cfg: PipelineConfig, on_start: Callable[[dict[str, int]], None] | None = None) -> PipelineRun:
