@@ -253,15 +253,12 @@ def _finish(
     if spec.report == "micro":
         summary = summarize_micro(metrics)
     elif spec.report == "transports":
+        from rlbench.report.format import finite
         from rlbench.report.transports import summary_rows
         from rlbench.store import read_records
 
         rows = summary_rows([r for r in read_records(records_path) if r.run_id == run_id])
-        summary = {
-            "cases": [
-                {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()} for row in rows
-            ]
-        }
+        summary = finite({"cases": rows})
     elif spec.report == "peers":
         from rlbench.report.peers import summary as peers_summary
         from rlbench.store import read_records

@@ -42,6 +42,17 @@ def spread(s: Summary, f: Callable[[float], str]) -> str:
     return f"{f(s.min)} – {f(s.max)}"
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float as ``None`` (what JSON can carry)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
+
+
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A GitHub-flavoured markdown table (cells have ``|`` escaped)."""
 

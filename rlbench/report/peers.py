@@ -29,7 +29,7 @@ from rlbench.metrics import (
     TIME_TO_THRESHOLD_S,
 )
 from rlbench.records import Record
-from rlbench.report.format import fmt, fmt_s, md_table, pct, provenance
+from rlbench.report.format import finite, fmt, fmt_s, md_table, pct, provenance
 from rlbench.stats import median
 
 BASE = "rlbench"
@@ -153,9 +153,9 @@ def summary(records: list[Record]) -> dict[str, Any]:
         row: dict[str, Any] = {k: r[k] for k in keys}
         row["learned"] = bool(r["eval_return"] >= bar)
         row["shares"] = r["shares"]
-        impls.append({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()})
+        impls.append(row)
     algo = next((r.params.get("algo") for r in records if r.metric == SPS), None)
-    return {"algo": algo, "learned_bar": bar, "impls": impls, "flags": flags(table, bar)}
+    return finite({"algo": algo, "learned_bar": bar, "impls": impls, "flags": flags(table, bar)})
 
 
 def _learned_bar(records: list[Record]) -> float:

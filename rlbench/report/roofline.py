@@ -11,7 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from rlbench.records import Record
-from rlbench.report.format import fmt, md_table, provenance
+from rlbench.report.format import finite, fmt, md_table, provenance
 from rlbench.stats import median
 
 
@@ -63,18 +63,7 @@ def summary(metrics_per_repeat: list[list[Any]]) -> dict[str, Any]:
             }
         )
     update_ms = med.get(("roofline/update_s", "update"), math.nan) * 1e3
-    return _finite({"machine": machine, "update_ms": update_ms, "phases": phases})
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with every non-finite float as ``None`` (what JSON can carry)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
+    return finite({"machine": machine, "update_ms": update_ms, "phases": phases})
 
 
 def render(records: list[Record]) -> str:

@@ -242,8 +242,6 @@ def run_peers(config: PeersConfig, ctx: RunContext) -> list[Metric]:
         order.reverse()
     metrics: list[Metric] = []
     for position, impl in enumerate(order):
-        if ctx.callback is not None and hasattr(ctx.callback, "on_case"):
-            ctx.callback.on_case(impl)
         params = {"impl": impl}
         try:
             run = getattr(peer_module(impl), f"run_{config.algo}")(setting)

@@ -112,6 +112,31 @@ def profiled(span: Callable[[], Any]) -> Iterator[None]:
         _training_span = None
 
 
+def installed_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist`` (e.g. ``stable-baselines3``), or ``None``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def start(setting: PeerSetting, cpu_only: bool = True) -> list[str]:
+    """What every peer does before building anything: set the torch threads, import ``torch._dynamo`` (torch does on
+    the first optimizer built, 1.5–3 s, which would land in whichever peer's ``init_s`` came first), and note a
+    device the peer does not honour.
+
+    Returns:
+        The run's notes so far.
+    """
+    import torch
+    import torch._dynamo
+
+    torch.set_num_threads(setting.threads)
+    return [f"ran on cpu, not {setting.device}"] if cpu_only and setting.device != "cpu" else []
+
+
 def evaluate(act: Callable[[np.ndarray], Any], setting: PeerSetting) -> tuple[list[float], float]:
     """Deterministic evaluation shared by all peers: ``act`` maps a batch of observations to actions.
 

@@ -11,7 +11,7 @@ import bisect
 from dataclasses import fields
 from typing import Any
 
-from rlbench.suites.peers.common import PeerRun, PeerSetting
+from rlbench.suites.peers.common import PeerRun, PeerSetting, start
 
 
 def version() -> str | None:
@@ -65,6 +65,7 @@ def run_ppo(setting: PeerSetting) -> PeerRun:
     from rlbench.algos.ppo.config import PPOConfig
     from rlbench.algos.ppo.train import train_ppo
 
+    start(setting)
     return _peer_run(train_ppo(_config(PPOConfig, setting), torch.device("cpu")))
 
 
@@ -75,4 +76,5 @@ def run_sac(setting: PeerSetting) -> PeerRun:
     from rlbench.algos.offpolicy.config import SACConfig
     from rlbench.algos.offpolicy.train import train_offpolicy
 
+    start(setting)
     return _peer_run(train_offpolicy(_config(SACConfig, setting), torch.device("cpu")))

@@ -23,26 +23,19 @@ are set afterwards on the trainer's public optimizers and ``log_alpha``. The gym
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import math
 import time
 from typing import Any
 
 import numpy as np
-from rlbench.suites.peers.common import EpisodeLog, PeerRun, PeerSetting, evaluate, training
+from rlbench.suites.peers.common import EpisodeLog, PeerRun, PeerSetting, evaluate, installed_version, start, training
 
 _RUST_CARTPOLE = {"CartPole-v1", "CartPole"}  #: env ids rlox's PPO steps on its Rust ``VecEnv``
 
 
 def version() -> str | None:
-    """The installed rlox version, or ``None`` when rlox is not importable."""
-    if importlib.util.find_spec("rlox") is None:
-        return None
-    try:
-        return importlib.metadata.version("rlox")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """The installed rlox version, or ``None``."""
+    return installed_version("rlox")
 
 
 def _library() -> str:
@@ -74,19 +67,13 @@ def run_ppo(setting: PeerSetting) -> PeerRun:
     Returns:
         The measured run.
     """
-    import torch
 
-    torch.set_num_threads(setting.threads)
-    # torch._dynamo: torch imports it when the first optimizer is built; imported here, outside init_s
-    import torch._dynamo
     from rlox import Trainer
     from rlox.callbacks import Callback
     from rlox.policies import DiscretePolicy
 
     hp = setting.hp
-    notes: list[str] = []
-    if setting.device != "cpu":
-        notes.append(f"ran on cpu, not {setting.device}")
+    notes = start(setting)
     num_envs = int(hp.get("num_envs", 8))
     rollout_steps = int(hp.get("rollout_steps", 128))
     minibatches = int(hp.get("minibatches", 2))
@@ -178,19 +165,13 @@ def run_sac(setting: PeerSetting) -> PeerRun:
     Returns:
         The measured run.
     """
-    import torch
-
-    torch.set_num_threads(setting.threads)
-    # torch._dynamo: torch imports it when the first optimizer is built; imported here, outside init_s
     import gymnasium as gym
-    import torch._dynamo
+    import torch
     from rlox import Trainer
     from rlox.callbacks import Callback
 
     hp = setting.hp
-    notes: list[str] = []
-    if setting.device != "cpu":
-        notes.append(f"ran on cpu, not {setting.device}")
+    notes = start(setting)
     num_envs = int(hp.get("num_envs", 1))
     width = _width(hp.get("hidden", (256, 256)), notes, 256)
     actor_lr = float(hp.get("actor_lr", 1e-3))

@@ -12,18 +12,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rlbench.suites.peers.common import EpisodeLog, PeerRun, PeerSetting, evaluate, training
+from rlbench.suites.peers.common import EpisodeLog, PeerRun, PeerSetting, evaluate, installed_version, start, training
 
 
 def version() -> str | None:
     """The installed stable-baselines3 version, or ``None``."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
-
-    try:
-        return dist_version("stable-baselines3")
-    except PackageNotFoundError:
-        return None
+    return installed_version("stable-baselines3")
 
 
 def _episode_callback(log: EpisodeLog) -> Any:
@@ -74,7 +68,7 @@ def run_ppo(setting: PeerSetting) -> PeerRun:
     from stable_baselines3.common.env_util import make_vec_env
 
     hp = setting.hp
-    torch.set_num_threads(setting.threads)
+    start(setting, cpu_only=False)
     t0 = time.perf_counter()
     num_envs, rollout = hp.get("num_envs", 8), hp.get("rollout_steps", 128)
     env = make_vec_env(setting.env, n_envs=num_envs, seed=setting.seed)
@@ -109,11 +103,10 @@ def run_ppo(setting: PeerSetting) -> PeerRun:
 
 def run_sac(setting: PeerSetting) -> PeerRun:
     """SB3's SAC with ``sac-pendulum``'s setting."""
-    import torch
     from stable_baselines3 import SAC
 
     hp = setting.hp
-    torch.set_num_threads(setting.threads)
+    start(setting, cpu_only=False)
     t0 = time.perf_counter()
     lr = hp.get("critic_lr", 1e-3)
     model = SAC(

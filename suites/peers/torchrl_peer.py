@@ -28,23 +28,16 @@ default init.
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import time
 from typing import Any
 
 import numpy as np
-from rlbench.suites.peers.common import EpisodeLog, PeerRun, PeerSetting, evaluate, training
+from rlbench.suites.peers.common import EpisodeLog, PeerRun, PeerSetting, evaluate, installed_version, start, training
 
 
 def version() -> str | None:
-    """The installed TorchRL version, or ``None`` when TorchRL is not importable."""
-    if importlib.util.find_spec("torchrl") is None:
-        return None
-    try:
-        return importlib.metadata.version("torchrl")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """The installed TorchRL version, or ``None``."""
+    return installed_version("torchrl")
 
 
 def _library() -> str:
@@ -121,10 +114,6 @@ def run_ppo(setting: PeerSetting) -> PeerRun:
         The measured run.
     """
     import torch
-
-    torch.set_num_threads(setting.threads)
-    # torch._dynamo: torch imports it when the first optimizer is built; imported here, outside init_s
-    import torch._dynamo
     from tensordict import TensorDict
     from tensordict.nn import TensorDictModule
     from torch.distributions import Categorical
@@ -137,9 +126,7 @@ def run_ppo(setting: PeerSetting) -> PeerRun:
     from torchrl.objectives.value import GAE
 
     hp = setting.hp
-    notes: list[str] = []
-    if setting.device != "cpu":
-        notes.append(f"ran on cpu, not {setting.device}")
+    notes = start(setting)
     num_envs = int(hp.get("num_envs", 8))
     rollout_steps = int(hp.get("rollout_steps", 128))
     epochs = int(hp.get("epochs", 4))
@@ -250,10 +237,6 @@ def run_sac(setting: PeerSetting) -> PeerRun:
         The measured run.
     """
     import torch
-
-    torch.set_num_threads(setting.threads)
-    # torch._dynamo: torch imports it when the first optimizer is built; imported here, outside init_s
-    import torch._dynamo
     from tensordict import TensorDict
     from tensordict.nn import InteractionType, NormalParamExtractor, TensorDictModule
     from torch import nn
@@ -264,9 +247,7 @@ def run_sac(setting: PeerSetting) -> PeerRun:
     from torchrl.objectives import SACLoss, SoftUpdate, group_optimizers
 
     hp = setting.hp
-    notes: list[str] = []
-    if setting.device != "cpu":
-        notes.append(f"ran on cpu, not {setting.device}")
+    notes = start(setting)
     num_envs = int(hp.get("num_envs", 1))
     hidden = hp.get("hidden", (256, 256))
     learning_starts = int(hp.get("learning_starts", 1_000))
