@@ -41,6 +41,7 @@ GROUPS = {
     "envs": ("test_envs.py", "vectorized env step: NumPy CartPole and Pendulum, gymnasium sync / async / native"),
     "forward": ("test_forward.py", "policy forward: separate vs fused, NumPy snapshot, no_grad vs inference_mode"),
     "estimators": ("test_estimators.py", "TD(lambda), group-relative advantages, token-level KL estimators"),
+    "update": ("test_update_ops.py", "PPO minibatch step and its slow-at-small-shapes ops: torch's beside rlbench's forms"),
 }
 USER_IMPLS_ENV = "RLBENCH_USER_IMPLS"
 USER_TIMEOUT_ENV = "RLBENCH_USER_TIMEOUT"  # seconds per benchmark of a user implementation (conftest.py enforces it)

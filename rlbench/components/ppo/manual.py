@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlbench.components.nets import kernels
 from rlbench.components.nets.actor_critic import FusedActorCritic
 from rlbench.components.ppo.loss import PPOLossTerms
 
@@ -74,9 +75,9 @@ def forward(
     h = obs.unsqueeze(0).expand(2, *obs.shape)
     inputs = [obs]
     for i, (w, b) in enumerate(zip(model.weights, model.biases)):
-        h = torch.baddbmm(b, h, w)
+        h = kernels.baddbmm(b, h, w)
         if i < n_layers - 1:
-            h = torch.tanh_(h) if model.activation == "tanh" else torch.relu_(h)
+            h = kernels.tanh_(h) if model.activation == "tanh" else torch.relu_(h)
             inputs.append(h)
     logits, value = h[0], h[1, :, 0]
     batch = obs.shape[0]
@@ -129,14 +130,13 @@ def backward(model: FusedActorCritic, cache: ForwardCache) -> None:
     tanh = model.activation == "tanh"
     for i in range(len(model.weights) - 1, -1, -1):
         w, b = model.weights[i], model.biases[i]
-        x = cache.inputs[i]
-        x_t = x.t() if i == 0 else x.transpose(1, 2)  # layer 0's input is shared by actor and critic
+        x = cache.inputs[i]  # layer 0's input (B, d) is shared by actor and critic
         if w.grad is None:
-            w.grad = torch.matmul(x_t, g)
+            w.grad = kernels.weight_grad(x, g)
             b.grad = g.sum(1, keepdim=True)
         else:
-            torch.matmul(x_t, g, out=w.grad)
+            kernels.weight_grad(x, g, out=w.grad)
             torch.sum(g, 1, keepdim=True, out=b.grad)
         if i > 0:
             g = torch.bmm(g, w.transpose(1, 2))
-            g = g.mul_(1.0 - x.square()) if tanh else g.mul_(x > 0)
+            g = torch.addcmul(g, g, x.square(), value=-1.0) if tanh else g.mul_(x > 0)  # g (1 - x^2) for tanh
