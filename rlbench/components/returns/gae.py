@@ -273,16 +273,27 @@ _KERNEL_SIGNATURES = [  # explicit signatures: compiled once (cached on disk) an
     f"float32[:, ::1](float32[:, ::1], float32[:, ::1], {dones}[:, ::1], float32[::1], float64, float64, float32[:, ::1])"
     for dones in ("boolean", "float32", "float64")
 ]
+_GAE_SCAN: Callable[..., np.ndarray] | None = None  # the jitted _gae_kernel, which the jitted _gae_alloc calls
+
+
+def _gae_alloc(r: np.ndarray, v: np.ndarray, d: np.ndarray, lv: np.ndarray, gamma: float, lam: float) -> np.ndarray:
+    """:func:`_gae_kernel` into a new array allocated inside the compiled code (8 x 128: ~0.3 µs less than a
+    ``np.empty`` from Python, a seventh of the call)."""
+    return _GAE_SCAN(r, v, d, lv, gamma, lam, np.empty(r.shape, np.float32))  # type: ignore[misc]
 
 
 @functools.cache
-def _numba_kernel() -> Callable[..., np.ndarray]:
-    """Imports numba and jits :func:`_gae_kernel` on first use (``cache=True``: compiled code is kept on disk)."""
+def _numba_kernel() -> tuple[Callable[..., np.ndarray], Callable[..., np.ndarray]]:
+    """Imports numba and jits the scan (output given) and its allocating entry on first use (``cache=True``: the
+    compiled code is kept on disk)."""
+    global _GAE_SCAN
     try:
         import numba
     except ImportError as exc:
         raise ImportError("gae_numba needs numba (`pip install numba`); use gae_numpy instead") from exc
-    return numba.njit(_KERNEL_SIGNATURES, cache=True, nogil=True, boundscheck=False)(_gae_kernel)
+    _GAE_SCAN = numba.njit(_KERNEL_SIGNATURES, cache=True, nogil=True, boundscheck=False)(_gae_kernel)
+    alloc_signatures = [sig.replace(", float32[:, ::1])", ")") for sig in _KERNEL_SIGNATURES]
+    return _GAE_SCAN, numba.njit(alloc_signatures, cache=True, nogil=True)(_gae_alloc)
 
 
 def gae_numba(
@@ -315,11 +326,11 @@ def gae_numba(
         ImportError: If numba is not installed.
         ValueError: On mismatching shapes.
     """
-    kernel = _numba_kernel()
+    kernel, allocating = _numba_kernel()
     try:  # fast path: the dispatcher itself checks dtypes and layouts (TypeError when no signature matches)
-        return kernel(
-            rewards, values, dones, last_value, gamma, lam, np.empty(rewards.shape, np.float32) if out is None else out
-        )
+        if out is None:
+            return allocating(rewards, values, dones, last_value, gamma, lam)
+        return kernel(rewards, values, dones, last_value, gamma, lam, out)
     except (TypeError, AttributeError):
         pass
     r, v, d, lv = _as_inputs(rewards, values, dones, last_value)
