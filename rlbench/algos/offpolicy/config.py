@@ -37,11 +37,12 @@ class OffPolicyConfig:
     polyak: str = option("target update: foreach (one torch._foreach_lerp_) or loop (per-tensor mul_/add_)", default="foreach")
     compile: bool = option("torch.compile the networks used by the update (compile time lands in warm-up)", default=False)
     gradients: str = option(
-        "auto (hand-written where supported: ensemble critics, fp32, no compile), manual or autograd", default="auto"
+        "auto (hand-written where supported: ensemble critics, no compile), manual or autograd", default="auto"
     )
     precision: str = option(
-        "fp32, or bf16: update forward passes under torch.autocast in bfloat16 (AMX / tensor cores); "
-        "weights, losses and Adam stay fp32",
+        "fp32, or bf16: the update's wide matrix products in bfloat16 with fp32 accumulation (AVX512-BF16 / AMX / "
+        "tensor cores; hand-written steps cast themselves, autograd runs under torch.autocast); weights, losses and "
+        "Adam stay fp32",
         default="fp32",
     )
     prioritized: bool = option("prioritized replay (sum tree, alpha 0.6, beta 0.4; priorities = |TD error|)", default=False)
@@ -96,8 +97,8 @@ class OffPolicyConfig:
             raise UsageError(f"--critics must be ensemble or separate, got {self.critics!r}")
         if self.gradients not in ("auto", "manual", "autograd"):
             raise UsageError(f"--gradients must be auto, manual or autograd, got {self.gradients!r}")
-        if self.gradients == "manual" and (self.critics != "ensemble" or self.precision != "fp32" or self.compile):
-            raise UsageError("--gradients manual needs --critics ensemble, --precision fp32 and no --compile")
+        if self.gradients == "manual" and (self.critics != "ensemble" or self.compile):
+            raise UsageError("--gradients manual needs --critics ensemble and no --compile")
         if self.precision not in PRECISIONS:
             raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.polyak not in POLYAK:

@@ -51,7 +51,8 @@ class DDPGUpdate(OffPolicyUpdate):
     def _actor_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         with self.timer.phase("update/actor"):
             if self.manual:
-                return {"actor_loss": offpolicy_manual.ddpg_actor_step(self.actor, self.critic, self.actor_opt, obs)}
+                loss = offpolicy_manual.ddpg_actor_step(self.actor, self.critic, self.actor_opt, obs, self.compute_dtype)
+                return {"actor_loss": loss}
             loss = -self.critic_fn(obs, self.actor_fn(obs)).amin(0).mean()
             grads = torch.autograd.grad(loss, self.actor_params)
             for p, g in zip(self.actor_params, grads):

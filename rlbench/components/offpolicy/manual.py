@@ -10,7 +10,14 @@ the parameters after a step against the autograd path.
 
 Supported: :class:`~rlbench.components.nets.critics.EnsembleCritic`, and a
 :class:`~rlbench.components.nets.actors.SquashedGaussianActor` (SAC) or
-:class:`~rlbench.components.nets.actors.DeterministicActor` (DDPG), float32 (no autocast, no compile).
+:class:`~rlbench.components.nets.actors.DeterministicActor` (DDPG), no compile.
+
+Precision: float32 by default. With ``dtype=torch.bfloat16`` the wide products (and the ReLU activations and
+gradients that feed them) are bfloat16, with float32 accumulation inside each product; thin layers (see
+:func:`layer_dtype`), the parameters and their ``.grad`` buffers, the losses, the squashing and log-prob terms and
+Adam stay float32 (mixed precision with float32 master weights). Weights are cast once per step. On this project's
+AVX512-BF16 EPYC a 256x256x256 product took 175 µs in float32 and 112 µs in bf16 on 2 threads (336 and 175 µs on
+one).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlbench.components.nets import kernels
 from rlbench.components.nets.actors import (
     _HALF_LOG_2PI,
     _LOG2,
@@ -46,53 +54,122 @@ def _grads(params: list[nn.Parameter]) -> list[torch.Tensor]:
     return [p.grad for p in params]
 
 
+def layer_dtype(w: torch.Tensor, dtype: torch.dtype) -> torch.dtype:
+    """The compute dtype of a layer with weight ``w`` (``(..., in, out)``): ``dtype`` for a wide product, float32 for a
+    thin one (an input or output narrower than :data:`~rlbench.components.nets.kernels.NARROW`, e.g. Pendulum's 4
+    inputs or the 1-wide Q head): bf16 products of those shapes measured slower than float32 ones (25 vs 7 µs for
+    ``(256, 256) @ (256, 1)``), and they carry a negligible share of the arithmetic."""
+    return dtype if min(w.shape[-2], w.shape[-1]) >= kernels.NARROW else torch.float32
+
+
+def _store(result: torch.Tensor, buffer: torch.Tensor) -> None:
+    buffer.copy_(result)  # a bf16 product into its float32 .grad buffer
+
+
+def _mlp_forward(
+    x: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor]
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """ReLU MLP forward; ``weights[k]`` ``(in, out)`` and ``biases[k]`` already in layer ``k``'s compute dtype.
+
+    Returns:
+        Each layer's input, in that layer's compute dtype (``inputs[0]`` is ``x``), and the output in float32.
+    """
+    inputs = []
+    h = x
+    last = len(weights) - 1
+    for k, (w, b) in enumerate(zip(weights, biases)):
+        h = h.to(w.dtype)
+        inputs.append(h)
+        z = torch.addmm(b, h, w)
+        h = z.relu_() if k < last else z
+    return inputs, h.float()
+
+
+def _mlp_backward(
+    inputs: list[torch.Tensor],
+    weights: list[torch.Tensor],
+    g: torch.Tensor,
+    grad_w: list[torch.Tensor] | None,
+    grad_b: list[torch.Tensor] | None,
+    input_grad: bool,
+) -> torch.Tensor | None:
+    """Backpropagate ``g = dL/d output`` through :func:`_mlp_forward`'s layers.
+
+    Args:
+        inputs: The layer inputs from the forward pass.
+        weights: The weights it used, ``(in, out)``, each in its layer's compute dtype.
+        g: Gradient at the output (any float dtype).
+        grad_w: Float32 buffers ``(in, out)`` (views are fine) that receive the weight gradients, or ``None``.
+        grad_b: Float32 buffers ``(out,)`` that receive the bias gradients (with ``grad_w``).
+        input_grad: Also return ``dL/dx``.
+
+    Returns:
+        ``dL/dx`` in float32 when ``input_grad``, else ``None``.
+    """
+    for k in range(len(weights) - 1, -1, -1):
+        w, h = weights[k], inputs[k]
+        g = g.to(w.dtype)
+        if grad_w is not None and grad_b is not None:
+            if grad_w[k].dtype == w.dtype:
+                torch.mm(h.t(), g, out=grad_w[k])
+            else:
+                _store(torch.mm(h.t(), g), grad_w[k])
+            torch.sum(g, 0, dtype=grad_b[k].dtype, out=grad_b[k])
+        if k == 0 and not input_grad:
+            return None
+        g = torch.mm(g, w.t())
+        if k > 0:
+            g = _relu_grad(g, h, 0)
+    return g.float()
+
+
 class ManualCritic:
-    """Forward and backward of an :class:`EnsembleCritic`, member by member, in 2-D BLAS calls."""
+    """Forward and backward of an :class:`EnsembleCritic`, member by member, in 2-D BLAS calls.
 
-    def __init__(self, critic: EnsembleCritic) -> None:
+    Args:
+        critic: The critic.
+        dtype: Compute dtype of the wide products (float32, or bfloat16 with float32 parameters and gradients; see
+            :func:`layer_dtype`). The weights are cast here, once.
+    """
+
+    def __init__(self, critic: EnsembleCritic, dtype: torch.dtype = torch.float32) -> None:
         self.critic = critic
-        self.layers = [(getattr(critic, f"w{k}"), getattr(critic, f"b{k}")) for k in range(critic.depth)]
+        self.params = [(getattr(critic, f"w{k}"), getattr(critic, f"b{k}")) for k in range(critic.depth)]
+        dtypes = [layer_dtype(w, dtype) for w, _ in self.params]
+        self.weights = [w.to(dt) for (w, _), dt in zip(self.params, dtypes)]
+        self.biases = [b.to(dt) for (_, b), dt in zip(self.params, dtypes)]
 
-    def forward(self, x: torch.Tensor) -> list[list[torch.Tensor]]:
-        """Per member, the layer inputs ``[x, h0, h1, ...]`` and last the output ``(B, 1)``."""
-        out = []
-        last = len(self.layers) - 1
-        for e in range(self.critic.members):
-            hs = [x]
-            for k, (w, b) in enumerate(self.layers):
-                z = torch.addmm(b[e, 0], hs[-1], w[e])
-                hs.append(z.relu_() if k < last else z)
-            out.append(hs)
-        return out
+    def forward(self, x: torch.Tensor) -> list[tuple[list[torch.Tensor], torch.Tensor]]:
+        """Per member, its layer inputs and its float32 output ``(B, 1)``."""
+        members = range(self.critic.members)
+        return [_mlp_forward(x, [w[e] for w in self.weights], [b[e, 0] for b in self.biases]) for e in members]
 
     def backward(
-        self, hs: list[torch.Tensor], e: int, g: torch.Tensor, grads: list[torch.Tensor] | None, input_grad: bool
+        self, inputs: list[torch.Tensor], e: int, g: torch.Tensor, with_param_grads: bool, input_grad: bool
     ) -> torch.Tensor | None:
         """Backpropagate ``g = dL/dq_e`` ``(B, 1)`` through member ``e``.
 
         Args:
-            hs: That member's activations from :meth:`forward`.
+            inputs: That member's layer inputs from :meth:`forward`.
             e: Member index.
             g: Gradient of the loss with respect to the member's output.
-            grads: ``[gw0, gb0, gw1, gb1, ...]`` buffers to write the member's weight gradients into, or ``None``.
-            input_grad: Also return the gradient with respect to the input ``x``.
+            with_param_grads: Write the member's weight and bias gradients into the critic's ``.grad`` buffers.
+            input_grad: Also return the gradient with respect to the input ``x`` (float32).
         """
-        for k in range(len(self.layers) - 1, -1, -1):
-            w = self.layers[k][0]
-            if grads is not None:
-                torch.mm(hs[k].t(), g, out=grads[2 * k][e])
-                torch.sum(g, 0, out=grads[2 * k + 1][e, 0])
-            if k == 0 and not input_grad:
-                return None
-            g = torch.mm(g, w[e].t())
-            if k > 0:
-                g = _relu_grad(g, hs[k], 0)
-        return g
+        grad_w = grad_b = None
+        if with_param_grads:
+            grads = _grads([p for pair in self.params for p in pair])
+            grad_w, grad_b = [gw[e] for gw in grads[0::2]], [gb[e, 0] for gb in grads[1::2]]
+        return _mlp_backward(inputs, [w[e] for w in self.weights], g, grad_w, grad_b, input_grad)
 
 
 @torch.no_grad()
-def critic_step(critic: EnsembleCritic, opt: Any, batch: dict, y: torch.Tensor) -> tuple[dict, torch.Tensor]:
+def critic_step(
+    critic: EnsembleCritic, opt: Any, batch: dict, y: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> tuple[dict, torch.Tensor]:
     """Half the summed (importance-weighted) mean squared TD error of every member, its gradient, one Adam step.
+
+    ``dtype`` is the wide products' compute dtype (see the module docstring); the loss and TD errors are float32.
 
     Returns:
         ``({"critic_loss", "q_mean"}, |TD| averaged over members per row)``, like the autograd path.
@@ -100,22 +177,21 @@ def critic_step(critic: EnsembleCritic, opt: Any, batch: dict, y: torch.Tensor) 
     obs, action = batch["obs"], batch["action"]
     if obs.dim() > 2:
         obs, action, y = obs.flatten(0, 1), action.flatten(0, 1), y.reshape(-1)
-    mc = ManualCritic(critic)
+    mc = ManualCritic(critic, dtype)
     x = torch.cat((obs, action), dim=-1)
     acts = mc.forward(x)
-    grads = _grads([p for k in range(critic.depth) for p in (getattr(critic, f"w{k}"), getattr(critic, f"b{k}"))])
     w = batch.get("weights")
     scale = 1.0 / x.shape[0]
     loss = torch.zeros((), device=x.device)
     td_abs = torch.zeros_like(y)
     q_sum = torch.zeros((), device=x.device)
-    for e, hs in enumerate(acts):
-        q = hs[-1].squeeze(-1)
+    for e, (inputs, out) in enumerate(acts):
+        q = out.squeeze(-1)
         td = q - y
         sq = td.square()
         loss = loss + 0.5 * (sq.mean() if w is None else (sq * w).mean())
         g = (td.mul(scale) if w is None else (td * w).mul_(scale)).unsqueeze(-1)  # td itself stays |Q - y|
-        mc.backward(hs, e, g, grads, input_grad=False)
+        mc.backward(inputs, e, g, with_param_grads=True, input_grad=False)
         td_abs = td_abs + td.abs()
         q_sum = q_sum + q.mean()
     opt.step()
@@ -123,50 +199,57 @@ def critic_step(critic: EnsembleCritic, opt: Any, batch: dict, y: torch.Tensor) 
     return {"critic_loss": loss.detach(), "q_mean": q_sum / m}, td_abs / m
 
 
-def _actor_forward(actor: nn.Module, obs: torch.Tensor) -> list[torch.Tensor]:
-    linears = [m for m in actor.net if isinstance(m, nn.Linear)]
-    hs = [obs]
-    for k, lin in enumerate(linears):
-        z = torch.addmm(lin.bias, hs[-1], lin.weight.t())
-        hs.append(z.relu_() if k < len(linears) - 1 else z)
-    return hs
+class _ManualActor:
+    """An actor's ReLU MLP (``actor.net``) with each layer's weights in its compute dtype, ``(in, out)``."""
 
+    def __init__(self, actor: nn.Module, dtype: torch.dtype) -> None:
+        self.linears = [m for m in actor.net if isinstance(m, nn.Linear)]
+        dtypes = [layer_dtype(lin.weight, dtype) for lin in self.linears]
+        self.weights = [lin.weight.t().to(dt) for lin, dt in zip(self.linears, dtypes)]
+        self.biases = [lin.bias.to(dt) for lin, dt in zip(self.linears, dtypes)]
 
-def _actor_backward(actor: nn.Module, hs: list[torch.Tensor], g: torch.Tensor) -> None:
-    linears = [m for m in actor.net if isinstance(m, nn.Linear)]
-    grads = _grads([p for lin in linears for p in (lin.weight, lin.bias)])
-    for k in range(len(linears) - 1, -1, -1):
-        torch.mm(g.t(), hs[k], out=grads[2 * k])
-        torch.sum(g, 0, out=grads[2 * k + 1])
-        if k > 0:
-            g = _relu_grad(torch.mm(g, linears[k].weight), hs[k], 0)
+    def forward(self, obs: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        return _mlp_forward(obs, self.weights, self.biases)
+
+    def backward(self, inputs: list[torch.Tensor], g: torch.Tensor) -> None:
+        grads = _grads([p for lin in self.linears for p in (lin.weight, lin.bias)])
+        _mlp_backward(inputs, self.weights, g, [gw.t() for gw in grads[0::2]], grads[1::2], input_grad=False)
 
 
 def _min_member_grad(mc: ManualCritic, x: torch.Tensor, coef: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``q_min`` over members and ``d(coef * sum q_min)/dx`` (each row's gradient flows through its minimal member)."""
     acts = mc.forward(x)
-    q = torch.cat([hs[-1] for hs in acts], dim=1)  # (B, E)
+    q = torch.cat([out for _, out in acts], dim=1)  # (B, E)
     q_min, idx = q.min(dim=1)
     g_x = None
-    for e, hs in enumerate(acts):
-        g = (idx == e).to(x.dtype).mul_(coef).unsqueeze(-1) if len(acts) > 1 else torch.full_like(hs[-1], coef)
-        ge = mc.backward(hs, e, g, None, input_grad=True)
+    for e, (inputs, _) in enumerate(acts):
+        g = (idx == e).to(q.dtype).mul_(coef).unsqueeze(-1) if len(acts) > 1 else torch.full_like(q, coef)
+        ge = mc.backward(inputs, e, g, with_param_grads=False, input_grad=True)
         g_x = ge if g_x is None else g_x + ge
     return q_min, g_x
 
 
 @torch.no_grad()
 def sac_actor_step(
-    actor: SquashedGaussianActor, critic: EnsembleCritic, opt: Any, obs: torch.Tensor, noise: torch.Tensor, alpha: torch.Tensor
+    actor: SquashedGaussianActor,
+    critic: EnsembleCritic,
+    opt: Any,
+    obs: torch.Tensor,
+    noise: torch.Tensor,
+    alpha: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SAC's actor loss ``mean(alpha log pi(a|s) - min_e Q_e(s, a))``, its gradient by hand, one Adam step.
+
+    ``dtype`` is the wide products' compute dtype (see the module docstring); the squashing and log-prob terms are
+    float32.
 
     Returns:
         ``(loss, log_prob per row)`` (detached).
     """
     b, a_dim = obs.shape[0], actor.act_dim
-    hs = _actor_forward(actor, obs)
-    out = hs[-1]
+    ma = _ManualActor(actor, dtype)
+    inputs, out = ma.forward(obs)
     mean, raw = out[:, :a_dim], out[:, a_dim:]
     t_raw = torch.tanh(raw)
     c1 = 0.5 * (LOG_STD_MAX - LOG_STD_MIN)
@@ -177,7 +260,7 @@ def sac_actor_step(
     action = torch.addcmul(actor.bias, a_t, actor.scale)
     logp = (noise.square().mul_(-0.5) - log_std).sum(-1) - a_dim * _HALF_LOG_2PI
     logp = logp - (2.0 * (_LOG2 - u - nn.functional.softplus(-2.0 * u))).sum(-1) - actor.log_scale_sum
-    mc = ManualCritic(critic)
+    mc = ManualCritic(critic, dtype)
     q_min, g_x = _min_member_grad(mc, torch.cat((obs, action), dim=-1), -1.0 / b)
     loss = (alpha * logp - q_min).mean()
     g_action = g_x[:, obs.shape[1] :]
@@ -185,20 +268,23 @@ def sac_actor_step(
     g_u = g_action * actor.scale * (1.0 - a_t.square()) + 2.0 * k * a_t  # d log pi / du = 2 tanh(u)
     g_log_std = g_u * noise * std - k  # d log pi / d log_std = -1
     g_raw = g_log_std * c1 * (1.0 - t_raw.square())
-    _actor_backward(actor, hs, torch.cat((g_u, g_raw), dim=1))
+    ma.backward(inputs, torch.cat((g_u, g_raw), dim=1))
     opt.step()
     return loss.detach(), logp.detach()
 
 
 @torch.no_grad()
-def ddpg_actor_step(actor: DeterministicActor, critic: EnsembleCritic, opt: Any, obs: torch.Tensor) -> torch.Tensor:
+def ddpg_actor_step(
+    actor: DeterministicActor, critic: EnsembleCritic, opt: Any, obs: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """DDPG's actor loss ``-mean min_e Q_e(s, mu(s))``, its gradient by hand, one Adam step; returns the loss."""
-    hs = _actor_forward(actor, obs)
-    t = torch.tanh(hs[-1])
+    ma = _ManualActor(actor, dtype)
+    inputs, out = ma.forward(obs)
+    t = torch.tanh(out)
     action = torch.addcmul(actor.bias, t, actor.scale)
-    mc = ManualCritic(critic)
+    mc = ManualCritic(critic, dtype)
     q_min, g_x = _min_member_grad(mc, torch.cat((obs, action), dim=-1), -1.0 / obs.shape[0])
     g_out = g_x[:, obs.shape[1] :] * actor.scale * (1.0 - t.square())
-    _actor_backward(actor, hs, g_out)
+    ma.backward(inputs, g_out)
     opt.step()
     return -q_min.mean().detach()

@@ -92,7 +92,9 @@ class SACUpdate(OffPolicyUpdate):
         with phase("update/actor"):
             noise = self._noise(obs.shape[0], obs)
             if self.manual:
-                loss, logp = offpolicy_manual.sac_actor_step(self.actor, self.critic, self.actor_opt, obs, noise, self._alpha)
+                loss, logp = offpolicy_manual.sac_actor_step(
+                    self.actor, self.critic, self.actor_opt, obs, noise, self._alpha, self.compute_dtype
+                )
             else:
                 a, logp = self.actor_fn(obs, noise)
                 q = self.critic_fn(obs, a).amin(0)

@@ -70,10 +70,12 @@ class OffPolicyHyperparams:
         critic_lr: Adam learning rate of the critic(s).
         polyak: ``"foreach"`` or ``"loop"``.
         td_lambda: Lambda of TD(lambda) targets when batches are crops ``(S, L)``; one-step targets for flat batches.
-        precision: ``"fp32"``, or ``"bf16"``: forward passes under ``torch.autocast`` in bfloat16 (matmuls in bf16 with
-            fp32 accumulation, on AMX/tensor cores where present; parameters, losses and Adam stay float32).
+        precision: ``"fp32"``, or ``"bf16"``: matrix products in bfloat16 with fp32 accumulation (AVX512-BF16/AMX or
+            tensor cores where present); parameters, losses and Adam stay float32. The target pass runs under
+            ``torch.autocast``; so do the critic and actor steps with autograd, while the hand-written steps cast
+            their operands themselves.
         gradients: ``"manual"`` (hand-written, :mod:`rlbench.components.offpolicy.manual`), ``"autograd"``, or
-            ``"auto"``: manual where supported (ensemble critic, fp32, not compiled).
+            ``"auto"``: manual where supported (ensemble critic, not compiled).
     """
 
     gamma: float = 0.99
@@ -111,9 +113,9 @@ class OffPolicyUpdate:
             raise ValueError(f"unknown Polyak variant {hp.polyak!r}; expected one of {sorted(POLYAK)}")
         if hp.precision not in PRECISIONS:
             raise ValueError(f"unknown precision {hp.precision!r}; expected one of {PRECISIONS}")
-        fits = offpolicy_manual.supports(actor, critic) and hp.precision == "fp32" and not compile
+        fits = offpolicy_manual.supports(actor, critic) and not compile
         if hp.gradients == "manual" and not fits:
-            raise ValueError("hand-written gradients need the ensemble critic, fp32 and no compile; use gradients='auto'")
+            raise ValueError("hand-written gradients need the ensemble critic and no compile; use gradients='auto'")
         if hp.gradients not in ("auto", "manual", "autograd"):
             raise ValueError(f"unknown gradients {hp.gradients!r}; expected auto, manual or autograd")
         self.manual = hp.gradients == "manual" or (hp.gradients == "auto" and fits)
@@ -132,7 +134,9 @@ class OffPolicyUpdate:
         self.updates = 0
         device_type = next(critic.parameters()).device.type
         bf16 = hp.precision == "bf16"
+        self.compute_dtype = torch.bfloat16 if bf16 else torch.float32  # the hand-written steps' products
         self._autocast = lambda: torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16)
+        self._step_autocast = lambda: torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16 and not self.manual)
         self._pairs: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
 
     def _targets(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -165,7 +169,7 @@ class OffPolicyUpdate:
             Diagnostics, and the mean absolute TD error per row (new priorities).
         """
         if self.manual:
-            return offpolicy_manual.critic_step(self.critic, self.critic_opt, batch, y)
+            return offpolicy_manual.critic_step(self.critic, self.critic_opt, batch, y, self.compute_dtype)
         obs, action = batch["obs"], batch["action"]
         if obs.dim() > 2:  # crops: flatten (S, L, ...) to rows
             obs, action, y = obs.flatten(0, 1), action.flatten(0, 1), y.reshape(-1)
@@ -191,9 +195,9 @@ class OffPolicyUpdate:
             Diagnostics as 0-d tensors (no host synchronization), plus ``"td_abs"``: per-row absolute TD errors.
         """
         phase = self.timer.phase
-        with self._autocast():
-            with phase("update/target"), torch.no_grad():
-                y = self._targets(batch).float()
+        with self._autocast(), phase("update/target"), torch.no_grad():
+            y = self._targets(batch).float()
+        with self._step_autocast():
             with phase("update/critic"):
                 diag, td_abs = self.critic_step(batch, y)
             obs = batch["obs"] if batch["obs"].dim() == 2 else batch["obs"].flatten(0, 1)
