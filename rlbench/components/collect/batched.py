@@ -95,8 +95,9 @@ class AsyncBatchedCollector:
             obs = np.ascontiguousarray(batch[:, :d])
             if lock is None:
                 return policy_fn(obs)
-            with lock:
-                return policy_fn(obs)
+            with lock:  # copies: the policy reuses its output buffers, and the next caller may run before we read
+                out = policy_fn(obs)
+                return tuple(np.array(x) for x in out) if isinstance(out, tuple) else np.array(out)
 
         self.processes = transport == "multiprocess"
         import multiprocessing as mp

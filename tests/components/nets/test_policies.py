@@ -91,3 +91,20 @@ def test_torch_policy_agrees_with_module() -> None:
         ref_logp, _, ref_value = model.evaluate(torch.from_numpy(obs), torch.from_numpy(actions))
     np.testing.assert_allclose(logp, ref_logp.numpy(), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(value, ref_value.numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("batch", [1, 8, 257])
+def test_jitted_categorical_sampling_equals_the_numpy_path(batch: int) -> None:
+    """The numba sampler draws the same uniforms and applies the same inverse-CDF rule: same actions, log-probs and
+    values as the NumPy ufunc path, call after call."""
+    model = FusedActorCritic(_model(DISCRETE3))
+    jitted, plain = NumpyPolicy(model, seed=5), NumpyPolicy(model, seed=5, jit=False)
+    assert jitted._jit is not None and plain._jit is None
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        obs = (rng.standard_normal((batch, 5)) * 3).astype(np.float32)
+        a1, lp1, v1 = jitted.act(obs)
+        a2, lp2, v2 = plain.act(obs)
+        np.testing.assert_array_equal(a1, a2)
+        np.testing.assert_allclose(lp1, lp2, rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(v1, v2)
