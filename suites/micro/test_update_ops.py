@@ -2,13 +2,14 @@
 
 Run with ``pytest rlbench/suites/micro/test_update_ops.py --benchmark-only``. Shapes are those of ``ppo-cartpole``'s
 update: a 512-row minibatch through the fused 64-64 tanh actor-critic (two stacked networks, a 2-wide head), one
-torch thread. Rows (``impl``) per op (``size``):
+torch thread. Rows (``impl``) per op (``size``); ``reference`` is always torch's plain form:
 
-* ``tanh (2,512,64)``: ``torch`` (``torch.tanh_``) and ``numpy`` (:func:`rlbench.components.nets.kernels.tanh_`);
-* ``head (2,512,64)@(2,64,2)``: ``torch`` (``torch.baddbmm``) and ``transposed`` (:func:`kernels.baddbmm`);
-* ``head weight grad``: ``torch`` (``xᵀ @ g`` with ``torch.matmul``) and ``transposed`` (:func:`kernels.weight_grad`);
-* ``minibatch step``: the whole forward, loss gradient and backward of :mod:`rlbench.components.ppo.manual`
-  (``rlbench``), beside the same network's autograd step (``autograd``).
+* ``tanh (2,512,64)``: ``reference`` (``torch.tanh_``) and ``numpy`` (:func:`rlbench.components.nets.kernels.tanh_`);
+* ``head (2,512,64)@(2,64,2)``: ``reference`` (``torch.baddbmm``) and ``transposed`` (:func:`kernels.baddbmm`);
+* ``head weight grad``: ``reference`` (``xᵀ @ g`` with ``torch.matmul``) and ``transposed``
+  (:func:`kernels.weight_grad`);
+* ``minibatch step``: ``reference``, the network's autograd step, beside the forward, loss gradient and backward of
+  :mod:`rlbench.components.ppo.manual` (``manual``).
 
 ``extra_info``: ``group="update"``, ``impl``, ``size``.
 """
@@ -72,14 +73,14 @@ def _cases() -> dict[tuple[str, str], Callable[[], Any]]:
     h, w, b, g = t["h"], t["w_head"], t["b_head"], t["g_head"]
     act = torch.empty_like(h)
     return {
-        ("tanh (2,512,64)", "torch"): lambda: torch.tanh_(act.copy_(h)),
+        ("tanh (2,512,64)", "reference"): lambda: torch.tanh_(act.copy_(h)),
         ("tanh (2,512,64)", "numpy"): lambda: kernels.tanh_(act.copy_(h)),
-        ("head (2,512,64)@(2,64,2)", "torch"): lambda: torch.baddbmm(b, h, w),
+        ("head (2,512,64)@(2,64,2)", "reference"): lambda: torch.baddbmm(b, h, w),
         ("head (2,512,64)@(2,64,2)", "transposed"): lambda: kernels.baddbmm(b, h, w),
-        ("head weight grad", "torch"): lambda: torch.matmul(h.transpose(1, 2), g),
+        ("head weight grad", "reference"): lambda: torch.matmul(h.transpose(1, 2), g),
         ("head weight grad", "transposed"): lambda: kernels.weight_grad(h, g),
-        ("minibatch step", "rlbench"): _manual_step,
-        ("minibatch step", "autograd"): _autograd_step,
+        ("minibatch step", "reference"): _autograd_step,
+        ("minibatch step", "manual"): _manual_step,
     }
 
 
