@@ -68,6 +68,9 @@ class LeanAdam:
         torch._foreach_add_(steps, 1.0)
         self.steps += 1
         if self.fused:
+            # torch's fused kernel walks a parameter and its gradient as flat memory: a gradient laid out differently
+            # (e.g. a transposed view) silently updates the wrong elements, so such a one is copied into p's layout
+            grads = [g if g.stride() == p.stride() else torch.empty_like(p).copy_(g) for p, g in zip(params, grads)]
             torch._fused_adam_(
                 params,
                 grads,

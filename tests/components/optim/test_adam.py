@@ -83,3 +83,19 @@ def test_flatten_parameters_shares_storage() -> None:
     first = next(net.parameters())
     first.grad.fill_(2.0)  # and gradients written in place land in the flat gradient
     assert flat.grad[: first.numel()].eq(2.0).all() and flat.grad[first.numel() :].eq(0.0).all()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_gradient_laid_out_unlike_its_parameter_gives_the_same_step(fused: bool) -> None:
+    """A transposed-view gradient (same values, other strides) steps exactly like a contiguous one; torch's fused
+    kernel alone would pair the wrong elements."""
+    torch.manual_seed(0)
+    a = torch.nn.Parameter(torch.randn(4, 3))
+    b = torch.nn.Parameter(a.detach().clone())
+    g = torch.randn(3, 4).t()
+    a.grad, b.grad = g, g.contiguous()
+    opt_a, opt_b = LeanAdam([a], lr=0.1, fused=fused), LeanAdam([b], lr=0.1, fused=fused)
+    for _ in range(3):
+        opt_a.step()
+        opt_b.step()
+    torch.testing.assert_close(a.detach(), b.detach(), rtol=0, atol=0)
