@@ -51,7 +51,7 @@ class DDPGUpdate(OffPolicyUpdate):
     def _actor_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         with self.timer.phase("update/actor"):
             if self.manual:
-                loss = offpolicy_manual.ddpg_actor_step(self.actor, self.critic, self.actor_opt, obs, self.compute_dtype)
+                loss = offpolicy_manual.ddpg_actor_step(self.manual_actor, self.manual_critic, self.actor_opt, obs)
                 return {"actor_loss": loss}
             loss = -self.critic_fn(obs, self.actor_fn(obs)).amin(0).mean()
             grads = torch.autograd.grad(loss, self.actor_params)

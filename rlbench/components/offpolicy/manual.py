@@ -123,26 +123,63 @@ def _mlp_backward(
     return g.float()
 
 
-class ManualCritic:
+class _CastLayers:
+    """Layers' weights ``(in, out)`` and biases in each layer's compute dtype, and per-step refreshing of the cast ones.
+
+    A float32 layer uses views of the parameters themselves (Adam updates them in place, so they never go stale); a
+    bf16 layer keeps a copy that :meth:`refresh` overwrites from the parameters, one ``copy_`` per tensor.
+    """
+
+    @torch.no_grad()
+    def _cast(self, tensors: list[torch.Tensor], dtypes: list[torch.dtype]) -> list[torch.Tensor]:
+        out = [t.detach().to(dt) for t, dt in zip(tensors, dtypes)]
+        self._copies = getattr(self, "_copies", []) + [(t, c) for t, c in zip(tensors, out) if c.dtype != t.dtype]
+        return out
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Bring the cast copies up to the parameters' current values (nothing to do in float32)."""
+        for src, dst in self._copies:
+            dst.copy_(src)
+
+
+class ManualCritic(_CastLayers):
     """Forward and backward of an :class:`EnsembleCritic`, member by member, in 2-D BLAS calls.
+
+    Built once per update object and reused: per-member views and gradient buffers are made once, and
+    :meth:`refresh` (called by the steps before each use) re-casts bf16 weights.
 
     Args:
         critic: The critic.
         dtype: Compute dtype of the wide products (float32, or bfloat16 with float32 parameters and gradients; see
-            :func:`layer_dtype`). The weights are cast here, once.
+            :func:`layer_dtype`).
     """
 
     def __init__(self, critic: EnsembleCritic, dtype: torch.dtype = torch.float32) -> None:
         self.critic = critic
         self.params = [(getattr(critic, f"w{k}"), getattr(critic, f"b{k}")) for k in range(critic.depth)]
         dtypes = [layer_dtype(w, dtype) for w, _ in self.params]
-        self.weights = [w.to(dt) for (w, _), dt in zip(self.params, dtypes)]
-        self.biases = [b.to(dt) for (_, b), dt in zip(self.params, dtypes)]
+        self.weights = self._cast([w for w, _ in self.params], dtypes)
+        self.biases = self._cast([b for _, b in self.params], dtypes)
+        members = range(critic.members)
+        self.member_weights = [[w[e] for w in self.weights] for e in members]
+        self.member_biases = [[b[e, 0] for b in self.biases] for e in members]
+        self._grad_views: tuple[list[torch.Tensor], list[list[torch.Tensor]], list[list[torch.Tensor]]] | None = None
 
     def forward(self, x: torch.Tensor) -> list[tuple[list[torch.Tensor], torch.Tensor]]:
         """Per member, its layer inputs and its float32 output ``(B, 1)``."""
-        members = range(self.critic.members)
-        return [_mlp_forward(x, [w[e] for w in self.weights], [b[e, 0] for b in self.biases]) for e in members]
+        return [_mlp_forward(x, w, b) for w, b in zip(self.member_weights, self.member_biases)]
+
+    def _member_grads(self) -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]]]:
+        grads = _grads([p for pair in self.params for p in pair])
+        if self._grad_views is None or any(a is not b for a, b in zip(grads, self._grad_views[0])):
+            members = range(self.critic.members)
+            self._grad_views = (
+                grads,
+                [[gw[e] for gw in grads[0::2]] for e in members],
+                [[gb[e, 0] for gb in grads[1::2]] for e in members],
+            )
+        return self._grad_views[1], self._grad_views[2]
 
     def backward(
         self, inputs: list[torch.Tensor], e: int, g: torch.Tensor, with_param_grads: bool, input_grad: bool
@@ -158,18 +195,16 @@ class ManualCritic:
         """
         grad_w = grad_b = None
         if with_param_grads:
-            grads = _grads([p for pair in self.params for p in pair])
-            grad_w, grad_b = [gw[e] for gw in grads[0::2]], [gb[e, 0] for gb in grads[1::2]]
-        return _mlp_backward(inputs, [w[e] for w in self.weights], g, grad_w, grad_b, input_grad)
+            gw, gb = self._member_grads()
+            grad_w, grad_b = gw[e], gb[e]
+        return _mlp_backward(inputs, self.member_weights[e], g, grad_w, grad_b, input_grad)
 
 
 @torch.no_grad()
-def critic_step(
-    critic: EnsembleCritic, opt: Any, batch: dict, y: torch.Tensor, dtype: torch.dtype = torch.float32
-) -> tuple[dict, torch.Tensor]:
+def critic_step(mc: ManualCritic, opt: Any, batch: dict, y: torch.Tensor) -> tuple[dict, torch.Tensor]:
     """Half the summed (importance-weighted) mean squared TD error of every member, its gradient, one Adam step.
 
-    ``dtype`` is the wide products' compute dtype (see the module docstring); the loss and TD errors are float32.
+    ``mc`` wraps the critic in its compute dtype (see the module docstring); the loss and TD errors are float32.
 
     Returns:
         ``({"critic_loss", "q_mean"}, |TD| averaged over members per row)``, like the autograd path.
@@ -177,7 +212,8 @@ def critic_step(
     obs, action = batch["obs"], batch["action"]
     if obs.dim() > 2:
         obs, action, y = obs.flatten(0, 1), action.flatten(0, 1), y.reshape(-1)
-    mc = ManualCritic(critic, dtype)
+    critic = mc.critic
+    mc.refresh()
     x = torch.cat((obs, action), dim=-1)
     acts = mc.forward(x)
     w = batch.get("weights")
@@ -199,21 +235,26 @@ def critic_step(
     return {"critic_loss": loss.detach(), "q_mean": q_sum / m}, td_abs / m
 
 
-class _ManualActor:
-    """An actor's ReLU MLP (``actor.net``) with each layer's weights in its compute dtype, ``(in, out)``."""
+class ManualActor(_CastLayers):
+    """An actor's ReLU MLP (``actor.net``) with each layer's weights ``(in, out)`` in its compute dtype; built once per
+    update object, like :class:`ManualCritic`."""
 
-    def __init__(self, actor: nn.Module, dtype: torch.dtype) -> None:
+    def __init__(self, actor: nn.Module, dtype: torch.dtype = torch.float32) -> None:
+        self.actor = actor
         self.linears = [m for m in actor.net if isinstance(m, nn.Linear)]
         dtypes = [layer_dtype(lin.weight, dtype) for lin in self.linears]
-        self.weights = [lin.weight.t().to(dt) for lin, dt in zip(self.linears, dtypes)]
-        self.biases = [lin.bias.to(dt) for lin, dt in zip(self.linears, dtypes)]
+        self.weights = self._cast([lin.weight.t() for lin in self.linears], dtypes)
+        self.biases = self._cast([lin.bias for lin in self.linears], dtypes)
+        self._grad_views: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
 
     def forward(self, obs: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
         return _mlp_forward(obs, self.weights, self.biases)
 
     def backward(self, inputs: list[torch.Tensor], g: torch.Tensor) -> None:
         grads = _grads([p for lin in self.linears for p in (lin.weight, lin.bias)])
-        _mlp_backward(inputs, self.weights, g, [gw.t() for gw in grads[0::2]], grads[1::2], input_grad=False)
+        if self._grad_views is None or any(a is not b for a, b in zip(grads, self._grad_views[0])):
+            self._grad_views = (grads, [gw.t() for gw in grads[0::2]])
+        _mlp_backward(inputs, self.weights, g, self._grad_views[1], grads[1::2], input_grad=False)
 
 
 def _min_member_grad(mc: ManualCritic, x: torch.Tensor, coef: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -231,24 +272,20 @@ def _min_member_grad(mc: ManualCritic, x: torch.Tensor, coef: float) -> tuple[to
 
 @torch.no_grad()
 def sac_actor_step(
-    actor: SquashedGaussianActor,
-    critic: EnsembleCritic,
-    opt: Any,
-    obs: torch.Tensor,
-    noise: torch.Tensor,
-    alpha: torch.Tensor,
-    dtype: torch.dtype = torch.float32,
+    ma: ManualActor, mc: ManualCritic, opt: Any, obs: torch.Tensor, noise: torch.Tensor, alpha: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SAC's actor loss ``mean(alpha log pi(a|s) - min_e Q_e(s, a))``, its gradient by hand, one Adam step.
 
-    ``dtype`` is the wide products' compute dtype (see the module docstring); the squashing and log-prob terms are
-    float32.
+    ``ma`` and ``mc`` wrap a :class:`SquashedGaussianActor` and the critic in their compute dtype (see the module
+    docstring); the squashing and log-prob terms are float32.
 
     Returns:
         ``(loss, log_prob per row)`` (detached).
     """
+    actor = ma.actor
     b, a_dim = obs.shape[0], actor.act_dim
-    ma = _ManualActor(actor, dtype)
+    ma.refresh()
+    mc.refresh()
     inputs, out = ma.forward(obs)
     mean, raw = out[:, :a_dim], out[:, a_dim:]
     t_raw = torch.tanh(raw)
@@ -260,7 +297,6 @@ def sac_actor_step(
     action = torch.addcmul(actor.bias, a_t, actor.scale)
     logp = (noise.square().mul_(-0.5) - log_std).sum(-1) - a_dim * _HALF_LOG_2PI
     logp = logp - (2.0 * (_LOG2 - u - nn.functional.softplus(-2.0 * u))).sum(-1) - actor.log_scale_sum
-    mc = ManualCritic(critic, dtype)
     q_min, g_x = _min_member_grad(mc, torch.cat((obs, action), dim=-1), -1.0 / b)
     loss = (alpha * logp - q_min).mean()
     g_action = g_x[:, obs.shape[1] :]
@@ -274,15 +310,16 @@ def sac_actor_step(
 
 
 @torch.no_grad()
-def ddpg_actor_step(
-    actor: DeterministicActor, critic: EnsembleCritic, opt: Any, obs: torch.Tensor, dtype: torch.dtype = torch.float32
-) -> torch.Tensor:
-    """DDPG's actor loss ``-mean min_e Q_e(s, mu(s))``, its gradient by hand, one Adam step; returns the loss."""
-    ma = _ManualActor(actor, dtype)
+def ddpg_actor_step(ma: ManualActor, mc: ManualCritic, opt: Any, obs: torch.Tensor) -> torch.Tensor:
+    """DDPG's actor loss ``-mean min_e Q_e(s, mu(s))``, its gradient by hand, one Adam step; returns the loss.
+
+    ``ma`` and ``mc`` wrap a :class:`DeterministicActor` and the critic in their compute dtype."""
+    actor = ma.actor
+    ma.refresh()
+    mc.refresh()
     inputs, out = ma.forward(obs)
     t = torch.tanh(out)
     action = torch.addcmul(actor.bias, t, actor.scale)
-    mc = ManualCritic(critic, dtype)
     q_min, g_x = _min_member_grad(mc, torch.cat((obs, action), dim=-1), -1.0 / obs.shape[0])
     g_out = g_x[:, obs.shape[1] :] * actor.scale * (1.0 - t.square())
     ma.backward(inputs, g_out)

@@ -93,7 +93,7 @@ class SACUpdate(OffPolicyUpdate):
             noise = self._noise(obs.shape[0], obs)
             if self.manual:
                 loss, logp = offpolicy_manual.sac_actor_step(
-                    self.actor, self.critic, self.actor_opt, obs, noise, self._alpha, self.compute_dtype
+                    self.manual_actor, self.manual_critic, self.actor_opt, obs, noise, self._alpha
                 )
             else:
                 a, logp = self.actor_fn(obs, noise)

@@ -137,6 +137,9 @@ class OffPolicyUpdate:
         self.compute_dtype = torch.bfloat16 if bf16 else torch.float32  # the hand-written steps' products
         self._autocast = lambda: torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16)
         self._step_autocast = lambda: torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16 and not self.manual)
+        # the hand-written steps' views of the networks, built once (bf16 copies are refreshed before each use)
+        self.manual_critic = offpolicy_manual.ManualCritic(critic, self.compute_dtype) if self.manual else None
+        self.manual_actor = offpolicy_manual.ManualActor(actor, self.compute_dtype) if self.manual else None
         self._pairs: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
 
     def _targets(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -169,7 +172,7 @@ class OffPolicyUpdate:
             Diagnostics, and the mean absolute TD error per row (new priorities).
         """
         if self.manual:
-            return offpolicy_manual.critic_step(self.critic, self.critic_opt, batch, y, self.compute_dtype)
+            return offpolicy_manual.critic_step(self.manual_critic, self.critic_opt, batch, y)
         obs, action = batch["obs"], batch["action"]
         if obs.dim() > 2:  # crops: flatten (S, L, ...) to rows
             obs, action, y = obs.flatten(0, 1), action.flatten(0, 1), y.reshape(-1)
