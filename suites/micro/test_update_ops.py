@@ -11,7 +11,7 @@ torch thread. Rows (``impl``) per op (``size``); ``reference`` is always torch's
 * ``minibatch step``: ``reference``, the network's autograd step, beside the forward, loss gradient and backward of
   :mod:`rlbench.components.ppo.manual` (``manual``).
 
-``extra_info``: ``group="update"``, ``impl``, ``size``.
+``extra_info``: ``group="update-ops"``, ``impl``, ``size``.
 """
 
 from __future__ import annotations
@@ -95,8 +95,8 @@ def test_update_op(benchmark: Any, size: str, impl: str) -> None:
     try:
         fn = _cases()[(size, impl)]
         fn()  # warm-up: allocator, lazy init
-        benchmark.group = f"update {size}"
-        benchmark.extra_info.update(group="update", impl=impl, size=size)
+        benchmark.group = f"update-ops {size}"
+        benchmark.extra_info.update(group="update-ops", impl=impl, size=size)
         benchmark(fn)
     finally:
         torch.set_num_threads(threads)

@@ -74,9 +74,13 @@ def test_cases_split_micro_groups_and_repeats():
     micro = resolve_run_target("micro")
     cases = plan_cases(micro, micro.config_factory(), repeats=2)
     assert [c.label for c in cases[:2]] == ["gae, repeat 0", "buffers, repeat 0"]
-    assert len(cases) == 2 * 5 and {c.repeat for c in cases} == {0, 1}
+    from rlbench.suites.micro.runner import GROUPS
+
+    n = len(GROUPS)
+    assert n >= 6 and len(cases) == 2 * n and {c.repeat for c in cases} == {0, 1}
+    assert [c.label for c in cases[:n]] == [f"{g}, repeat 0" for g in GROUPS]
     assert all(c.part.group == (c.label.split(",")[0],) and c.config.group == () for c in cases)
-    assert [c.config.seed for c in cases] == [0] * 5 + [1] * 5
+    assert [c.config.seed for c in cases] == [0] * n + [1] * n
     ppo = resolve_run_target("ppo-cartpole")
     assert [(c.label, c.part.seed) for c in plan_cases(ppo, ppo.config_factory(), repeats=3)] == [
         ("repeat 0", 0),

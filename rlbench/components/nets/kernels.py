@@ -11,7 +11,7 @@ a PPO minibatch of 512 rows through the fused 64-64 actor-critic (``(2, 512, 64)
 * the weight gradient of that head, ``(2, 64, 512) @ (2, 512, 2)``, took 78 µs, and transposed 13 µs.
 
 The transposed forms win for outputs narrower than :data:`NARROW` columns and lose from about 16 up. ``rlbench run
-micro --group update`` keeps each op and the whole PPO minibatch step measured beside torch's plain form.
+update-ops`` keeps each op and the whole PPO minibatch step measured beside torch's plain form.
 """
 
 from __future__ import annotations
