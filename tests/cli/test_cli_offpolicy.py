@@ -89,6 +89,7 @@ def test_bad_what_ifs_and_settings_are_refused_before_running(cli, tmp_path: Pat
         (["--what-if", "critics=stacked"], "--critics must be ensemble or separate"),
         (["--td-lambda", "0.5", "--prioritized"], "choose one"),
         (["--env", "CartPole-v1"], "continuous"),
+        (["--gradients", "manual", "--critics", "separate"], "needs --critics ensemble"),
     ]:
         proc = cli("run", "sac-pendulum", *args)
         assert proc.returncode == 2, (args, proc.stderr)

@@ -23,6 +23,7 @@ one).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -128,14 +129,26 @@ class _CastLayers:
     """Layers' weights ``(in, out)`` and biases in each layer's compute dtype, and per-step refreshing of the cast ones.
 
     A float32 layer uses views of the parameters themselves (Adam updates them in place, so they never go stale); a
-    bf16 layer keeps a copy that :meth:`refresh` overwrites from the parameters, one ``copy_`` per tensor.
+    bf16 layer keeps a copy that :meth:`refresh` overwrites from the parameters, one ``copy_`` per tensor. Views of the
+    parameters' ``.grad`` buffers are made once too (:meth:`_grad_views`).
     """
+
+    def __init__(self) -> None:
+        self._copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._views: tuple[list[torch.Tensor], Any] | None = None
 
     @torch.no_grad()
     def _cast(self, tensors: list[torch.Tensor], dtypes: list[torch.dtype]) -> list[torch.Tensor]:
         out = [t.detach().to(dt) for t, dt in zip(tensors, dtypes)]
-        self._copies = getattr(self, "_copies", []) + [(t, c) for t, c in zip(tensors, out) if c.dtype != t.dtype]
+        self._copies += [(t, c) for t, c in zip(tensors, out) if c.dtype != t.dtype]
         return out
+
+    def _grad_views(self, params: list[torch.Tensor], make: Callable[[list[torch.Tensor]], Any]) -> Any:
+        """``make(grads)`` over the parameters' ``.grad`` buffers, remade only when a buffer was replaced."""
+        grads = _grads(params)
+        if self._views is None or any(a is not b for a, b in zip(grads, self._views[0])):
+            self._views = (grads, make(grads))
+        return self._views[1]
 
     @torch.no_grad()
     def refresh(self) -> None:
@@ -157,6 +170,7 @@ class ManualCritic(_CastLayers):
     """
 
     def __init__(self, critic: EnsembleCritic, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
         self.critic = critic
         self.params = [(getattr(critic, f"w{k}"), getattr(critic, f"b{k}")) for k in range(critic.depth)]
         dtypes = [layer_dtype(w, dtype) for w, _ in self.params]
@@ -165,22 +179,20 @@ class ManualCritic(_CastLayers):
         members = range(critic.members)
         self.member_weights = [[w[e] for w in self.weights] for e in members]
         self.member_biases = [[b[e, 0] for b in self.biases] for e in members]
-        self._grad_views: tuple[list[torch.Tensor], list[list[torch.Tensor]], list[list[torch.Tensor]]] | None = None
 
     def forward(self, x: torch.Tensor) -> list[tuple[list[torch.Tensor], torch.Tensor]]:
         """Per member, its layer inputs and its float32 output ``(B, 1)``."""
         return [_mlp_forward(x, w, b) for w, b in zip(self.member_weights, self.member_biases)]
 
     def _member_grads(self) -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]]]:
-        grads = _grads([p for pair in self.params for p in pair])
-        if self._grad_views is None or any(a is not b for a, b in zip(grads, self._grad_views[0])):
-            members = range(self.critic.members)
-            self._grad_views = (
-                grads,
+        members = range(self.critic.members)
+        return self._grad_views(
+            [p for pair in self.params for p in pair],
+            lambda grads: (
                 [[gw[e] for gw in grads[0::2]] for e in members],
                 [[gb[e, 0] for gb in grads[1::2]] for e in members],
-            )
-        return self._grad_views[1], self._grad_views[2]
+            ),
+        )
 
     def backward(
         self, inputs: list[torch.Tensor], e: int, g: torch.Tensor, with_param_grads: bool, input_grad: bool
@@ -241,21 +253,22 @@ class ManualActor(_CastLayers):
     update object, like :class:`ManualCritic`."""
 
     def __init__(self, actor: nn.Module, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
         self.actor = actor
         self.linears = [m for m in actor.net if isinstance(m, nn.Linear)]
         dtypes = [layer_dtype(lin.weight, dtype) for lin in self.linears]
         self.weights = self._cast([lin.weight.t() for lin in self.linears], dtypes)
         self.biases = self._cast([lin.bias for lin in self.linears], dtypes)
-        self._grad_views: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
 
     def forward(self, obs: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
         return _mlp_forward(obs, self.weights, self.biases)
 
     def backward(self, inputs: list[torch.Tensor], g: torch.Tensor) -> None:
-        grads = _grads([p for lin in self.linears for p in (lin.weight, lin.bias)])
-        if self._grad_views is None or any(a is not b for a, b in zip(grads, self._grad_views[0])):
-            self._grad_views = (grads, [gw.t() for gw in grads[0::2]])
-        _mlp_backward(inputs, self.weights, g, self._grad_views[1], grads[1::2], input_grad=False)
+        grad_w, grad_b = self._grad_views(
+            [p for lin in self.linears for p in (lin.weight, lin.bias)],
+            lambda grads: ([gw.t() for gw in grads[0::2]], grads[1::2]),  # weight gradients viewed (in, out)
+        )
+        _mlp_backward(inputs, self.weights, g, grad_w, grad_b, input_grad=False)
 
 
 def _min_member_grad(mc: ManualCritic, x: torch.Tensor, coef: float) -> tuple[torch.Tensor, torch.Tensor]:

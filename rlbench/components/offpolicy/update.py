@@ -136,7 +136,8 @@ class OffPolicyUpdate:
         bf16 = hp.precision == "bf16"
         self.compute_dtype = torch.bfloat16 if bf16 else torch.float32  # the hand-written steps' products
         self._autocast = lambda: torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16)
-        self._step_autocast = lambda: torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16 and not self.manual)
+        step_bf16 = bf16 and not self.manual  # the hand-written steps cast their own operands
+        self._step_autocast = lambda: torch.autocast(device_type, dtype=torch.bfloat16, enabled=step_bf16)
         # the hand-written steps' views of the networks, built once (bf16 copies are refreshed before each use)
         self.manual_critic = offpolicy_manual.ManualCritic(critic, self.compute_dtype) if self.manual else None
         self.manual_actor = offpolicy_manual.ManualActor(actor, self.compute_dtype) if self.manual else None
