@@ -3,15 +3,17 @@
 :func:`install` wraps, for the time of a profile (and :func:`uninstall` restores exactly what it replaced):
 
 * gymnasium ``Env``/``VectorEnv`` ``step`` and ``reset`` of every class, those defined later included
-  (``env/step``, ``env/reset``; agent steps from a vector env's ``num_envs``);
+  (``env/step``, ``env/reset``; agent steps from a vector env's ``num_envs``), except the pure forwarding ones of
+  ``Wrapper`` and ``VectorWrapper`` (the env they forward to is timed);
 * ``torch.nn.Module.__call__`` and the ``torch.distributions`` methods (``__init__``, ``sample``, ``rsample``,
-  ``log_prob``, ``entropy``): with grad disabled they are ``inference``; with grad enabled they open the sticky
-  ``train/forward``;
+  ``log_prob``, ``entropy``; the base class's ``__init__`` runs only inside a subclass's): with grad disabled they
+  are ``inference``; with grad enabled they open the sticky ``train/forward``;
 * ``torch.autograd.backward`` / ``grad`` (``train/backward``), and ``train/optimizer`` for every optimizer's whole
   ``step``, ``zero_grad`` and ``clip_grad_norm_``;
-* ``Tensor.item``, ``.tolist``, ``.cpu``, ``.cuda``, ``.numpy``, ``.to`` with a device, and host data becoming a
-  tensor: ``torch.tensor``, ``torch.as_tensor``, ``torch.from_numpy`` and the legacy ``torch.Tensor(data)``
-  (``transfer``).
+* ``Tensor.item``, ``.tolist``, ``.numpy``, and host data becoming a tensor: ``torch.tensor``,
+  ``torch.as_tensor``, ``torch.from_numpy`` and the legacy ``torch.Tensor(data)``; where an accelerator is
+  available, also ``.cpu``, ``.cuda`` and ``.to`` with a device (``transfer``). On a CPU-only machine those three
+  are casts or no-ops, not transfers.
 
 Every wrapper starts with one test: when an automatic phase is already open (``depth``) or the call comes from
 another thread, it calls straight through (counted in ``passthrough``, for the overhead estimate).
@@ -52,14 +54,16 @@ def event_wrapper(
     role: int,
     *,
     model: bool = False,
-    skip: Callable[[tuple[Any, ...], dict[str, Any]], bool] | None = None,
+    skip: int = 0,
     copy_metadata: bool = True,
 ) -> Callable[..., Any]:
     """``fn`` timed as automatic phase ``name`` (no agent steps counted).
 
     Args:
         model: A module or distribution call: with grad enabled it opens the sticky training forward instead.
-        skip: ``skip(args, kwargs)`` true: the call is not an event (``Tensor.to`` with only a dtype).
+        skip: Calls that are not events, tested inline (a callback would cost a frame on every call):
+            :data:`SKIP_CAST` a ``Tensor.to`` with only a dtype; :data:`SKIP_NO_DATA` a ``Tensor.__new__`` given a
+            shape or nothing; 0 none.
         copy_metadata: Copy ``fn``'s name and docstring (``functools.wraps``).
 
     The common cases run inline, without a call into the attributor: a call of the same kind within
@@ -71,9 +75,24 @@ def event_wrapper(
     thread = a.thread
     gap = MERGE_GAP_S
     grad_enabled = _grad_enabled() if model else None
+    if skip:
+        import torch
+
+        dtype, tensor_cls, shape_like = torch.dtype, torch.Tensor, (int, torch.Size)
 
     def event(*args: Any, **kwargs: Any) -> Any:
-        if a.depth or _get_ident() != thread or (skip is not None and skip(args, kwargs)):
+        if (
+            a.depth
+            or _get_ident() != thread
+            or (
+                skip
+                and (
+                    ("device" not in kwargs and (len(args) < 2 or isinstance(args[1], dtype)))  # .to(dtype): a cast
+                    if skip == SKIP_CAST
+                    else (len(args) < 2 or args[0] is not tensor_cls or isinstance(args[1], shape_like))  # no data
+                )
+            )
+        ):
             a.passthrough += 1
             return fn(*args, **kwargs) if kwargs else fn(*args)
         if grad_enabled is not None and grad_enabled():
@@ -104,6 +123,9 @@ def event_wrapper(
         event = wraps(fn)(event)
     event.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
     return event
+
+
+SKIP_CAST, SKIP_NO_DATA = 1, 2
 
 
 def _grad_enabled() -> Callable[[], bool]:
@@ -214,8 +236,16 @@ class Hooks:
         self.restore: _Restore = []
         self.import_hook: Any = None
 
-    def wrap_env_class(self, cls: type, batch: Callable[[Any], int]) -> None:
-        """Wrap ``step``/``reset`` defined in ``cls`` itself (inherited ones are wrapped where they are defined)."""
+    def wrap_env_class(self, cls: type, batch: Callable[[Any], int], delegates: tuple[type, ...] = ()) -> None:
+        """Wrap ``step``/``reset`` defined in ``cls`` itself (inherited ones are wrapped where they are defined).
+
+        Classes in ``delegates`` keep theirs: gymnasium's ``Wrapper`` and ``VectorWrapper`` only forward the call to
+        ``self.env``, whose own method is hooked, so wrapping them times nothing more. They are reached through
+        ``super().step()`` from most wrappers (``RecordEpisodeStatistics``, ``OrderEnforcing``), a class lookup no
+        instance attribute can shadow: wrapped, they were about 8 pass-throughs per step of a 4-env CleanRL loop.
+        """
+        if cls in delegates:
+            return
         for method, name in (("step", "env/step"), ("reset", "env/reset")):
             fn = vars(cls).get(method)
             if fn is None or not callable(fn) or hasattr(fn, "__rlbench_wrapped__"):
@@ -236,12 +266,13 @@ def all_subclasses(root: type) -> list[type]:
 def _install_gymnasium(h: Hooks) -> None:
     try:
         import gymnasium
-        from gymnasium.vector import VectorEnv
+        from gymnasium.vector import VectorEnv, VectorWrapper
     except ImportError:
         return
+    delegates = (gymnasium.Wrapper, VectorWrapper)
     for root, batch in ((gymnasium.Env, _one), (VectorEnv, _vector_batch)):
         for cls in all_subclasses(root):
-            h.wrap_env_class(cls, batch)
+            h.wrap_env_class(cls, batch, delegates)
 
         def init_subclass(cls: type, _root: type = root, _batch: Callable[[Any], int] = batch, **kwargs: Any) -> None:
             super(_root, cls).__init_subclass__(**kwargs)  # typing.Generic's bookkeeping
@@ -258,9 +289,12 @@ def _install_torch(h: Hooks) -> None:
     a.rf_on = a.profiler_enabled()
     a.refresh_extras()
     replace_attr(h.restore, torch.nn.Module, "__call__", _module_call_wrapper(a))
-    for cls in all_subclasses(torch.distributions.Distribution):
+    base = torch.distributions.Distribution
+    for cls in all_subclasses(base):
         for method in ("__init__", "sample", "rsample", "log_prob", "entropy"):
             fn = vars(cls).get(method)
+            if cls is base and method == "__init__":
+                continue  # reached only through a subclass's super().__init__(), inside that subclass's event
             if fn is not None and callable(fn) and not hasattr(fn, "__rlbench_wrapped__"):
                 replace_attr(h.restore, cls, method, _model_wrapper(a, fn))
     for name in ("backward", "grad"):
@@ -275,11 +309,13 @@ def _install_torch(h: Hooks) -> None:
     replace_attr(h.restore, torch.Tensor, "__new__", staticmethod(_tensor_new_wrapper(a)))
     for name in ("tensor", "as_tensor", "from_numpy"):  # host data becoming a tensor (on a device, a copy to it)
         replace_attr(h.restore, torch, name, event_wrapper(a, getattr(torch, name), "transfer", "transfer", NEST))
-    for method in ("item", "tolist", "cpu", "cuda", "numpy"):
+    moves = _moves_data()
+    for method in ("item", "tolist", "numpy", *(("cpu", "cuda") if moves else ())):
         replace_attr(
             h.restore, torch.Tensor, method, event_wrapper(a, getattr(torch.Tensor, method), "transfer", "transfer", NEST)
         )
-    replace_attr(h.restore, torch.Tensor, "to", _to_wrapper(a, torch.Tensor.to))
+    if moves:  # a transfer when it names a device or another tensor; a dtype cast is not
+        replace_attr(h.restore, torch.Tensor, "to", event_wrapper(a, torch.Tensor.to, "transfer", "transfer", NEST, skip=SKIP_CAST))
 
 
 def _install_optimizer_steps(h: Hooks) -> None:
@@ -321,24 +357,20 @@ def _tensor_new_wrapper(a: Attributor) -> Callable[..., Any]:
     """
     import torch
 
-    tensor_cls, shape_like = torch.Tensor, (int, torch.Size)
-
-    def not_data(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        return len(args) < 2 or args[0] is not tensor_cls or isinstance(args[1], shape_like)
-
-    return event_wrapper(a, torch._C.TensorBase.__new__, "transfer", "transfer", NEST, skip=not_data, copy_metadata=False)
+    return event_wrapper(a, torch._C.TensorBase.__new__, "transfer", "transfer", NEST, skip=SKIP_NO_DATA, copy_metadata=False)
 
 
-def _to_wrapper(a: Attributor, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``Tensor.to``: a transfer when it names a device or another tensor; a dtype cast is not."""
+def _moves_data() -> bool:
+    """Whether ``Tensor.to``/``.cpu``/``.cuda`` can move data here: an accelerator (CUDA, MPS) is available.
+
+    Without one they are dtype casts or no-ops, not transfers, and are left unhooked: the CleanRL-style script calls
+    ``.to(device)`` and ``.cpu()`` about six times per step, each an event the profiler would pay for and book as
+    nothing. (``.numpy()``, ``.item()`` and tensors made from host data stay hooked: on a CPU they convert data.)
+    """
     import torch
 
-    dtype = torch.dtype
-
-    def cast_only(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        return len(args) > 1 and isinstance(args[1], dtype) and "device" not in kwargs
-
-    return event_wrapper(a, fn, "transfer", "transfer", NEST, skip=cast_only)
+    mps = getattr(torch.backends, "mps", None)
+    return bool(torch.cuda.is_available() or (mps is not None and mps.is_available()))
 
 
 def install(a: Attributor, libraries: bool = True) -> Hooks:

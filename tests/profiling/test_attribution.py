@@ -118,16 +118,40 @@ def test_sticky_forward_holds_the_loss_until_backward():
     assert v >= 0
 
 
-def test_transfers_are_their_own_phase_and_dtype_casts_are_not():
+def test_transfers_are_their_own_phase_and_dtype_casts_are_not(monkeypatch):
+    from rlbench.instrument import autohooks
+
+    monkeypatch.setattr(autohooks, "_moves_data", lambda: True)  # as on a machine with a GPU
     x = torch.ones(3)
     with Session(Settings(count_iteration=None, memory=False)) as s:
         x.to(torch.float64)
         spin(0.0001)
+        x.to(dtype=torch.float64)  # a keyword dtype is a cast too
+        spin(0.0001)
         x.numpy()
         spin(0.0001)
         x.to("cpu")
+        spin(0.0001)
+        torch.Tensor(3)  # a shape, not data
+        spin(0.0001)
+        torch.Tensor([1.0, 2.0])  # host data
     r = s.outcome.attribution
-    assert r.enters.get("transfer") == 2
+    assert r.enters.get("transfer") == 3
+
+
+def test_to_is_not_hooked_where_it_cannot_move_data(monkeypatch):
+    from rlbench.instrument import autohooks
+
+    monkeypatch.setattr(autohooks, "_moves_data", lambda: False)  # a CPU-only machine: .to is a cast or a no-op
+    x = torch.ones(3)
+    plain_to = torch.Tensor.to
+    with Session(Settings(count_iteration=None, memory=False)) as s:
+        assert torch.Tensor.to is plain_to
+        x.to("cpu")
+        spin(0.0001)
+        x.numpy()
+    r = s.outcome.attribution
+    assert r.enters.get("transfer") == 1
 
 
 def test_decorator_and_inactive_phase():
