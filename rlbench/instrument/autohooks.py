@@ -315,7 +315,8 @@ def _install_torch(h: Hooks) -> None:
             h.restore, torch.Tensor, method, event_wrapper(a, getattr(torch.Tensor, method), "transfer", "transfer", NEST)
         )
     if moves:  # a transfer when it names a device or another tensor; a dtype cast is not
-        replace_attr(h.restore, torch.Tensor, "to", event_wrapper(a, torch.Tensor.to, "transfer", "transfer", NEST, skip=SKIP_CAST))
+        to = event_wrapper(a, torch.Tensor.to, "transfer", "transfer", NEST, skip=SKIP_CAST)
+        replace_attr(h.restore, torch.Tensor, "to", to)
 
 
 def _install_optimizer_steps(h: Hooks) -> None:
