@@ -10,7 +10,11 @@
 * **the hooks' overhead**: the unmodified script run in this process with and without a profiling session,
   alternating, in CPU time;
 * **the fixed cost per run**: a script that only imports torch and gymnasium, plain and under the profiler's child
-  process (``python -m rlbench.profiling.bootstrap``, exactly what ``rlbench profile`` spawns), alternating.
+  process (``python -m rlbench.profiling.bootstrap``, exactly what ``rlbench profile`` spawns), alternating;
+* **the hooks' cost in instructions**, where valgrind is installed: the script run plain and with a session under
+  cachegrind at two budgets; the difference of the two budgets' instruction counts, per agent step, leaves out
+  imports, start-up and the session's fixed work. Instruction counts repeat run to run, so this figure does not
+  depend on a shared machine's noise (CPU time on one varied by ±5% between identical runs).
 
 Nothing here is hard-coded: the report is generated from what this run measured, on the machine it names.
 """
@@ -22,6 +26,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -154,6 +159,52 @@ def hooks_overhead(script: Path, args: list[str], rounds: int) -> dict[str, list
         sys.argv = saved
 
 
+# two budgets per script for the instruction counts: their difference is whole training iterations
+INSTRUCTION_BUDGETS = {
+    "cleanrl": ("--total-timesteps", 1536, 3584),
+    "sb3": ("--total-timesteps", 1024, 3072),
+    "torchrl": ("--total-frames", 1024, 2048),
+}
+
+
+def _in_process(script: Path, args: list[str], hooked: bool) -> None:
+    """Run ``script`` in this process, under a profiling session when ``hooked`` (the child of :func:`instructions`)."""
+    import contextlib
+    import io
+    import runpy
+
+    from rlbench.profiling.session import Session
+
+    sys.argv = [str(script), *args]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.ExitStack() as stack:
+        if hooked:
+            stack.enter_context(Session(Settings()))
+        runpy.run_path(str(script), run_name="__main__")
+
+
+def _instruction_count(script: Path, args: list[str], hooked: bool) -> int:
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", sys.executable]
+    cmd += ["-m", "rlbench.suites.scripts.accuracy", "--child", "hooked" if hooked else "plain", str(script), *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=_env())
+    for line in done.stderr.splitlines():
+        if "I" in line and "refs:" in line:
+            return int(line.split("refs:")[1].strip().replace(",", ""))
+    raise RuntimeError(f"cachegrind gave no instruction count (exit {done.returncode}): {done.stderr[-400:]}")
+
+
+def instructions(name: str) -> dict[str, Any]:
+    """Instructions per agent step, plain and hooked, from two budgets' difference (two cachegrind runs at a time)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    flag, low, high = INSTRUCTION_BUDGETS[name]
+    script = HERE / SCRIPTS[name]["file"]
+    jobs = [(hooked, n) for hooked in (False, True) for n in (low, high)]
+    with ThreadPoolExecutor(2) as pool:
+        counts = list(pool.map(lambda j: _instruction_count(script, [flag, str(j[1]), "--seed", str(SEED)], j[0]), jobs))
+    per = {"plain": (counts[1] - counts[0]) / (high - low), "hooked": (counts[3] - counts[2]) / (high - low)}
+    return {"budgets": [low, high], "counts": counts, **per}
+
+
 def fixed_cost(tmp: Path, rounds: int) -> dict[str, list[float]]:
     """Wall seconds of a script that only imports torch and gymnasium, plain and under the profiler's child process.
 
@@ -226,6 +277,10 @@ def measure(names: list[str], rounds: int, overhead_rounds: int) -> dict[str, An
     with tempfile.TemporaryDirectory(prefix="rlbench-accuracy-") as tmp:
         results["_fixed"] = fixed_cost(Path(tmp), overhead_rounds)
     print(f"fixed: {results['_fixed']}", file=sys.stderr)
+    if shutil.which("valgrind"):
+        for name in names:
+            results[name]["instructions"] = instructions(name)
+            print(f"{name} instructions: {results[name]['instructions']}", file=sys.stderr)
     return results
 
 
@@ -240,6 +295,11 @@ def _version(name: str) -> str | None:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+
+
+def _valgrind_version() -> str:
+    done = subprocess.run(["valgrind", "--version"], capture_output=True, text=True)
+    return done.stdout.strip().removeprefix("valgrind-")
 
 
 def _pct(v: float) -> str:
@@ -333,6 +393,24 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
             f"**{100 * statistics.median(ratios):+.1f}%** ({100 * min(ratios):+.1f}…{100 * max(ratios):+.1f}%) | "
             f"{_pct(statistics.median(est)) if est else '–'} | {100 * whole:+.1f}% of a {loop:.1f} s run |"
         )
+    counted = {n: r["instructions"] for n, r in results.items() if not n.startswith("_") and "instructions" in r}
+    if counted:
+        lines += [
+            "",
+            "The hooks' cost in instructions (cachegrind, valgrind "
+            f"{_valgrind_version()}): each script plain and under a session at two budgets; the budgets' difference "
+            "divided by the agent steps between them leaves out imports, start-up and the session's fixed work. "
+            "Instruction counts repeat from run to run, unlike CPU time on this machine.",
+            "",
+            "| Script (budgets) | Instructions per agent step, plain | Hooked | Hooks' overhead |",
+            "|---|---|---|---|",
+        ]
+        for name, c in counted.items():
+            flag = INSTRUCTION_BUDGETS[name][0]
+            lines.append(
+                f"| {name} (`{flag}` {c['budgets'][0]} and {c['budgets'][1]}) | {c['plain']:,.0f} | {c['hooked']:,.0f} | "
+                f"**{100 * (c['hooked'] / c['plain'] - 1):+.1f}%** |"
+            )
     lines += [
         "",
         "## Invariance: op and sync counts per iteration, run to run",
@@ -363,7 +441,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overhead-rounds", type=int, default=12, help="alternating pairs per overhead measurement (default: 12)")
     p.add_argument("--scripts", default="cleanrl,sb3,torchrl", help="comma-separated: cleanrl, sb3, torchrl")
     p.add_argument("--report", default="profile-accuracy.md", help="markdown report to write")
+    p.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)  # plain|hooked SCRIPT ARGS (cachegrind)
     args = p.parse_args(argv)
+    if args.child:
+        _in_process(Path(args.child[1]), args.child[2:], args.child[0] == "hooked")
+        return 0
     names = [n for n in args.scripts.split(",") if n]
     unknown = [n for n in names if n not in SCRIPTS]
     if unknown or args.rounds < 1 or args.overhead_rounds < 1:

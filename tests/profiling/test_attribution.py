@@ -61,6 +61,29 @@ def test_env_wrappers_count_once_and_steps_once():
     assert r.steps == 5
 
 
+def test_forwarding_wrappers_are_not_wrapped_and_what_they_forward_to_is_timed():
+    import gymnasium as gym
+
+    class Renamed(gym.Wrapper):  # inherits Wrapper.step and Wrapper.reset, which only forward to self.env
+        pass
+
+    plain_step, plain_reset = gym.Wrapper.step, gym.Wrapper.reset
+    env = Renamed(gym.wrappers.RecordEpisodeStatistics(SlowEnv(0.0005)))  # its step calls super().step()
+    with Session(Settings(count_iteration=None, memory=False)) as s:
+        assert gym.Wrapper.step is plain_step and gym.Wrapper.reset is plain_reset
+        env.reset(seed=0)
+        env.step(0)  # the inner env's first call passes through, and gets its unwrapped method back
+        before = s.attributor.passthrough
+        for _ in range(3):
+            spin(0.0001)
+            env.step(0)
+        passed = s.attributor.passthrough - before
+    r = s.outcome.attribution
+    assert r.enters["env/step"] == 4 and r.steps == 4
+    assert r.excl["env/step"] >= 4 * 0.0005  # the inner env's work is in the phase
+    assert passed == 0  # no super().step() through a wrapped Wrapper.step any more
+
+
 def test_envs_inside_another_env_skip_the_hooks_and_get_them_back():
     import gymnasium as gym
 
