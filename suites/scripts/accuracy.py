@@ -185,7 +185,11 @@ def _in_process(script: Path, args: list[str], hooked: bool) -> None:
 def _instruction_count(script: Path, args: list[str], hooked: bool) -> int:
     cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", sys.executable]
     cmd += ["-m", "rlbench.suites.scripts.accuracy", "--child", "hooked" if hooked else "plain", str(script), *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=_env())
+    env = _env()
+    # one thread everywhere: cachegrind counts every thread's instructions, and idle BLAS/OpenMP workers spinning
+    # would add counts that depend on timing, not on the work
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     for line in done.stderr.splitlines():
         if "I" in line and "refs:" in line:
             return int(line.split("refs:")[1].strip().replace(",", ""))
@@ -400,7 +404,9 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
             "The hooks' cost in instructions (cachegrind, valgrind "
             f"{_valgrind_version()}): each script plain and under a session at two budgets; the budgets' difference "
             "divided by the agent steps between them leaves out imports, start-up and the session's fixed work. "
-            "Instruction counts repeat from run to run, unlike CPU time on this machine.",
+            "Every thread pool is set to one thread (`OMP_NUM_THREADS`, `OPENBLAS_NUM_THREADS`, `MKL_NUM_THREADS`), so "
+            "no idle worker's spinning is counted. Instruction counts repeat from run to run, unlike CPU time on this "
+            "machine.",
             "",
             "| Script (budgets) | Instructions per agent step, plain | Hooked | Hooks' overhead |",
             "|---|---|---|---|",
