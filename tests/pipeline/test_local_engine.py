@@ -9,6 +9,7 @@ import time
 
 import pytest
 from fault_helpers import gone
+from pipeline_helpers import assert_learned
 
 from rlbench.engines.base import PipelineConfig, PipelineError
 from rlbench.engines.local import run
@@ -20,7 +21,7 @@ def test_local_pipeline_learns_and_measures_every_stage(sync):
     cfg = PipelineConfig(generators=2, updates=300, weight_sync=sync, seed=0, timeout_s=120)
     out = run(cfg, on_start=pids.update)
     assert out.updates == 300 and out.samples == 300 * 4 * 64 * 8
-    assert out.greedy_reward[0] < 0.35 and out.greedy_reward[1] >= 0.9, out.greedy_reward
+    assert_learned(out.greedy_reward)
     names = sorted(t.actor for t in out.timelines)
     assert names == ["generator-0", "generator-1", "learner", "scorer"]
     for t in out.timelines:

@@ -15,6 +15,8 @@ from fault_helpers import cmdline, descendants, foreground_signals, gone
 pytest.importorskip("monarch", reason="the Monarch engine needs the rlbench[monarch] extra (CI installs it)")
 
 
+from pipeline_helpers import assert_learned
+
 from rlbench.engines.base import PipelineConfig, PipelineError
 from rlbench.engines.monarch_engine import run
 
@@ -22,7 +24,8 @@ from rlbench.engines.monarch_engine import run
 def test_monarch_pipeline_learns_and_measures_every_actor():
     out = run(PipelineConfig(engine="monarch", generators=2, updates=300, seed=0, timeout_s=300))
     assert out.engine["engine"] == "monarch" and out.engine["weight_sync"].startswith("rdma/")
-    assert out.updates == 300 and out.greedy_reward[0] < 0.35 and out.greedy_reward[1] >= 0.9, out.greedy_reward
+    assert out.updates == 300
+    assert_learned(out.greedy_reward)
     assert sorted(t.actor for t in out.timelines) == ["generator-0", "generator-1", "learner", "scorer"]
     assert all(t.split()["busy"] > 0 for t in out.timelines)
     # every generator took weights through the RDMA board, and never a version older than one it had

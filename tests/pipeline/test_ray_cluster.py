@@ -6,6 +6,8 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs the rlbench[ray] extra (CI installs it)")
 
+from pipeline_helpers import assert_learned  # noqa: E402
+
 from rlbench.engines.base import PipelineConfig  # noqa: E402
 from rlbench.engines.ray_engine import run  # noqa: E402
 
@@ -27,7 +29,7 @@ def two_nodes():
 def test_pipeline_runs_on_a_two_node_cluster_and_learns(two_nodes):
     assert len([n for n in ray.nodes() if n["Alive"]]) == 2
     out = run(PipelineConfig(engine="ray", generators=2, updates=300, seed=0, timeout_s=300))
-    assert out.greedy_reward[1] >= 0.9, out.greedy_reward
+    assert_learned(out.greedy_reward)
     # where SPREAD puts the actors varies run to run (all on one node, or split): placement is not asserted
     assert set(out.nodes.values()) <= {n["NodeID"] for n in ray.nodes()}
     assert {s.actor for s in out.syncs} == {"generator-0", "generator-1"}

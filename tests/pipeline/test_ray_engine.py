@@ -8,6 +8,8 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs the rlbench[ray] extra (CI installs it)")
 
+from pipeline_helpers import assert_learned  # noqa: E402
+
 from rlbench.engines.base import PipelineConfig, PipelineError  # noqa: E402
 from rlbench.engines.ray_engine import run  # noqa: E402
 
@@ -30,7 +32,8 @@ def local_ray():
 def test_ray_pipeline_learns_and_measures_every_actor(local_ray):
     out = run(PipelineConfig(engine="ray", generators=2, updates=300, seed=0, timeout_s=300))
     assert out.engine == {"engine": "ray", "weight_sync": "store"}
-    assert out.updates == 300 and out.greedy_reward[0] < 0.35 and out.greedy_reward[1] >= 0.9, out.greedy_reward
+    assert out.updates == 300
+    assert_learned(out.greedy_reward)
     assert sorted(t.actor for t in out.timelines) == ["generator-0", "generator-1", "learner", "scorer"]
     assert all(t.split()["busy"] > 0 for t in out.timelines)
     assert {s.actor for s in out.syncs} == {"generator-0", "generator-1"} and all(s.latency_s >= 0 for s in out.syncs)
