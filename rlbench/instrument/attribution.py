@@ -391,17 +391,17 @@ class Attributor:
         self.auto_name = name
         return True
 
-    def exit(self) -> None:
+    def exit(self, now: float | None = None) -> None:
         """End what :meth:`enter` opened: the phase is closed lazily, at the next event (see :data:`MERGE_GAP_S`)."""
         self.depth = 0
         kinds = self.kinds
         if kinds and kinds[-1] == AUTO:
-            self.t_exit = self._now()
+            self.t_exit = self._now() if now is None else now
             self.pending = True
             if self.counter is not None:
                 self.counter.phase = self.stack[-2] if len(self.stack) > 1 else "other"
 
-    def enter_forward(self, name: str = FORWARD) -> None:
+    def enter_forward(self, name: str = FORWARD, now: float | None = None) -> None:
         """A module called with grad enabled at depth 0: open (or stay in) the sticky training forward ``name``."""
         self.depth = 1
         self._settle()
@@ -409,9 +409,10 @@ class Attributor:
             if self.stack[-1].endswith(name):
                 self.passthrough += 1
                 return
-            now = self._now()
+            if now is None:
+                now = self._now()
             self._pop(now)
-        else:
+        elif now is None:
             now = self._now()
         self._push(name, "update", STICKY, now)
 

@@ -56,6 +56,7 @@ def event_wrapper(
     model: bool = False,
     skip: int = 0,
     copy_metadata: bool = True,
+    module: bool = False,
 ) -> Callable[..., Any]:
     """``fn`` timed as automatic phase ``name`` (no agent steps counted).
 
@@ -65,6 +66,11 @@ def event_wrapper(
             :data:`SKIP_CAST` a ``Tensor.to`` with only a dtype; :data:`SKIP_NO_DATA` a ``Tensor.__new__`` given a
             shape or nothing; 0 none.
         copy_metadata: Copy ``fn``'s name and docstring (``functools.wraps``).
+        module: ``fn`` is ``nn.Module.__call__``: a nested call goes straight to what torch's own
+            ``_wrapped_call_impl`` would call (see :func:`_module_call_wrapper`).
+
+    The clock is read first thing after the pass-through test and last thing after ``fn`` returns, so the
+    wrapper's own work falls inside the phase it opens, as it does inside a hand timer around the call.
 
     The common cases run inline, without a call into the attributor: a call of the same kind within
     :data:`MERGE_GAP_S` of the last one continues it, and the end of a call only marks the time (the phase closes
@@ -75,6 +81,7 @@ def event_wrapper(
     thread = a.thread
     gap = MERGE_GAP_S
     grad_enabled = _grad_enabled() if model else None
+    call_impl = _call_impl() if module else None
     if skip:
         import torch
 
@@ -94,14 +101,19 @@ def event_wrapper(
             )
         ):
             a.passthrough += 1
+            if module:  # what torch's own _wrapped_call_impl does, without its frame
+                compiled = args[0]._compiled_call_impl
+                if compiled is not None:
+                    return compiled(*args[1:], **kwargs)
+                return call_impl(*args, **kwargs)
             return fn(*args, **kwargs) if kwargs else fn(*args)
+        now = clock()
         if grad_enabled is not None and grad_enabled():
-            a.enter_forward(a.forward_names.get(type(args[0]), FORWARD) if a.forward_names else FORWARD)
+            a.enter_forward(a.forward_names.get(type(args[0]), FORWARD) if a.forward_names else FORWARD, now)
             try:
                 return fn(*args, **kwargs)
             finally:
                 a.exit_forward()
-        now = clock()
         if a.pending and name == a.auto_name and now - a.t_exit < gap and a.counter is None:
             a.pending = False  # the same kind again: one phase (the common case of Attributor.enter, inline)
             a.merged += 1
@@ -128,6 +140,12 @@ def event_wrapper(
 SKIP_CAST, SKIP_NO_DATA = 1, 2
 
 
+def _call_impl() -> Callable[..., Any]:
+    import torch
+
+    return torch.nn.Module._call_impl
+
+
 def _grad_enabled() -> Callable[[], bool]:
     import torch
 
@@ -142,6 +160,7 @@ def env_wrapper(a: Attributor, fn: Callable[..., Any], name: str, batch: Callabl
     skip this wrapper altogether instead of passing through it on every step.
     """
     method = fn.__name__
+    clock = a.clock
 
     @wraps(fn)
     def env_call(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -151,15 +170,17 @@ def env_wrapper(a: Attributor, fn: Callable[..., Any], name: str, batch: Callabl
             if a.depth and outer is not None and outer is not self and method not in getattr(self, "__dict__", (method,)):
                 shadow(a, self, method, fn)
             return fn(self, *args, **kwargs)
-        a.enter(name, "environment", ENV, batch(self) if batch is not None else 0)
+        now = clock()
+        a.enter(name, "environment", ENV, batch(self) if batch is not None else 0, now)
         a.env_self = self
         if type(self) not in a.env_ids:
             a.env_ids[type(self)] = env_id(self)
         try:
             return fn(self, *args, **kwargs)
         finally:
+            now = clock()
             a.env_self = None
-            a.exit()
+            a.exit(now)
 
     env_call.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
     return env_call
@@ -196,28 +217,15 @@ def _module_call_wrapper(a: Attributor) -> Callable[..., Any]:
     """``nn.Module.__call__``, whose nested calls (a model's sub-modules) are the most frequent pass-throughs.
 
     A nested call goes straight to what torch's own ``_wrapped_call_impl`` would call (the compiled module when
-    ``torch.compile`` set one, else ``_call_impl``), so passing through costs no frame more than torch's own.
+    ``torch.compile`` set one, else ``_call_impl``), so passing through costs no frame more than torch's own; a
+    top-level call is the event itself, in the same frame.
     """
     import torch
 
     original = torch.nn.Module.__call__
-    event = _model_wrapper(a, original)
-    if original is not getattr(torch.nn.Module, "_wrapped_call_impl", None) or not hasattr(torch.nn.Module, "_call_impl"):
-        return event  # another torch: the generic wrapper
-    thread = a.thread
-
-    @wraps(original)
-    def module_call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if a.depth or _get_ident() != thread:
-            a.passthrough += 1
-            compiled = self._compiled_call_impl
-            if compiled is not None:
-                return compiled(*args, **kwargs)
-            return self._call_impl(*args, **kwargs)
-        return event(self, *args, **kwargs)
-
-    module_call.__rlbench_wrapped__ = original  # type: ignore[attr-defined]
-    return module_call
+    direct = original is getattr(torch.nn.Module, "_wrapped_call_impl", None) and hasattr(torch.nn.Module, "_call_impl")
+    # another torch: the generic wrapper, whose pass-through calls __call__ as it was
+    return event_wrapper(a, original, "inference", "inference", INFER, model=True, module=direct)
 
 
 def _vector_batch(env: Any) -> int:
@@ -297,6 +305,7 @@ def _install_torch(h: Hooks) -> None:
                 continue  # reached only through a subclass's super().__init__(), inside that subclass's event
             if fn is not None and callable(fn) and not hasattr(fn, "__rlbench_wrapped__"):
                 replace_attr(h.restore, cls, method, _model_wrapper(a, fn))
+    _install_grad_modes(h)
     for name in ("backward", "grad"):
         backward = event_wrapper(a, getattr(torch.autograd, name), "train/backward", "update", UPDATE)
         replace_attr(h.restore, torch.autograd, name, backward)
@@ -317,6 +326,23 @@ def _install_torch(h: Hooks) -> None:
     if moves:  # a transfer when it names a device or another tensor; a dtype cast is not
         to = event_wrapper(a, torch.Tensor.to, "transfer", "transfer", NEST, skip=SKIP_CAST)
         replace_attr(h.restore, torch.Tensor, "to", to)
+
+
+def _install_grad_modes(h: Hooks) -> None:
+    """``torch.no_grad`` and ``torch.inference_mode``: making and leaving one belong to the inference it wraps.
+
+    ``with torch.no_grad(): action = policy(obs)`` costs a few µs around the module call (the context object, the
+    grad-mode switch in and out); hooked (``__init__``, which runs before ``__enter__``, and ``__exit__``), that time
+    merges into the module call's ``inference``, as a hand timer around the block counts it. Inside the training
+    forward (``with torch.no_grad(): approx_kl = ...``) they open nothing, like a transfer there.
+    """
+    from torch.autograd import grad_mode
+
+    a = h.a
+    for cls in (grad_mode.no_grad, grad_mode.inference_mode):
+        for method in ("__init__", "__exit__"):
+            fn = vars(cls)[method]
+            replace_attr(h.restore, cls, method, event_wrapper(a, fn, "inference", "inference", NEST))
 
 
 def _install_optimizer_steps(h: Hooks) -> None:

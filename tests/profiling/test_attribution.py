@@ -40,7 +40,7 @@ def test_every_phase_kind_is_attributed_to_its_true_share():
 
 def test_nested_modules_count_once_in_the_outermost():
     net = SlowNet()  # a Sequential of three modules inside
-    with Session(Settings(count_iteration=None, memory=False)) as s, torch.no_grad():
+    with torch.no_grad(), Session(Settings(count_iteration=None, memory=False)) as s:  # no_grad made unhooked
         net(torch.zeros(1, 4))
     r = s.outcome.attribution
     assert r.enters == {"inference": 1}
@@ -139,6 +139,31 @@ def test_sticky_forward_holds_the_loss_until_backward():
     assert r.excl["train/forward"] >= 0.003
     assert "transfer" not in r.enters
     assert v >= 0
+
+
+def test_grad_mode_blocks_around_inference_count_as_inference(monkeypatch):
+    from rlbench.instrument import attribution, autohooks
+
+    for module in (attribution, autohooks):  # a loaded CI machine must not split a block into two phases
+        monkeypatch.setattr(module, "MERGE_GAP_S", 1.0)
+    net, x = SlowNet(forward_s=0.002), torch.zeros(2, 4)
+    init, leave = torch.no_grad.__init__, torch.inference_mode.__exit__
+    with Session(Settings(count_iteration=None, memory=False)) as s:
+        assert torch.no_grad.__init__ is not init and torch.inference_mode.__exit__ is not leave
+        with torch.no_grad():
+            net(x)
+        x.numpy()  # another phase between the blocks
+        with torch.inference_mode():
+            net(x)
+        out = net(x)  # the training forward: a grad-mode block inside it opens nothing
+        with torch.no_grad():
+            out.detach().sum()
+        out.pow(2).mean().backward()
+    assert torch.no_grad.__init__ is init and torch.inference_mode.__exit__ is leave
+    r = s.outcome.attribution
+    # each block's __init__, module call and __exit__: one phase, the last two merged into the first
+    assert r.enters["inference"] == 6 and r.merges == 4, (r.enters, r.merges)
+    assert r.enters["train/forward"] == 1 and r.excl["train/forward"] >= 0.002
 
 
 def test_transfers_are_their_own_phase_and_dtype_casts_are_not(monkeypatch):
