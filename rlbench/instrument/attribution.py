@@ -347,8 +347,6 @@ class Attributor:
                 if self.counter is not None:
                     self.counter.phase = self.stack[-1]
                 return True
-            if not self.extras and (role != ENV or not (self.started is None or self.updated)):
-                return self._replace_pending(name, layer, role, steps, now, t_exit)
             self._pop(t_exit)
         kinds = self.kinds
         if kinds and kinds[-1] == STICKY:
@@ -362,32 +360,6 @@ class Attributor:
         elif role == UPDATE:
             self.updated = True
         self._push(name, layer, AUTO, now)
-        self.auto_name = name
-        return True
-
-    def _replace_pending(self, name: str, layer: str, role: int, steps: int, now: float, t_exit: float) -> bool:
-        """The common transition, inline: the pending automatic phase closes at ``t_exit`` and ``name`` takes its
-        place on the stack at ``now`` (what ``_pop`` then ``_push`` do, without their calls and list resizing).
-
-        Only with no extra on and no iteration starting; a pending phase never sits on a sticky forward.
-        """
-        stack = self.stack
-        old = stack[-1]
-        excl = self.excl
-        excl[old] += t_exit - self.t
-        merged = self.merged
-        if merged:
-            self.merges += merged
-            self.merged = 0
-        self.enters[old] += merged + 1
-        parent = stack[-2] if len(stack) > 1 else ""
-        excl[parent] += now - t_exit
-        self.t = now
-        stack[-1] = self._paths.get((parent, name)) or self._new_path(parent, name, layer)
-        if role == ENV:
-            self.steps += steps
-        elif role == UPDATE:
-            self.updated = True
         self.auto_name = name
         return True
 

@@ -8,6 +8,8 @@
 * ``torch.nn.Module.__call__`` and the ``torch.distributions`` methods (``__init__``, ``sample``, ``rsample``,
   ``log_prob``, ``entropy``; the base class's ``__init__`` runs only inside a subclass's): with grad disabled they
   are ``inference``; with grad enabled they open the sticky ``train/forward``;
+* ``torch.no_grad`` and ``torch.inference_mode`` (``__init__``, ``__exit__``): ``inference`` that merges with the
+  calls the block wraps; inside the training forward they open nothing;
 * ``torch.autograd.backward`` / ``grad`` (``train/backward``), and ``train/optimizer`` for every optimizer's whole
   ``step``, ``zero_grad`` and ``clip_grad_norm_``;
 * ``Tensor.item``, ``.tolist``, ``.numpy``, and host data becoming a tensor: ``torch.tensor``,
@@ -119,10 +121,33 @@ def event_wrapper(
             a.merged += 1
             a.depth = 1
             fast = True
+        elif a.pending and not a.extras:
+            # the common transition: the pending phase closes at its t_exit and this one takes its place on the
+            # stack (what Attributor.enter does with a pop and a push, without their calls and list resizing)
+            a.pending = False
+            a.depth = 1
+            stack = a.stack
+            old = stack[-1]
+            excl = a.excl
+            t_exit = a.t_exit
+            excl[old] += t_exit - a.t
+            merged = a.merged
+            if merged:
+                a.merges += merged
+                a.merged = 0
+            a.enters[old] += merged + 1
+            parent = stack[-2] if len(stack) > 1 else ""
+            excl[parent] += now - t_exit
+            a.t = now
+            stack[-1] = a._paths.get((parent, name)) or a._new_path(parent, name, layer)
+            if role == UPDATE:
+                a.updated = True
+            a.auto_name = name
+            fast = True
         else:
             fast = a.enter(name, layer, role, 0, now) and a.counter is None
         try:
-            return fn(*args, **kwargs)
+            return fn(*args, **kwargs) if kwargs else fn(*args)
         finally:
             if fast and a.kinds and a.kinds[-1] == AUTO:  # Attributor.exit, inline
                 a.depth = 0
