@@ -122,6 +122,7 @@ class Attributor:
         "excl",
         "extras",
         "forward_names",
+        "hint",
         "iterations",
         "kinds",
         "layers",
@@ -198,6 +199,7 @@ class Attributor:
         self.pending = False  # the top automatic phase has returned; it closes at the next event (or merges with it)
         self.t_exit = 0.0
         self.auto_name = ""
+        self.hint = 0.0  # when a grad-mode block was made since the last exit: an inference phase opening next starts there
         self.merges = 0
         self.mem_marks = 0
         self._now: Callable[[], float] = _clock if sync is None else self._synced_now
@@ -348,6 +350,8 @@ class Attributor:
                     self.counter.phase = self.stack[-1]
                 return True
             self._pop(t_exit)
+            if role == INFER and self.hint > t_exit:
+                now = self.hint
         kinds = self.kinds
         if kinds and kinds[-1] == STICKY:
             if role == NEST:  # a transfer inside the loss computation counts as forward

@@ -130,6 +130,8 @@ def event_wrapper(
             old = stack[-1]
             excl = a.excl
             t_exit = a.t_exit
+            if role == INFER and a.hint > t_exit:  # a no_grad block was made for this call: it starts there
+                now = a.hint
             excl[old] += t_exit - a.t
             merged = a.merged
             if merged:
@@ -357,17 +359,43 @@ def _install_grad_modes(h: Hooks) -> None:
     """``torch.no_grad`` and ``torch.inference_mode``: making and leaving one belong to the inference it wraps.
 
     ``with torch.no_grad(): action = policy(obs)`` costs a few µs around the module call (the context object, the
-    grad-mode switch in and out); hooked (``__init__``, which runs before ``__enter__``, and ``__exit__``), that time
-    merges into the module call's ``inference``, as a hand timer around the block counts it. Inside the training
-    forward (``with torch.no_grad(): approx_kl = ...``) they open nothing, like a transfer there.
+    grad-mode switch in and out), which a hand timer around the block counts as inference. These are not events
+    (an event costs a phase transition or a merge): ``__init__`` only marks the time (``Attributor.hint``), where
+    an ``inference`` phase opened by the next hooked call starts instead; ``__exit__`` extends a pending
+    ``inference`` phase that ended within the merge gap to its own end. Anything else between the block and the
+    next event stays where it was.
     """
     from torch.autograd import grad_mode
 
     a = h.a
+    clock, thread, gap = a.clock, a.thread, MERGE_GAP_S
+
+    def marked_init(init: Callable[..., None]) -> Callable[..., None]:
+        @wraps(init)
+        def begin(self: Any, *args: Any) -> None:
+            if a.pending and not a.depth and _get_ident() == thread:
+                a.hint = clock()
+            init(self, *args)
+
+        begin.__rlbench_wrapped__ = init  # type: ignore[attr-defined]
+        return begin
+
+    def extending_exit(leave: Callable[..., Any]) -> Callable[..., Any]:
+        @wraps(leave)
+        def end(self: Any, *args: Any) -> Any:
+            out = leave(self, *args)
+            if a.pending and not a.depth and a.auto_name == "inference" and _get_ident() == thread:
+                now = clock()
+                if now - a.t_exit < gap:
+                    a.t_exit = now
+            return out
+
+        end.__rlbench_wrapped__ = leave  # type: ignore[attr-defined]
+        return end
+
     for cls in (grad_mode.no_grad, grad_mode.inference_mode):
-        for method in ("__init__", "__exit__"):
-            fn = vars(cls)[method]
-            replace_attr(h.restore, cls, method, event_wrapper(a, fn, "inference", "inference", NEST))
+        replace_attr(h.restore, cls, "__init__", marked_init(vars(cls)["__init__"]))
+        replace_attr(h.restore, cls, "__exit__", extending_exit(vars(cls)["__exit__"]))
 
 
 def _install_optimizer_steps(h: Hooks) -> None:
