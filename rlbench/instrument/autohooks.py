@@ -8,8 +8,8 @@
 * ``torch.nn.Module.__call__`` and the ``torch.distributions`` methods (``__init__``, ``sample``, ``rsample``,
   ``log_prob``, ``entropy``; the base class's ``__init__`` runs only inside a subclass's): with grad disabled they
   are ``inference``; with grad enabled they open the sticky ``train/forward``;
-* ``torch.no_grad`` and ``torch.inference_mode`` (``__init__``, ``__exit__``): ``inference`` that merges with the
-  calls the block wraps; inside the training forward they open nothing;
+* ``torch.no_grad`` and ``torch.inference_mode`` (``__init__``, ``__exit__``): not events, but marks that stretch
+  the ``inference`` phase of the calls a block wraps over the block; inside the training forward they do nothing;
 * ``torch.autograd.backward`` / ``grad`` (``train/backward``), and ``train/optimizer`` for every optimizer's whole
   ``step``, ``zero_grad`` and ``clip_grad_norm_``;
 * ``Tensor.item``, ``.tolist``, ``.numpy``, and host data becoming a tensor: ``torch.tensor``,
@@ -362,8 +362,8 @@ def _install_grad_modes(h: Hooks) -> None:
     grad-mode switch in and out), which a hand timer around the block counts as inference. These are not events
     (an event costs a phase transition or a merge): ``__init__`` only marks the time (``Attributor.hint``), where
     an ``inference`` phase opened by the next hooked call starts instead; ``__exit__`` extends a pending
-    ``inference`` phase that ended within the merge gap to its own end. Anything else between the block and the
-    next event stays where it was.
+    ``inference`` phase that ended within the merge gap to its own end. So what runs inside the block before its
+    first hooked call counts as that call's inference; a block followed by another kind of event changes nothing.
     """
     from torch.autograd import grad_mode
 
