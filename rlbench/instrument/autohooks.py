@@ -372,10 +372,10 @@ def _install_grad_modes(h: Hooks) -> None:
 
     def marked_init(init: Callable[..., None]) -> Callable[..., None]:
         @wraps(init)
-        def begin(self: Any, *args: Any) -> None:
+        def begin(self: Any, *args: Any, **kwargs: Any) -> None:  # inference_mode(mode=False) passes a keyword
             if a.pending and not a.depth and _get_ident() == thread:
                 a.hint = clock()
-            init(self, *args)
+            init(self, *args, **kwargs)
 
         begin.__rlbench_wrapped__ = init  # type: ignore[attr-defined]
         return begin

@@ -172,6 +172,14 @@ def test_grad_mode_blocks_around_inference_count_as_inference(trace):
         assert first.end > returned
 
 
+def test_grad_mode_blocks_take_their_arguments_under_the_hooks():
+    with Session(Settings(count_iteration=None, memory=False)):
+        with torch.inference_mode(mode=False):
+            assert not torch.is_inference_mode_enabled()
+        with torch.inference_mode(True):
+            assert torch.is_inference_mode_enabled()
+
+
 def test_transfers_are_their_own_phase_and_dtype_casts_are_not(monkeypatch):
     from rlbench.instrument import autohooks
 
