@@ -40,7 +40,7 @@ from rlbench.components.nets.actors import (
 )
 from rlbench.components.nets.critics import EnsembleCritic
 
-_relu_grad = torch.ops.aten.threshold_backward
+_relu_grad_ = torch.ops.aten.threshold_backward.grad_input  # ReLU's backward, out= (used in place)
 
 
 def supports(actor: nn.Module, critic: nn.Module) -> bool:
@@ -94,6 +94,7 @@ def _mlp_backward(
     grad_w: list[torch.Tensor] | None,
     grad_b: list[torch.Tensor] | None,
     input_grad: bool,
+    first: int = 0,
 ) -> torch.Tensor | None:
     """Backpropagate ``g = dL/d output`` through :func:`_mlp_forward`'s layers.
 
@@ -104,24 +105,31 @@ def _mlp_backward(
         grad_w: Float32 buffers ``(in, out)`` (views are fine) that receive the weight gradients, or ``None``.
         grad_b: Float32 buffers ``(out,)`` that receive the bias gradients (with ``grad_w``).
         input_grad: Also return ``dL/dx``.
+        first: Return ``dL/dx[:, first:]`` only (the input columns from ``first`` on, e.g. a critic's action).
 
     Returns:
-        ``dL/dx`` in float32 when ``input_grad``, else ``None``.
+        ``dL/dx[:, first:]`` in float32 when ``input_grad``, else ``None``.
     """
     for k in range(len(weights) - 1, -1, -1):
         w, h = weights[k], inputs[k]
         g = g.to(w.dtype)
         if grad_w is not None and grad_b is not None:
-            if grad_w[k].dtype == w.dtype:
-                torch.mm(h.t(), g, out=grad_w[k])
-            else:
-                _store(torch.mm(h.t(), g), grad_w[k])
+            gw = grad_w[k]
+            if gw.dtype != w.dtype:
+                _store(torch.mm(h.t(), g), gw)
+            elif gw.is_contiguous():
+                torch.mm(h.t(), g, out=gw)
+            else:  # a transposed view of an (out, in) .grad (nn.Linear): its transpose is contiguous, write that
+                torch.mm(g.t(), h, out=gw.t())
             torch.sum(g, 0, dtype=grad_b[k].dtype, out=grad_b[k])
-        if k == 0 and not input_grad:
-            return None
-        g = torch.mm(g, w.t())
+        if k == 0:
+            if not input_grad:
+                return None
+            w = w[first:]
+        # a 1-wide output layer (a Q head): the outer product as a broadcast multiply, about half the time of mm's
+        g = g * w.t() if g.shape[1] == 1 else torch.mm(g, w.t())
         if k > 0:
-            g = _relu_grad(g, h, 0)
+            _relu_grad_(g, h, 0, grad_input=g)  # in place: g is this step's fresh product, and no new buffer to fault in
     return g.float()
 
 
@@ -195,22 +203,29 @@ class ManualCritic(_CastLayers):
         )
 
     def backward(
-        self, inputs: list[torch.Tensor], e: int, g: torch.Tensor, with_param_grads: bool, input_grad: bool
+        self,
+        inputs: list[torch.Tensor],
+        e: int,
+        g: torch.Tensor,
+        with_param_grads: bool,
+        input_grad: bool,
+        first: int = 0,
     ) -> torch.Tensor | None:
         """Backpropagate ``g = dL/dq_e`` ``(B, 1)`` through member ``e``.
 
         Args:
-            inputs: That member's layer inputs from :meth:`forward`.
+            inputs: That member's layer inputs from :meth:`forward` (or the same rows of each).
             e: Member index.
             g: Gradient of the loss with respect to the member's output.
             with_param_grads: Write the member's weight and bias gradients into the critic's ``.grad`` buffers.
             input_grad: Also return the gradient with respect to the input ``x`` (float32).
+            first: With ``input_grad``, return the gradient of the input columns from ``first`` on only.
         """
         grad_w = grad_b = None
         if with_param_grads:
             gw, gb = self._member_grads()
             grad_w, grad_b = gw[e], gb[e]
-        return _mlp_backward(inputs, self.member_weights[e], g, grad_w, grad_b, input_grad)
+        return _mlp_backward(inputs, self.member_weights[e], g, grad_w, grad_b, input_grad, first)
 
 
 @torch.no_grad()
@@ -271,17 +286,76 @@ class ManualActor(_CastLayers):
         _mlp_backward(inputs, self.weights, g, grad_w, grad_b, input_grad=False)
 
 
-def _min_member_grad(mc: ManualCritic, x: torch.Tensor, coef: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``q_min`` over members and ``d(coef * sum q_min)/dx`` (each row's gradient flows through its minimal member)."""
+def _min_member_grad(mc: ManualCritic, x: torch.Tensor, coef: float, first: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q_min`` over members and ``d(coef * sum q_min)/dx[:, first:]`` (the action columns of the critic's input).
+
+    Each row's gradient flows through its minimal member only (``min``'s first index on ties, as ``Tensor.min``'s
+    backward). On the CPU the backward of member ``e`` therefore runs on the rows it is minimal for, gathered: the
+    members' backward passes together cost one member's over the whole batch instead of one per member (for SAC's twin
+    256x256 critics, one 256x256x256 product fewer per update). Elsewhere (finding the rows would synchronize with
+    the host) every member runs on every row with the other rows' gradient zero.
+    """
     acts = mc.forward(x)
+    if len(acts) == 1:
+        inputs, out = acts[0]
+        return out.squeeze(-1), mc.backward(inputs, 0, torch.full_like(out, coef), False, True, first)
     q = torch.cat([out for _, out in acts], dim=1)  # (B, E)
     q_min, idx = q.min(dim=1)
-    g_x = None
+    if x.device.type != "cpu":
+        g_x = None
+        for e, (inputs, _) in enumerate(acts):
+            g = (idx == e).to(q.dtype).mul_(coef).unsqueeze(-1)
+            ge = mc.backward(inputs, e, g, with_param_grads=False, input_grad=True, first=first)
+            g_x = ge if g_x is None else g_x + ge
+        return q_min, g_x
+    g_x = x.new_empty((x.shape[0], x.shape[1] - first))
     for e, (inputs, _) in enumerate(acts):
-        g = (idx == e).to(q.dtype).mul_(coef).unsqueeze(-1) if len(acts) > 1 else torch.full_like(q, coef)
-        ge = mc.backward(inputs, e, g, with_param_grads=False, input_grad=True)
-        g_x = ge if g_x is None else g_x + ge
+        rows = (idx == e).nonzero().squeeze(1)
+        if rows.numel() == 0:
+            continue
+        picked = [inputs[0], *(h.index_select(0, rows) for h in inputs[1:])]  # inputs[0] only feeds weight gradients
+        g = q.new_full((rows.numel(), 1), coef)
+        g_x.index_copy_(0, rows, mc.backward(picked, e, g, with_param_grads=False, input_grad=True, first=first))
     return q_min, g_x
+
+
+_C1 = 0.5 * (LOG_STD_MAX - LOG_STD_MIN)  # log_std = LOG_STD_MIN + _C1 (tanh(raw) + 1)
+
+
+def _squashed_sample(
+    actor: SquashedGaussianActor, out: torch.Tensor, noise: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    """:meth:`SquashedGaussianActor.forward` after its MLP: ``(action, log_prob, (tanh(raw), std, tanh(u)))`` from
+    the MLP's float32 output ``out`` (mean and raw log-std heads) and the standard normal ``noise``."""
+    a_dim = actor.act_dim
+    mean, raw = out[:, :a_dim], out[:, a_dim:]
+    t_raw = torch.tanh(raw)
+    log_std = t_raw.add(1.0).mul_(_C1).add_(LOG_STD_MIN)
+    std = log_std.exp()
+    u = torch.addcmul(mean, std, noise)
+    a_t = torch.tanh(u)
+    action = torch.addcmul(actor.bias, a_t, actor.scale)
+    logp = (noise.square().mul_(-0.5) - log_std).sum(-1) - a_dim * _HALF_LOG_2PI
+    logp = logp - (2.0 * (_LOG2 - u - nn.functional.softplus(-2.0 * u))).sum(-1) - actor.log_scale_sum
+    return action, logp, (t_raw, std, a_t)
+
+
+@torch.no_grad()
+def sac_target_values(
+    ma: ManualActor, mtc: ManualCritic, next_obs: torch.Tensor, noise: torch.Tensor, alpha: torch.Tensor
+) -> torch.Tensor:
+    """``min_e Q'_e(s', a') - alpha log pi(a'|s')`` with ``a' ~ pi(.|s')``, per row, on the hand-written forward passes.
+
+    ``mtc`` wraps the target critic (its weights are views of the target's, so Polyak's in-place updates show). Each
+    member is a chain of 2-D ``addmm`` calls: the stacked critic's ``baddbmm`` broadcast-copies its bias into a fresh
+    ``(E, B, h)`` output and runs its 1-wide head as a batched product, which measured slower inside the update.
+    """
+    ma.refresh()
+    mtc.refresh()
+    _, out = ma.forward(next_obs)
+    action, logp, _ = _squashed_sample(ma.actor, out, noise)
+    q = torch.cat([o for _, o in mtc.forward(torch.cat((next_obs, action), dim=-1))], dim=1)  # (B, E)
+    return q.amin(1) - alpha * logp
 
 
 @torch.no_grad()
@@ -297,27 +371,17 @@ def sac_actor_step(
         ``(loss, log_prob per row)`` (detached).
     """
     actor = ma.actor
-    b, a_dim = obs.shape[0], actor.act_dim
+    b = obs.shape[0]
     ma.refresh()
     mc.refresh()
     inputs, out = ma.forward(obs)
-    mean, raw = out[:, :a_dim], out[:, a_dim:]
-    t_raw = torch.tanh(raw)
-    c1 = 0.5 * (LOG_STD_MAX - LOG_STD_MIN)
-    log_std = t_raw.add(1.0).mul_(c1).add_(LOG_STD_MIN)
-    std = log_std.exp()
-    u = torch.addcmul(mean, std, noise)
-    a_t = torch.tanh(u)
-    action = torch.addcmul(actor.bias, a_t, actor.scale)
-    logp = (noise.square().mul_(-0.5) - log_std).sum(-1) - a_dim * _HALF_LOG_2PI
-    logp = logp - (2.0 * (_LOG2 - u - nn.functional.softplus(-2.0 * u))).sum(-1) - actor.log_scale_sum
-    q_min, g_x = _min_member_grad(mc, torch.cat((obs, action), dim=-1), -1.0 / b)
+    action, logp, (t_raw, std, a_t) = _squashed_sample(actor, out, noise)
+    q_min, g_action = _min_member_grad(mc, torch.cat((obs, action), dim=-1), -1.0 / b, obs.shape[1])
     loss = (alpha * logp - q_min).mean()
-    g_action = g_x[:, obs.shape[1] :]
     k = alpha / b  # dL/dlogp per row
     g_u = g_action * actor.scale * (1.0 - a_t.square()) + 2.0 * k * a_t  # d log pi / du = 2 tanh(u)
     g_log_std = g_u * noise * std - k  # d log pi / d log_std = -1
-    g_raw = g_log_std * c1 * (1.0 - t_raw.square())
+    g_raw = g_log_std * _C1 * (1.0 - t_raw.square())
     ma.backward(inputs, torch.cat((g_u, g_raw), dim=1))
     opt.step()
     return loss.detach(), logp.detach()
@@ -334,8 +398,8 @@ def ddpg_actor_step(ma: ManualActor, mc: ManualCritic, opt: Any, obs: torch.Tens
     inputs, out = ma.forward(obs)
     t = torch.tanh(out)
     action = torch.addcmul(actor.bias, t, actor.scale)
-    q_min, g_x = _min_member_grad(mc, torch.cat((obs, action), dim=-1), -1.0 / obs.shape[0])
-    g_out = g_x[:, obs.shape[1] :] * actor.scale * (1.0 - t.square())
+    q_min, g_action = _min_member_grad(mc, torch.cat((obs, action), dim=-1), -1.0 / obs.shape[0], obs.shape[1])
+    g_out = g_action * actor.scale * (1.0 - t.square())
     ma.backward(inputs, g_out)
     opt.step()
     return -q_min.mean().detach()

@@ -83,8 +83,12 @@ class SACUpdate(OffPolicyUpdate):
         next_obs = batch["next_obs"]
         if next_obs.dim() > 2:
             next_obs = next_obs.flatten(0, 1)
-        a, logp = self.actor_fn(next_obs, self._noise(next_obs.shape[0], next_obs))
-        v = self.target_critic_fn(next_obs, a).amin(0) - self._alpha * logp
+        noise = self._noise(next_obs.shape[0], next_obs)
+        if self.manual:
+            v = offpolicy_manual.sac_target_values(self.manual_actor, self.manual_target_critic, next_obs, noise, self._alpha)
+        else:
+            a, logp = self.actor_fn(next_obs, noise)
+            v = self.target_critic_fn(next_obs, a).amin(0) - self._alpha * logp
         return self.bootstrap(batch, v)
 
     def _actor_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -12,6 +12,7 @@ from torch import nn
 
 from rlbench.components.nets.actors import DeterministicActor, NumpyActor, SquashedGaussianActor
 from rlbench.components.nets.critics import EnsembleCritic, SeparateCritics, make_critic
+from rlbench.components.offpolicy import manual as offpolicy_manual
 from rlbench.components.offpolicy.ddpg import DDPGUpdate
 from rlbench.components.offpolicy.polyak import polyak_foreach, polyak_loop
 from rlbench.components.offpolicy.sac import SACHyperparams, SACUpdate
@@ -68,6 +69,26 @@ def test_ensemble_critic_equals_separate_critics(members: int) -> None:
     g_sep = torch.autograd.grad(q_sep.square().sum(), list(sep.parameters()))
     g_ens = torch.autograd.grad(q_ens.square().sum(), list(ens.parameters()))
     assert sum(g.abs().sum() for g in g_sep).item() == pytest.approx(sum(g.abs().sum() for g in g_ens).item(), rel=1e-4)
+
+
+@pytest.mark.parametrize("members", [1, 2, 3])
+@pytest.mark.parametrize("shift", [0.0, 50.0])
+def test_min_member_gradient_runs_each_row_through_its_minimal_member(members: int, shift: float) -> None:
+    """The hand-written ``d(coef * sum_rows min_e Q_e)/d action`` gathers each member's rows (CPU): it equals
+    autograd's through ``Tensor.min``; ``shift`` lowers member 0 for every row, so the other members get no rows."""
+    torch.manual_seed(0)
+    critic = EnsembleCritic(OBS, ACT, HIDDEN, members)
+    with torch.no_grad():
+        critic.b2[0] -= shift
+    x = torch.cat((torch.randn(B, OBS), torch.rand(B, ACT) * 2 - 1), dim=-1)
+    xg = x.clone().requires_grad_(True)
+    q = critic(xg[:, :OBS], xg[:, OBS:])  # (E, B)
+    (-0.25 * q.min(dim=0).values.sum()).backward()
+    q_min, g_action = offpolicy_manual._min_member_grad(offpolicy_manual.ManualCritic(critic), x, -0.25, OBS)
+    torch.testing.assert_close(q_min, q.min(dim=0).values.detach())
+    torch.testing.assert_close(g_action, xg.grad[:, OBS:], atol=1e-6, rtol=1e-5)
+    if shift and members > 1:
+        assert bool((q.argmin(0) == 0).all())  # the all-rows-in-one-member case was reached
 
 
 def test_make_critic_layouts_start_from_the_same_weights() -> None:
