@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import sys
@@ -39,13 +40,17 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(status)
 
 
-def _tuple_of_ints(text: str) -> tuple[int, ...]:
+def _tuple_of_ints(text: str, minimum: int = 1) -> tuple[int, ...]:
+    """Comma-separated integers of at least ``minimum``; with ``minimum`` 0, ``none`` is the empty tuple."""
+    if minimum <= 0 and text.strip().lower() == "none":
+        return ()
     try:
         values = tuple(int(v) for v in text.replace("x", ",").split(",") if v.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers like 64,64, got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive integers like 64,64, got {text!r}")
+    if not values or any(v < minimum for v in values):
+        kind = "positive integers like 64,64" if minimum == 1 else f"integers of at least {minimum}, or none"
+        raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}")
     return values
 
 
@@ -84,10 +89,10 @@ def add_config_options(parser: argparse.ArgumentParser, config: Any) -> None:
             group.add_argument(
                 flag,
                 dest=f.name,
-                type=_tuple_of_ints,
+                type=functools.partial(_tuple_of_ints, minimum=f.metadata.get("minimum", 1)),
                 default=None,
                 metavar="N,N",
-                help=f"{text} (default: {','.join(map(str, default))})",
+                help=f"{text} (default: {','.join(map(str, default)) or 'none'})",
             )
         elif hint is int:
             group.add_argument(flag, dest=f.name, type=_int, default=None, metavar="N", help=f"{text} (default: {default:,})")

@@ -75,8 +75,9 @@ class PeersConfig:
     )
     profile_seeds: tuple[int, ...] = option(
         "seeds whose repeat also trains every peer once more under rlbench's automatic attribution, for phase "
-        "shares (untimed; a seed outside the run, e.g. -1, skips the phase pass)",
+        "shares (untimed; 'none', or a seed outside the run, skips the phase pass)",
         default=(0,),
+        minimum=0,
     )
 
     def validate(self) -> None:

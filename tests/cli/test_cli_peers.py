@@ -63,3 +63,12 @@ def test_every_peer_library_runs_for_real(cli, algo: str, steps: str) -> None:
         assert abs(row["env_steps"] - int(steps)) <= 1024, (impl, row["env_steps"])  # whole rollouts at most
     assert impls["rlox"]["library"].startswith("rlox ") and impls["torchrl"]["library"].startswith("torchrl ")
     assert "resource_tracker" not in proc.stderr  # no leaked semaphores (TorchRL's default buffer counters)
+
+
+def test_profile_seeds_take_zero_and_none_and_refuse_negatives(cli) -> None:
+    """Seed 0 (the default) and ``none`` parse; a negative seed is a one-line usage error, exit 2."""
+    for value in ("0", "none", "0,3"):
+        proc = cli("run", "peers", "--impls", "cleanrl", "--profile-seeds", value)
+        assert proc.returncode == 2 and "unknown implementation 'cleanrl'" in one_line_error(proc), value
+    bad = cli("run", "peers", "--profile-seeds=-1")
+    assert bad.returncode == 2 and "integers of at least 0, or none" in one_line_error(bad)
