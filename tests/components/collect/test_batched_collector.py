@@ -117,15 +117,23 @@ def test_worker_failure_is_reported_not_hung() -> None:
 
 @pytest.mark.slow
 def test_ppo_with_async_collector_learns() -> None:
-    """Same budget as the sync learning test (tests/test_learning.py: eval 211 / 144 there)."""
+    """Same budget as the sync learning test (tests/test_learning.py: eval 211 / 144 there), seeds 0-2 pooled.
+
+    Which worker's steps land first depends on thread scheduling, so a seed's outcome varies from run to run: seed 0
+    alone evaluated at 98 to 226 (mean of 10 episodes) over six runs on the 2-core machine, and a CI run failed the
+    old one-seed bar of 100 at 98.1. The mean over the three seeds' 30 eval episodes ranged 164-189 in two rounds. A
+    collector that fed the learner wrong transitions would stay near CartPole's random-policy returns (about 20)."""
     from rlbench.algos.ppo.config import PPOConfig
     from rlbench.algos.ppo.train import train_ppo
 
     before = threading.active_count()
-    result = train_ppo(PPOConfig(total_steps=24_576, seed=0, collector="async", transport="slot"))
-    assert np.mean(result.eval_returns) >= 100, result.eval_returns
-    first, last = np.mean(result.episode_returns[:20]), np.mean(result.episode_returns[-20:])
-    assert last > 1.5 * first and result.env_steps == 24_576
+    evals = []
+    for seed in (0, 1, 2):
+        result = train_ppo(PPOConfig(total_steps=24_576, seed=seed, collector="async", transport="slot"))
+        evals += list(result.eval_returns)
+        first, last = np.mean(result.episode_returns[:20]), np.mean(result.episode_returns[-20:])
+        assert last > 1.5 * first and result.env_steps == 24_576, (seed, first, last)
+    assert np.mean(evals) >= 100, evals
     assert threading.active_count() <= before
 
 
