@@ -12,7 +12,10 @@ from typing import Any
 
 from rlbench.records import Record
 from rlbench.report.format import finite, fmt, md_table, provenance
-from rlbench.stats import median
+from rlbench.stats import median, quantile
+
+UNSTEADY = 0.2
+"""Repeats whose median update times differ by more than this fraction of the lowest flag the run as unsteady."""
 
 
 def is_roofline(records: list[Record]) -> bool:
@@ -64,6 +67,30 @@ def summary(metrics_per_repeat: list[list[Any]]) -> dict[str, Any]:
         )
     update_ms = med.get(("roofline/update_s", "update"), math.nan) * 1e3
     return finite({"machine": machine, "update_ms": update_ms, "phases": phases})
+
+
+def spread_line(records: list[Record]) -> str:
+    """The update time's spread: each repeat's median, the quartiles of all updates, and a warning when the
+    repeats disagree by more than :data:`UNSTEADY` (the machine's speed moved during the run)."""
+    per_repeat: dict[int, list[float]] = defaultdict(list)
+    for r in records:
+        if r.metric == "roofline/update_s":
+            per_repeat[r.repeat].extend(v for v in r.samples if math.isfinite(v))
+    medians = [median(v) for _, v in sorted(per_repeat.items()) if v]
+    pooled = [v for xs in per_repeat.values() for v in xs]
+    if not medians:
+        return ""
+    text = (
+        f"Per repeat, median {', '.join(fmt(m * 1e3, 3) for m in medians)} ms; quartiles of all "
+        f"{len(pooled):,} timed updates {fmt(quantile(pooled, 0.25) * 1e3, 3)}–{fmt(quantile(pooled, 0.75) * 1e3, 3)} ms."
+    )
+    if len(medians) > 1 and max(medians) > (1.0 + UNSTEADY) * min(medians):
+        text += (
+            f" **Unsteady machine:** the repeats' medians differ by {100 * (max(medians) / min(medians) - 1):.0f}%, so"
+            " this machine's speed moved during the run; compare updates only side by side in one run (`rlbench ab`,"
+            " `--what-if`)."
+        )
+    return text
 
 
 def render(records: list[Record]) -> str:
@@ -138,6 +165,7 @@ def render(records: list[Record]) -> str:
             verdict(s["secs"], s["ach"], s["disp"], s["mem"]),
         ]
     )
+    spread = spread_line(records)
     lines += [
         "",
         "## Each phase against them",
@@ -149,6 +177,7 @@ def render(records: list[Record]) -> str:
         "bandwidth over it (an upper estimate of traffic: nothing assumed cached). Each is a lower bound on the time; "
         "the largest names the bound, and what none explains is Python and everything else.",
         "",
+        *([spread, ""] if spread else []),
         md_table(
             [
                 "Phase",

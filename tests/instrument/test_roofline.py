@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 from rlbench.instrument.roofline import OpRecorder, dispatch_us, matmul_gflops, memory_gbps
-from rlbench.report.roofline import verdict
+from rlbench.report.roofline import spread_line, verdict
 
 
 def test_the_recorder_counts_matmul_flops_shapes_and_ops_per_phase():
@@ -37,3 +39,17 @@ def test_the_largest_lower_bound_names_the_phase():
     assert verdict(1.0, achievable_s=0.0, dispatch_s=0.3, memory_s=0.2) == "dispatch-bound"
     assert verdict(1.0, achievable_s=0.1, dispatch_s=0.0, memory_s=0.5) == "memory-bound"
     assert verdict(1.0, achievable_s=0.01, dispatch_s=0.02, memory_s=0.0).startswith("none")
+
+
+def _update_records(medians_ms: list[float]) -> list[SimpleNamespace]:
+    """Stand-ins for the ``roofline/update_s`` records of one run: five equal samples per repeat."""
+    return [SimpleNamespace(metric="roofline/update_s", repeat=i, samples=[m / 1e3] * 5) for i, m in enumerate(medians_ms)]
+
+
+def test_the_spread_line_gives_each_repeat_and_flags_an_unsteady_machine():
+    steady = spread_line(_update_records([5.0, 5.2, 5.1]))
+    assert "median 5.000, 5.200, 5.100 ms" in steady and "15 timed updates" in steady
+    assert "Unsteady" not in steady
+    noisy = spread_line(_update_records([5.5, 8.9, 6.3]))
+    assert "**Unsteady machine:**" in noisy and "differ by 62%" in noisy
+    assert spread_line([]) == ""
