@@ -12,7 +12,7 @@ from typing import Any
 
 from rlbench.records import Record
 from rlbench.report.format import finite, fmt, md_table, provenance
-from rlbench.stats import median, quantile
+from rlbench.stats import median, summarize
 
 UNSTEADY = 0.2
 """Repeats whose median update times differ by more than this fraction of the lowest flag the run as unsteady."""
@@ -75,14 +75,14 @@ def spread_line(records: list[Record]) -> str:
     per_repeat: dict[int, list[float]] = defaultdict(list)
     for r in records:
         if r.metric == "roofline/update_s":
-            per_repeat[r.repeat].extend(v for v in r.samples if math.isfinite(v))
-    medians = [median(v) for _, v in sorted(per_repeat.items()) if v]
-    pooled = [v for xs in per_repeat.values() for v in xs]
+            per_repeat[r.repeat].extend(r.samples)
+    medians = [m for _, v in sorted(per_repeat.items()) if math.isfinite(m := median(v))]
     if not medians:
         return ""
+    s = summarize([v for xs in per_repeat.values() for v in xs])
     text = (
         f"Per repeat, median {', '.join(fmt(m * 1e3, 3) for m in medians)} ms; quartiles of all "
-        f"{len(pooled):,} timed updates {fmt(quantile(pooled, 0.25) * 1e3, 3)}–{fmt(quantile(pooled, 0.75) * 1e3, 3)} ms."
+        f"{s.n:,} timed updates {fmt(s.q1 * 1e3, 3)}–{fmt(s.q3 * 1e3, 3)} ms."
     )
     if len(medians) > 1 and max(medians) > (1.0 + UNSTEADY) * min(medians):
         text += (

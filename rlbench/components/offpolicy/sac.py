@@ -70,6 +70,10 @@ class SACUpdate(OffPolicyUpdate):
         self.log_alpha = nn.Parameter(torch.tensor(math.log(hp.init_alpha), device=device))
         self.alpha_opt = LeanAdam([self.log_alpha], lr=hp.alpha_lr)
         self._alpha = self.log_alpha.detach().exp()
+        # the hand-written target pass's view of the target critic (its weights are the target's, Polyak shows)
+        self.manual_target_critic = (
+            offpolicy_manual.ManualCritic(self.target_critic, self.compute_dtype) if self.manual else None
+        )
 
     @property
     def alpha(self) -> float:

@@ -141,9 +141,6 @@ class OffPolicyUpdate:
         # the hand-written steps' views of the networks, built once (bf16 copies are refreshed before each use)
         self.manual_critic = offpolicy_manual.ManualCritic(critic, self.compute_dtype) if self.manual else None
         self.manual_actor = offpolicy_manual.ManualActor(actor, self.compute_dtype) if self.manual else None
-        self.manual_target_critic = (
-            offpolicy_manual.ManualCritic(self.target_critic, self.compute_dtype) if self.manual else None
-        )
         self._pairs: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
 
     def _targets(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
