@@ -110,6 +110,7 @@ class Attributor:
         "_paths",
         "_rss0",
         "auto_name",
+        "block_t",
         "clock",
         "count_iteration",
         "counted",
@@ -140,6 +141,7 @@ class Attributor:
         "rf_on",
         "saved_depth",
         "shadowed",
+        "slow",
         "stack",
         "started",
         "starts",
@@ -152,6 +154,7 @@ class Attributor:
         "trace",
         "trace_dropped",
         "trace_limit",
+        "unshadowable",
         "updated",
     )
 
@@ -189,6 +192,7 @@ class Attributor:
         self._cuda = False
         self.count_iteration = count_iteration
         self.counter: Any = None
+        self.slow = False  # the hooks must end their phases through exit(): ops are being counted, or it has finished
         self.counted: dict[str, dict[str, int]] = {}
         self.matmuls: dict[str, dict[tuple[int, int, int, int], int]] = {}
         self.profiler_enabled: Callable[[], bool] = _false
@@ -199,7 +203,8 @@ class Attributor:
         self.pending = False  # the top automatic phase has returned; it closes at the next event (or merges with it)
         self.t_exit = 0.0
         self.auto_name = ""
-        self.hint = 0.0  # when a grad-mode block was made since the last exit: an inference phase opening next starts there
+        self.hint = 0.0  # when a grad-mode block was entered: an inference phase opening next starts there
+        self.block_t = 0.0  # when the grad-mode block still open was entered (0: none); see autohooks._install_grad_modes
         self.merges = 0
         self.mem_marks = 0
         self._now: Callable[[], float] = _clock if sync is None else self._synced_now
@@ -209,6 +214,7 @@ class Attributor:
         self.env_self: Any = None  # the env whose step or reset is the open env phase
         self.env_ids: dict[type, str] = {}  # registered env id of each env class stepped at top level
         self.shadowed: list[tuple[Any, str]] = []  # (weak env, method) given back their unwrapped method
+        self.unshadowable: set[type] = set()  # env classes whose instances take no attribute (autohooks.shadow)
         self.extras = False
         self.refresh_extras()
         self.t = self.t_begin = _clock()
@@ -343,7 +349,8 @@ class Attributor:
         if self.pending:
             self.pending = False
             t_exit = self.t_exit
-            if name == self.auto_name and now - t_exit < MERGE_GAP_S:  # the same kind again: one phase
+            if name == self.auto_name and (now - t_exit < MERGE_GAP_S or (role == INFER and self.t >= self.block_t > 0.0)):
+                # the same kind again (for inference, also anywhere inside the grad-mode block it opened in): one phase
                 self.merged += 1
                 self.steps += steps
                 if self.counter is not None:
@@ -447,9 +454,11 @@ class Attributor:
         self.counter = OpCounter()
         self.counter.phase = self.stack[-1] if self.stack else "other"
         self.counter.__enter__()
+        self.slow = True
 
     def _stop_counting(self) -> None:
         counter, self.counter = self.counter, None
+        self.slow = False
         counter.__exit__(None, None, None)
         self.counted = {
             "ops": dict(counter.ops),
@@ -462,6 +471,7 @@ class Attributor:
     def finish(self) -> Attribution:
         """Close every open phase, stop counting, and return what was measured."""
         now = self._now()
+        self.slow = True  # a hooked call still running (the session ended inside it) must not leave a phase pending
         self._settle()
         while self.stack:
             self._pop(now)
