@@ -134,6 +134,7 @@ class Attributor:
         "memory",
         "merged",
         "merges",
+        "parent",
         "passthrough",
         "pending",
         "profiler_enabled",
@@ -167,6 +168,7 @@ class Attributor:
         memory: bool = True,
     ) -> None:
         self.stack: list[str] = []
+        self.parent = ""  # the path under the top of the stack ("" at depth 0 or 1), kept by _push and _pop
         self.kinds: list[int] = []
         self.starts: list[float] = []
         self.saved_depth: list[int] = []
@@ -255,6 +257,7 @@ class Attributor:
             self._flush_merged(top)
         path = self._paths.get((top, name)) or self._new_path(top, name, layer)
         stack.append(path)
+        self.parent = top
         self.kinds.append(kind)
         if self.extras:
             self._push_extras(path, now)
@@ -277,6 +280,7 @@ class Attributor:
     def _pop(self, now: float) -> None:
         stack = self.stack
         path = stack.pop()
+        self.parent = stack[-2] if len(stack) > 1 else ""
         self.kinds.pop()
         self.excl[path] += now - self.t
         self.t = now

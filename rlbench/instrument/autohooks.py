@@ -83,6 +83,13 @@ def event_wrapper(
     thread = a.thread
     gap = MERGE_GAP_S
     grad_enabled = _grad_enabled() if model else None
+    infer, update, env = role == INFER, role == UPDATE, role == ENV
+    paths: dict[str, str] = {}  # parent path -> this phase's path under it
+
+    def path_under(parent: str) -> str:
+        path = paths[parent] = a._paths.get((parent, name)) or a._new_path(parent, name, layer)
+        return path
+
     if skip:
         import torch
 
@@ -110,16 +117,11 @@ def event_wrapper(
                 return fn(*args, **kwargs)
             finally:
                 a.depth = 0  # Attributor.exit_forward: the forward stays open (sticky) for the loss computation
-        if (
-            a.pending
-            and (now - a.t_exit < gap or (role == INFER and a.t >= a.block_t > 0.0))
-            and name == a.auto_name
-            and not a.slow
-        ):
+        if a.pending and name == a.auto_name and (now - a.t_exit < gap or (infer and a.t >= a.block_t > 0.0)) and not a.slow:
             a.pending = False  # the same kind again: one phase (the common case of Attributor.enter, inline)
             a.merged += 1
             a.depth = 1
-        elif a.pending and not a.extras and (role != ENV or not (a.updated or a.started is None)):
+        elif a.pending and not a.extras and (not env or not (a.updated or a.started is None)):
             # the common transition: the pending phase closes at its t_exit and this one takes its place on the
             # stack (what Attributor.enter does with a pop and a push, without their calls and list resizing); an
             # env event that starts an iteration goes through enter()
@@ -129,7 +131,7 @@ def event_wrapper(
             old = stack[-1]
             excl = a.excl
             t_exit = a.t_exit
-            if role == INFER and a.hint > t_exit:  # a no_grad block was made for this call: it starts there
+            if infer and a.hint > t_exit:  # a no_grad block was entered for this call: it starts there
                 now = a.hint
             excl[old] += t_exit - a.t
             merged = a.merged
@@ -137,11 +139,11 @@ def event_wrapper(
                 a.merges += merged
                 a.merged = 0
             a.enters[old] += merged + 1
-            parent = stack[-2] if len(stack) > 1 else ""
+            parent = a.parent
             excl[parent] += now - t_exit
             a.t = now
-            stack[-1] = a._paths.get((parent, name)) or a._new_path(parent, name, layer)
-            if role == UPDATE:
+            stack[-1] = paths.get(parent) or path_under(parent)
+            if update:
                 a.updated = True
             a.auto_name = name
         elif not a.enter(name, layer, role, 0, now):  # a transfer inside the training forward: part of it
@@ -365,8 +367,9 @@ def _install_grad_modes(h: Hooks) -> None:
     (``Attributor.hint``, where an ``inference`` phase opened by the next hooked call starts instead, and
     ``Attributor.block_t``); while the block is open, inference calls continue the inference phase opened inside it
     however far apart they are (the distribution's work between the actor and the critic); ``__exit__`` extends a
-    pending inference phase opened inside the block to the block's end, or one that ended within the merge gap. A
-    block followed by another kind of event changes nothing, and a nested block's exit ends the rule for the outer.
+    pending inference phase that ended within the merge gap to the block's end (only then: CleanRL computes GAE
+    inside the block that bootstraps the last value). A block followed by another kind of event changes nothing,
+    and a nested block's exit ends the rule for the outer.
     """
     from torch.autograd import grad_mode
 
@@ -388,9 +391,9 @@ def _install_grad_modes(h: Hooks) -> None:
         def end(self: Any, *args: Any) -> Any:
             out = leave(self, *args)
             if not a.depth and _get_ident() == thread:
-                if a.pending and a.auto_name == "inference":
+                if a.pending and a.auto_name == "inference":  # not the rest of a long block: CleanRL's GAE runs in one
                     now = clock()
-                    if now - a.t_exit < gap or a.t >= a.block_t > 0.0:
+                    if now - a.t_exit < gap:
                         a.t_exit = now
                 a.block_t = 0.0
             return out

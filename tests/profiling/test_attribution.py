@@ -185,6 +185,7 @@ def test_inference_calls_inside_one_grad_mode_block_are_one_phase_however_far_ap
             spin(0.003)
             torch.distributions.Categorical(logits=logits).sample()
             net(x)
+            spin(0.003)  # the rest of the block after the last call (CleanRL's GAE): not inference
         x.numpy()
         torch.set_grad_enabled(False)  # grad off without a block: calls 3 ms apart are two phases, the gap is other
         try:
@@ -195,8 +196,8 @@ def test_inference_calls_inside_one_grad_mode_block_are_one_phase_however_far_ap
             torch.set_grad_enabled(True)
     r = s.outcome.attribution
     assert r.enters["inference"] == 4 and r.merges == 1, (r.enters, r.merges)
-    assert 0.007 <= r.excl["inference"] < 0.007 + 0.006, r.excl  # 3 ms spin + 2 forwards in the block, 2 outside
-    assert r.excl[""] >= 0.003
+    assert 0.007 <= r.excl["inference"] < 0.007 + 0.003, r.excl  # 3 ms spin + 2 forwards in the block, 2 outside
+    assert r.excl[""] >= 0.006
 
 
 def test_grad_mode_blocks_take_their_arguments_under_the_hooks():
