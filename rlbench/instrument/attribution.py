@@ -40,8 +40,10 @@ ENV, UPDATE, INFER, NEST = 0, 1, 2, 3
 
 FORWARD = "train/forward"
 MERGE_GAP_S = 20e-6
-"""An automatic phase called again within this many seconds of its last return continues it: the glue between a
-policy's calls (building the distribution, sampling) counts as inference, as a hand timer around the block counts it."""
+"""An automatic phase called again within this many seconds of its last return continues it: the glue between calls
+(a tensor reshaped between two transfers, a module's output unpacked) counts with them, as a hand timer around the
+block counts it. Inference calls inside one grad-mode block continue each other at any distance (see
+:mod:`rlbench.instrument.autohooks`)."""
 MEMORY_FIRST, MEMORY_EVERY = 2, 32  # peak-RSS marks (a syscall each) in the first 2 iterations, then in every 32nd,
 MEMORY_MARKS = 8  # around the first 8 occurrences of each top-level phase there (allocations happen the first times)
 _RSS_UNIT = 1024  # ru_maxrss is in KiB on Linux

@@ -63,7 +63,7 @@ def event_wrapper(
     """``fn`` timed as automatic phase ``name`` (no agent steps counted).
 
     Args:
-        model: A module or distribution call: with grad enabled it opens the sticky training forward instead.
+        model: A module call: with grad enabled it opens the sticky training forward instead.
         skip: Calls that are not events, tested inline (a callback would cost a frame on every call):
             :data:`SKIP_CAST` a ``Tensor.to`` with only a dtype; :data:`SKIP_NO_DATA` a ``Tensor.__new__`` given a
             shape or nothing; 0 none.
