@@ -8,7 +8,9 @@ Three configurations, each in its own run:
 
 * ``full``: the hooks as ``rlbench profile`` installs them;
 * ``wrappers``: the same wrappers, but every call passes straight through (the attributor always reports an open
-  phase): what wrapping every hooked function costs before any booking;
+  phase): what wrapping every hooked function costs before any booking. With no env phase ever open, inner envs
+  are never given their unwrapped methods back (``autohooks.shadow``), so their ~20 nested calls per vector step
+  keep passing through: this side overstates what pass-throughs cost in a real profile;
 * ``none``: nothing installed on either side (the harness's own floor).
 
 Prints one line per configuration; ``--json`` prints the raw per-iteration times.
