@@ -342,8 +342,11 @@ class Attributor:
             self.pending = False
             self._pop(self.t_exit)
 
-    def enter(self, name: str, layer: str, role: int, steps: int = 0, now: float | None = None) -> bool:
+    def enter(self, name: str, layer: str, role: int, now: float | None = None) -> bool:
         """Open automatic phase ``name`` (the caller checked ``depth == 0``); ``role`` drives iteration detection.
+
+        Agent steps are not counted here: the env hook adds them after its call returns
+        (:func:`rlbench.instrument.autohooks.env_wrapper`), so an iteration boundary snapshots the steps before it.
 
         Returns:
             Whether an automatic phase is now open on top, so that :meth:`exit` has one to end (a transfer inside
@@ -358,7 +361,6 @@ class Attributor:
             if name == self.auto_name and (now - t_exit < MERGE_GAP_S or (role == INFER and self.t >= self.block_t > 0.0)):
                 # the same kind again (for inference, also anywhere inside the grad-mode block it opened in): one phase
                 self.merged += 1
-                self.steps += steps
                 if self.counter is not None:
                     self.counter.phase = self.stack[-1]
                 return True
@@ -373,7 +375,6 @@ class Attributor:
         if role == ENV:
             if self.started is None or self.updated:
                 self._new_iteration(now)
-            self.steps += steps
         elif role == UPDATE:
             self.updated = True
         self._push(name, layer, AUTO, now)
@@ -391,7 +392,9 @@ class Attributor:
                 self.counter.phase = self.stack[-2] if len(self.stack) > 1 else "other"
 
     def enter_forward(self, name: str = FORWARD, now: float | None = None) -> None:
-        """A module called with grad enabled at depth 0: open (or stay in) the sticky training forward ``name``."""
+        """A module called with grad enabled at depth 0: open (or stay in) the sticky training forward ``name``.
+
+        When the call returns the hook only clears ``depth``: the forward stays open for the loss computation."""
         self.depth = 1
         self._settle()
         if self.kinds and self.kinds[-1] == STICKY:
@@ -404,10 +407,6 @@ class Attributor:
         elif now is None:
             now = self._now()
         self._push(name, "update", STICKY, now)
-
-    def exit_forward(self) -> None:
-        """The module call returned: the forward stays open (sticky) for the loss computation."""
-        self.depth = 0
 
     # --- explicit phases ------------------------------------------------------------------------------------------
     def open_explicit(self, name: str, layer: str, starts_iteration: bool = False) -> None:

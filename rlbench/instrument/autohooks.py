@@ -116,7 +116,7 @@ def event_wrapper(
             try:
                 return fn(*args, **kwargs)
             finally:
-                a.depth = 0  # Attributor.exit_forward: the forward stays open (sticky) for the loss computation
+                a.depth = 0  # the forward stays open (sticky) for the loss computation
         if a.pending and name == a.auto_name and (now - a.t_exit < gap or (infer and a.t >= a.block_t > 0.0)) and not a.slow:
             a.pending = False  # the same kind again: one phase (the common case of Attributor.enter, inline)
             a.merged += 1
@@ -146,7 +146,7 @@ def event_wrapper(
             if update:
                 a.updated = True
             a.auto_name = name
-        elif not a.enter(name, layer, role, 0, now):  # a transfer inside the training forward: part of it
+        elif not a.enter(name, layer, role, now):  # a transfer inside the training forward: part of it
             try:
                 return fn(*args, **kwargs)
             finally:
@@ -225,9 +225,9 @@ def shadow(a: Attributor, env: Any, method: str, fn: Callable[..., Any]) -> None
 
     Set and removed with ``object.__setattr__``/``__delattr__``, never through ``vars(env)``: reading an instance's
     ``__dict__`` turns CPython's inline attribute values into a real dict, and every attribute access of that object
-    (a wrapper reads ``self.env`` and its counters on each step) then misses the interpreter's specialised paths.
-    cachegrind counted that at about 2.3x the instructions of a small method call, 44k instructions per step of four
-    wrapped CartPole envs. An object that takes no attribute (``__slots__``) keeps passing through.
+    (a wrapper reads ``self.env`` and its counters on each step) then misses the interpreter's specialised paths:
+    cachegrind counted a small method call at 2,291 instructions after ``vars(obj)`` against 1,097 before and 1,282
+    with ``object.__setattr__``. An object that takes no attribute (``__slots__``) keeps passing through.
     """
     if type(env) in a.unshadowable:
         return
