@@ -91,6 +91,7 @@ class Attribution:
     trace_dropped: int = 0
     env_ids: list[str] = field(default_factory=list)
     synchronized: bool = False
+    hooks: str = "python"  # which hooks ran: "compiled" (rlbench/instrument/_fastevent.c) or "python"
 
 
 class Attributor:

@@ -24,6 +24,7 @@ module calls, which cost what torch's own ``__call__`` costs).
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import weakref
@@ -33,7 +34,15 @@ from typing import Any
 
 from rlbench.instrument.attribution import ENV, FORWARD, INFER, MERGE_GAP_S, NEST, UPDATE, Attributor
 
+try:  # the hot path in C, where the extension was built (pip builds it wherever a C compiler is found)
+    from rlbench.instrument import _fastevent
+except ImportError:  # pragma: no cover - a pure-Python install: the Python wrappers, the same results, slower
+    _fastevent = None  # type: ignore[assignment]
+
 _get_ident = threading.get_ident
+# batches of an env hook (how many agent steps one call takes), as the compiled hook knows them
+NOT_ENV, BATCH_NONE, BATCH_ONE, BATCH_VECTOR = -1, 0, 1, 2
+MARK_ENTER, MARK_EXIT = 1, 2  # the compiled hooks of a grad-mode block's __enter__ and __exit__
 _Restore = list[tuple[Any, str, Any, bool]]  # (owner, attribute, original, was in owner.__dict__)
 
 
@@ -67,7 +76,39 @@ def event_wrapper(
         skip: Calls that are not events, tested inline (a callback would cost a frame on every call):
             :data:`SKIP_CAST` a ``Tensor.to`` with only a dtype; :data:`SKIP_NO_DATA` a ``Tensor.__new__`` given a
             shape or nothing; 0 none.
-        copy_metadata: Copy ``fn``'s name and docstring (``functools.wraps``).
+        copy_metadata: Copy ``fn``'s name and docstring (``functools.wraps``). Without, the hook is the Python
+            wrapper, a plain function.
+
+    Returns:
+        The compiled hook (:func:`native`) standing for the Python wrapper of :func:`python_event`, or that wrapper
+        itself where the extension is not built or ``RLBENCH_PURE_PYTHON_HOOKS`` is set.
+    """
+    event, paths, path_under = python_event(a, fn, name, layer, role, model=model, skip=skip)
+    event.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
+    hook = native(a, fn, event, name, layer, role, paths, path_under, model=model, skip=skip)
+    if not copy_metadata:
+        if hook is event:
+            return event
+
+        def shim(*args: Any, **kwargs: Any) -> Any:  # a Python function, as torch.compile's polyfill registry
+            return hook(*args, **kwargs)  # requires of Tensor.__new__ (_tensor_new_wrapper); the work is in C
+
+        shim.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
+        return shim
+    wraps(fn)(event)
+    if hook is not event:
+        wraps(fn)(hook)
+        hook.__rlbench_wrapped__ = fn  # type: ignore[union-attr]
+    return hook
+
+
+def python_event(
+    a: Attributor, fn: Callable[..., Any], name: str, layer: str, role: int, *, model: bool = False, skip: int = 0
+) -> tuple[Callable[..., Any], dict[str, str], Callable[[str], str]]:
+    """The Python wrapper of :func:`event_wrapper` (the reference the compiled hook follows line for line).
+
+    Returns:
+        The wrapper, its path cache (parent path -> this phase's path under it) and what fills that cache.
 
     The clock is read first thing after the pass-through test and last thing after ``fn`` returns, so the
     wrapper's own work falls inside the phase it opens, as it does inside a hand timer around the call.
@@ -161,10 +202,49 @@ def event_wrapper(
                 a.t_exit = clock()
                 a.pending = True
 
-    if copy_metadata:
-        event = wraps(fn)(event)
-    event.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
-    return event
+    return event, paths, path_under
+
+
+def native(
+    a: Attributor,
+    fn: Callable[..., Any],
+    fallback: Callable[..., Any],
+    name: str,
+    layer: str,
+    role: int,
+    paths: dict[str, str],
+    path_under: Callable[[str], str],
+    *,
+    model: bool = False,
+    skip: int = 0,
+    batch: int = NOT_ENV,
+    mark: int = 0,
+) -> Callable[..., Any]:
+    """The compiled hook (``rlbench.instrument._fastevent.Event``) standing for the Python wrapper ``fallback``.
+
+    It runs the wrapper's common cases in C, without a Python frame (pass-through, merge, transition, lazy exit),
+    and calls ``fallback`` or the attributor for everything else. It shares the attributor's state (its slots) and
+    the wrapper's path cache, so the two can serve calls in any mix. Returns ``fallback`` itself where the extension
+    is not built (a pure-Python install) or ``RLBENCH_PURE_PYTHON_HOOKS`` is set.
+    """
+    if _fastevent is None or os.environ.get("RLBENCH_PURE_PYTHON_HOOKS"):
+        return fallback
+    types: dict[str, Any] = {}
+    if model:
+        types["grad_enabled"] = _grad_enabled()
+    if skip:
+        import torch
+
+        types.update(dtype=torch.dtype, tensor_cls=torch.Tensor, shape_like=(int, torch.Size))
+    return _fastevent.Event(
+        a, fn, fallback, name, layer, role, a.clock, a.thread, paths, path_under, MERGE_GAP_S,
+        skip=skip, model=model, batch=batch, mark=mark, **types,
+    )  # fmt: skip
+
+
+def native_available() -> bool:
+    """Whether hooks installed now are the compiled ones (the extension is built and not switched off)."""
+    return _fastevent is not None and not os.environ.get("RLBENCH_PURE_PYTHON_HOOKS")
 
 
 SKIP_CAST, SKIP_NO_DATA = 1, 2
@@ -184,14 +264,14 @@ def env_wrapper(a: Attributor, fn: Callable[..., Any], name: str, batch: Callabl
     skip this wrapper altogether instead of passing through it on every step.
     """
     method = fn.__name__
-    timed = event_wrapper(a, fn, name, "environment", ENV)
+    timed, paths, path_under = python_event(a, fn, name, "environment", ENV)
 
     @wraps(fn)
     def env_call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if a.depth or _get_ident() != a.thread:
             a.passthrough += 1
             outer = a.env_self
-            if a.depth and outer is not None and outer is not self and getattr(type(self), method, None) is env_call:
+            if a.depth and outer is not None and outer is not self and getattr(type(self), method, None) is hook:
                 shadow(a, self, method, fn)  # (not a subclass's super().step(), which would shadow its own step)
             return fn(self, *args, **kwargs)
         a.env_self = self
@@ -206,7 +286,12 @@ def env_wrapper(a: Attributor, fn: Callable[..., Any], name: str, batch: Callabl
         return out
 
     env_call.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
-    return env_call
+    code = {None: BATCH_NONE, _one: BATCH_ONE, _vector_batch: BATCH_VECTOR}.get(batch)
+    hook = env_call if code is None else native(a, fn, env_call, name, "environment", ENV, paths, path_under, batch=code)
+    if hook is not env_call:
+        wraps(fn)(hook)
+        hook.__rlbench_wrapped__ = fn  # type: ignore[union-attr]
+    return hook
 
 
 def env_id(env: Any) -> str:
@@ -252,6 +337,8 @@ def _module_call_wrapper(a: Attributor) -> Callable[..., Any]:
     event = event_wrapper(a, original, "inference", "inference", INFER, model=True)
     if original is not getattr(torch.nn.Module, "_wrapped_call_impl", None) or not hasattr(torch.nn.Module, "_call_impl"):
         return event  # another torch: the generic wrapper, whose pass-through calls __call__ as it was
+    if native_available():
+        return event  # the compiled hook: its nested call is torch's own _wrapped_call_impl, called from C
     thread = a.thread
 
     @wraps(original)
@@ -401,9 +488,17 @@ def _install_grad_modes(h: Hooks) -> None:
         end.__rlbench_wrapped__ = leave  # type: ignore[attr-defined]
         return end
 
+    def compiled(python: Callable[..., Any], mark: int) -> Callable[..., Any]:
+        fn = python.__rlbench_wrapped__  # type: ignore[attr-defined]
+        hook = native(a, fn, python, "inference", "inference", INFER, {}, str, mark=mark)
+        if hook is not python:
+            wraps(fn)(hook)
+            hook.__rlbench_wrapped__ = fn  # type: ignore[union-attr]
+        return hook
+
     for cls in (grad_mode.no_grad, grad_mode.inference_mode):
-        replace_attr(h.restore, cls, "__enter__", marked_enter(vars(cls)["__enter__"]))
-        replace_attr(h.restore, cls, "__exit__", extending_exit(vars(cls)["__exit__"]))
+        replace_attr(h.restore, cls, "__enter__", compiled(marked_enter(vars(cls)["__enter__"]), MARK_ENTER))
+        replace_attr(h.restore, cls, "__exit__", compiled(extending_exit(vars(cls)["__exit__"]), MARK_EXIT))
 
 
 def _install_optimizer_steps(h: Hooks) -> None:
@@ -434,14 +529,18 @@ def _unwrap_optimizer_steps() -> None:
     for cls in all_subclasses(Optimizer):
         step = vars(cls).get("step")
         if step is not None and hasattr(step, "__rlbench_wrapped__"):
-            cls.step = step.__rlbench_wrapped__
+            inner = step.__rlbench_wrapped__
+            if getattr(step, "hooked", False):  # torch marked ours: without the mark it wraps the class again at the
+                inner.hooked = True  # next instance, and every profile in the process would nest one more wrapper
+            cls.step = inner
 
 
 def _tensor_new_wrapper(a: Attributor) -> Callable[..., Any]:
     """``torch.Tensor(data)``, the legacy constructor scripts use on env output: a transfer when given data.
 
     The wrapper keeps no metadata of ``Tensor.__new__`` and its signature stays ``(*args, **kwargs)``:
-    torch.compile's polyfill registry accepts a wildcard in place of ``Tensor.__new__``'s own.
+    torch.compile's polyfill registry accepts a wildcard in place of ``Tensor.__new__``'s own, but only in a Python
+    function (never the compiled hook: it rejects any other callable).
     """
     import torch
 

@@ -196,7 +196,13 @@ def attribution_metrics(
                 "count",
                 "none",
                 [float(events)],
-                meta={"passthrough": r.passthrough, "merges": r.merges, "memory_marks": r.mem_marks, **costs},
+                meta={
+                    "passthrough": r.passthrough,
+                    "merges": r.merges,
+                    "memory_marks": r.mem_marks,
+                    "hooks": r.hooks,
+                    **costs,
+                },
             ),
             Metric(PROFILE_OVERHEAD_S, "s", "lower", [overhead], meta={"share": share}),
             # the report's overhead finding reads this name: the hooks' estimated cost within the steady state

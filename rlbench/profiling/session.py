@@ -85,6 +85,7 @@ class Session:
         self.settings = settings or Settings()
         self.attributor: Attributor | None = None
         self.hooks: Any = None
+        self.hooks_kind = "python"  # "compiled" where the C hooks were installed (autohooks.native)
         self.user_metrics: list[Metric] = []
         self.outcome: Outcome | None = None
 
@@ -94,7 +95,7 @@ class Session:
         Raises:
             RuntimeError: If another session is active in this process (sessions do not nest).
         """
-        from rlbench.instrument.autohooks import install
+        from rlbench.instrument.autohooks import install, native_available
 
         if Session.current is not None:
             raise RuntimeError("rlbench: a profiling session is already active in this process; sessions do not nest")
@@ -103,6 +104,7 @@ class Session:
             sync=_sync_fn(s), trace_limit=s.trace_limit, count_iteration=s.count_iteration, memory=s.memory
         )
         self.hooks = install(self.attributor, libraries=s.libraries)
+        self.hooks_kind = "compiled" if native_available() else "python"
         activate(self.attributor)
         Session.current = self
         return self
@@ -118,6 +120,7 @@ class Session:
             activate(None)
             Session.current = None
             uninstall(self.hooks)
+        result.hooks = self.hooks_kind
         self.outcome = Outcome(result, measure_costs(self.settings), self.user_metrics, measure_limits(result))
         return self.outcome
 

@@ -11,6 +11,16 @@ import rlbench
 from rlbench.profiling.session import Session, Settings
 
 
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def hooks(request, monkeypatch):
+    """Every test here runs with the compiled hooks and with the Python wrappers they stand for."""
+    if request.param == "python":
+        monkeypatch.setenv("RLBENCH_PURE_PYTHON_HOOKS", "1")
+    else:
+        monkeypatch.delenv("RLBENCH_PURE_PYTHON_HOOKS", raising=False)
+    return request.param
+
+
 def _phase_seconds(metrics) -> dict[str, float]:
     return {m.name[len("time/") :]: m.samples[0] for m in metrics if m.name.startswith("time/")}
 

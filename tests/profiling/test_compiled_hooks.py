@@ -1,0 +1,108 @@
+"""The compiled hooks (rlbench/instrument/_fastevent.c) against the Python wrappers they stand for."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+import torch
+from loops import SlowEnv, SlowNet, known_loop
+
+from rlbench.instrument import autohooks
+from rlbench.profiling.session import Session, Settings
+
+
+def test_the_extension_is_built_and_used():
+    # pip builds it wherever a C compiler is found (CI has one); without it the Python wrappers run, slower
+    from rlbench.instrument import _fastevent  # noqa: F401
+
+    assert autohooks.native_available()
+    with Session(Settings(count_iteration=None, memory=False)):
+        assert type(torch.nn.Module.__call__).__name__ == "Event"
+        assert type(torch.Tensor.numpy).__name__ == "Event"
+        assert type(vars(SlowEnv)["step"]).__name__ == "Event"
+    assert torch.nn.Module.__call__ is torch.nn.Module._wrapped_call_impl  # put back
+
+
+def _structure(monkeypatch, python: bool, loop) -> tuple:
+    if python:
+        monkeypatch.setenv("RLBENCH_PURE_PYTHON_HOOKS", "1")
+    else:
+        monkeypatch.delenv("RLBENCH_PURE_PYTHON_HOOKS", raising=False)
+    with Session(Settings(count_iteration=1, memory=False)) as s:
+        loop()
+    r = s.outcome.attribution
+    return (
+        r.enters,
+        r.merges,
+        r.passthrough,
+        r.steps,
+        len(r.iterations),
+        sorted(r.excl),
+        r.counts,
+        r.layers,
+    )
+
+
+def _wrapped_envs_loop() -> None:
+    env = gym.wrappers.TimeLimit(gym.wrappers.RecordEpisodeStatistics(SlowEnv()), 100)
+    net = SlowNet()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    obs, _ = env.reset(seed=0)
+    for _ in range(6):
+        for _ in range(4):
+            with torch.no_grad():
+                logits = net(torch.as_tensor(obs).unsqueeze(0))
+            obs, *_ = env.step(int(logits.argmax().item()))
+        loss = net(torch.zeros(3, 4)).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("loop", [known_loop, _wrapped_envs_loop], ids=["vector-env-ppo-shape", "wrapped-env"])
+def test_compiled_and_python_hooks_book_the_same_phases_merges_and_counts(monkeypatch, loop):
+    compiled = _structure(monkeypatch, False, loop)
+    python = _structure(monkeypatch, True, loop)
+    assert compiled == python
+    enters, _, _, steps, iterations, *_ = compiled
+    assert steps > 0 and iterations == 6 and "env/step" in enters
+
+
+def test_a_raising_call_ends_its_phase_and_the_exception_goes_through(monkeypatch):
+    monkeypatch.delenv("RLBENCH_PURE_PYTHON_HOOKS", raising=False)
+
+    class Boom(SlowEnv):
+        def step(self, action):
+            raise RuntimeError("env broke")
+
+    env = Boom()
+    with Session(Settings(count_iteration=None, memory=False)) as s:
+        env.reset()
+        for _ in range(3):
+            with pytest.raises(RuntimeError, match="env broke"):
+                env.step(0)
+        torch.zeros(2).numpy()
+    r = s.outcome.attribution
+    assert r.enters["env/step"] + r.enters.get("env/reset", 0) >= 2
+    assert r.enters["transfer"] == 1
+    assert s.outcome.attribution.steps == 0  # a step that raised took none
+
+
+def test_an_optimizer_class_first_used_while_profiling_is_wrapped_by_torch_once():
+    class FreshSGD(torch.optim.Optimizer):  # torch wraps a class's step at its first instance: here, in the profile
+        def __init__(self, params, lr):
+            super().__init__(params, {"lr": lr})
+
+        def step(self, closure=None):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    p.data.add_(1.0)
+
+    net = torch.nn.Linear(2, 1)
+    for _ in range(3):
+        with Session(Settings(count_iteration=None, memory=False)):
+            FreshSGD(net.parameters(), lr=0.1).step()
+        step = vars(FreshSGD)["step"]
+        assert not hasattr(step, "__rlbench_wrapped__") and step.hooked
+        FreshSGD(net.parameters(), lr=0.1)
+        assert vars(FreshSGD)["step"] is step  # torch saw its mark: no second wrapper
