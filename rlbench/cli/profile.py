@@ -16,8 +16,8 @@ from rlbench.errors import UsageError
 DESCRIPTION = """\
 Run your training script unmodified and attribute its wall time to phases, automatically:
   env/step, env/reset   gymnasium Env / VectorEnv (and SB3 VecEnv, TorchRL EnvBase) calls; agent steps counted
-  inference             nn.Module calls and torch.distributions with grad disabled, and the no_grad /
-                        inference_mode blocks around them
+  inference             nn.Module calls with grad disabled, and the no_grad / inference_mode blocks around
+                        them (a distribution built and sampled inside one counts)
   train/forward         the training forward and loss (a module called with grad enabled, until zero_grad/backward)
   train/backward        autograd backward
   train/optimizer       optimizer.step (every torch optimizer), zero_grad, clip_grad_norm_

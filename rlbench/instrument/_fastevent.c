@@ -14,21 +14,26 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <time.h>
 
 enum {
     S_DEPTH, S_PENDING, S_AUTO_NAME, S_T_EXIT, S_T, S_BLOCK_T, S_HINT, S_MERGED, S_MERGES, S_SLOW, S_EXTRAS,
-    S_UPDATED, S_STARTED, S_STACK, S_EXCL, S_ENTERS, S_PARENT, S_PASSTHROUGH, S_ENV_SELF, S_ENV_IDS, S_STEPS, S_N
+    S_UPDATED, S_STARTED, S_STACK, S_EXCL, S_ENTERS, S_PARENT, S_PASSTHROUGH, S_ENV_SELF, S_ENV_IDS, S_STEPS,
+    S_MEM_LEFT, S_N
 };
 static const char *slot_names[S_N] = {
     "depth", "pending", "auto_name", "t_exit", "t", "block_t", "hint", "merged", "merges", "slow", "extras",
     "updated", "started", "stack", "excl", "enters", "parent", "passthrough", "env_self", "env_ids", "steps",
+    "_mem_left",
 };
+/* Attributor.extras when memory marks are the only extra on (attribution.MEMORY_ONLY) */
+#define MEMORY_ONLY 2
 
 /* roles (attribution.py) and skips (autohooks.py) */
 enum { ENV = 0, UPDATE = 1, INFER = 2, NEST = 3 };
 enum { SKIP_CAST = 1, SKIP_NO_DATA = 2 };
-/* env batches: not an env, a reset (no steps), one step, a vector env's num_envs */
-enum { NOT_ENV = -1, BATCH_NONE = 0, BATCH_ONE = 1, BATCH_VECTOR = 2 };
+/* env batches: not an env, a reset (no steps), one step, a vector env's num_envs, what batch_fn(env) says */
+enum { NOT_ENV = -1, BATCH_NONE = 0, BATCH_ONE = 1, BATCH_VECTOR = 2, BATCH_CALL = 3 };
 /* grad-mode marks (autohooks._install_grad_modes): not one, a block's __enter__, its __exit__ */
 enum { NOT_MARK = 0, MARK_ENTER = 1, MARK_EXIT = 2 };
 
@@ -43,14 +48,16 @@ typedef struct {
     PyObject *layer;
     PyObject *role_obj;
     PyObject *clock;
-    PyObject *grad_enabled; /* torch.is_grad_enabled for a module call, else NULL */
+    PyObject *grad_enabled; /* torch.is_grad_enabled for a module call, else None */
+    PyObject *batch_fn;     /* BATCH_CALL: the agent steps one call of this env takes, batch_fn(env) */
     PyObject *paths;        /* parent path -> this phase's path under it (shared with the Python wrapper) */
     PyObject *path_under;   /* fills paths for a parent not seen yet */
     PyObject *dtype;        /* SKIP_CAST: torch.dtype */
     PyObject *tensor_cls;   /* SKIP_NO_DATA: torch.Tensor */
     PyObject *shape_like;   /* SKIP_NO_DATA: (int, torch.Size) */
     unsigned long thread;
-    int role, skip, model, batch, mark;
+    int role, skip, model, batch, mark, direct_clock;
+    long memory_marks; /* attribution.MEMORY_MARKS: marks around a top-level phase's first occurrences */
     double gap;
     Py_ssize_t off[S_N];
 } Event;
@@ -79,6 +86,11 @@ set_slot(Event *e, int i, PyObject *v) /* steals v */
 static inline int
 set_double(Event *e, int i, double x)
 {
+    PyObject *old = SLOT(e, i);
+    if (PyFloat_CheckExact(old) && Py_REFCNT(old) == 1) { /* the slot holds the only reference: nobody sees it change */
+        PyFloat_AS_DOUBLE(old) = x;
+        return 0;
+    }
     PyObject *v = PyFloat_FromDouble(x);
     if (v == NULL) return -1;
     set_slot(e, i, v);
@@ -125,14 +137,20 @@ dict_add_long(PyObject *d, PyObject *key, long n)
     return r;
 }
 
+/* the attributor's clock (Attributor.clock); an error is set where it raised */
 static double
-read_clock(Event *e, PyObject **obj)
+read_clock(Event *e)
 {
+    if (e->direct_clock) { /* time.perf_counter without the call: CLOCK_MONOTONIC, converted as CPython converts it */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+        return ns % 1000000000LL == 0 ? (double)(ns / 1000000000LL) : (double)ns / 1e9;
+    }
     PyObject *t = PyObject_CallNoArgs(e->clock);
     if (t == NULL) return -1.0;
     double x = as_double(t);
-    if (obj) *obj = t;
-    else Py_DECREF(t);
+    Py_DECREF(t);
     return x;
 }
 
@@ -171,7 +189,7 @@ finish(Event *e, PyObject *out)
     }
     else {
         set_slot(e, S_DEPTH, Py_NewRef(zero));
-        double t = read_clock(e, NULL);
+        double t = read_clock(e);
         if (!PyErr_Occurred()) set_double(e, S_T_EXIT, t);
         set_slot(e, S_PENDING, Py_NewRef(Py_True));
     }
@@ -225,45 +243,82 @@ transition(Event *e, double now)
     return 0;
 }
 
+/* whether a memory mark is still due around top-level phase `path` in this iteration (Attributor._mem_left) */
+static int
+mark_due(Event *e, PyObject *path)
+{
+    PyObject *left = PyDict_GetItemWithError(SLOT(e, S_MEM_LEFT), path);
+    if (left == NULL) return PyErr_Occurred() ? -1 : e->memory_marks > 0;
+    return PyLong_AsLong(left) > 0;
+}
+
+/* whether the inline transition may replace the pending phase: no extra is on, or memory marks alone are and none
+ * is due (they act only on top-level phases: Attributor._push_extras and _pop_extras), as the Python path would */
+static int
+inline_ok(Event *e)
+{
+    PyObject *extras = SLOT(e, S_EXTRAS);
+    if (!truth(extras)) return 1;
+    if (!PyLong_CheckExact(extras) || PyLong_AsLong(extras) != MEMORY_ONLY) return 0;
+    PyObject *stack = SLOT(e, S_STACK);
+    if (PyList_GET_SIZE(stack) > 1) return 1;
+    int old_due = mark_due(e, PyList_GET_ITEM(stack, 0));
+    if (old_due != 0) return old_due < 0 ? -1 : 0;
+    PyObject *parent = SLOT(e, S_PARENT);
+    PyObject *path = PyDict_GetItemWithError(e->paths, parent); /* this phase's path (the one the push would take) */
+    if (path != NULL) {
+        Py_INCREF(path);
+    }
+    else {
+        if (PyErr_Occurred()) return -1;
+        path = PyObject_CallOneArg(e->path_under, parent);
+        if (path == NULL) return -1;
+    }
+    int new_due = mark_due(e, path);
+    Py_DECREF(path);
+    return new_due < 0 ? -1 : !new_due;
+}
+
 /* an automatic phase opens (or continues) around fn; the caller did the pass-through test */
 static PyObject *
 timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    PyObject *now_obj = NULL;
-    double now = read_clock(e, &now_obj);
-    if (now_obj == NULL) return NULL;
+    double now = read_clock(e);
+    if (PyErr_Occurred()) return NULL;
     int pending = truth(SLOT(e, S_PENDING));
     int same = 0;
     if (pending) {
         same = PyObject_RichCompareBool(SLOT(e, S_AUTO_NAME), e->name, Py_EQ);
-        if (same < 0) goto error;
+        if (same < 0) return NULL;
     }
-    double t_exit = as_double(SLOT(e, S_T_EXIT));
-    int slow = truth(SLOT(e, S_SLOW));
-    if (same && !slow) {
+    if (same && !truth(SLOT(e, S_SLOW))) {
         double block_t = as_double(SLOT(e, S_BLOCK_T));
-        same = now - t_exit < e->gap || (e->role == INFER && as_double(SLOT(e, S_T)) >= block_t && block_t > 0.0);
+        same = now - as_double(SLOT(e, S_T_EXIT)) < e->gap ||
+               (e->role == INFER && as_double(SLOT(e, S_T)) >= block_t && block_t > 0.0);
     }
     else {
         same = 0;
     }
     if (same) { /* the same kind again: one phase */
         set_slot(e, S_PENDING, Py_NewRef(Py_False));
-        if (add_long(e, S_MERGED, 1) < 0) goto error;
+        if (add_long(e, S_MERGED, 1) < 0) return NULL;
         set_slot(e, S_DEPTH, Py_NewRef(one));
     }
-    else if (pending && !truth(SLOT(e, S_EXTRAS)) && PyList_GET_SIZE(SLOT(e, S_STACK)) > 0 &&
-             (e->role != ENV || !(truth(SLOT(e, S_UPDATED)) || SLOT(e, S_STARTED) == Py_None))) {
-        if (transition(e, now) < 0) goto error;
+    else if (pending && PyList_GET_SIZE(SLOT(e, S_STACK)) > 0 &&
+             (e->role != ENV || !(truth(SLOT(e, S_UPDATED)) || SLOT(e, S_STARTED) == Py_None)) &&
+             (same = inline_ok(e)) != 0) {
+        if (same < 0 || transition(e, now) < 0) return NULL;
     }
-    else {
+    else { /* everything else: Attributor.enter */
+        PyObject *now_obj = PyFloat_FromDouble(now);
+        if (now_obj == NULL) return NULL;
         PyObject *stack[5] = {e->a, e->name, e->layer, e->role_obj, now_obj};
         PyObject *r = PyObject_VectorcallMethod(str_enter, stack, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        if (r == NULL) goto error;
+        Py_DECREF(now_obj);
+        if (r == NULL) return NULL;
         int opened = truth(r);
         Py_DECREF(r);
         if (!opened) { /* a transfer inside the training forward: part of it */
-            Py_DECREF(now_obj);
             PyObject *out = PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
             PyObject *type, *value, *tb;
             PyErr_Fetch(&type, &value, &tb);
@@ -272,11 +327,7 @@ timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
             return out;
         }
     }
-    Py_DECREF(now_obj);
     return finish(e, PyObject_Vectorcall(e->fn, args, nargsf, kwnames));
-error:
-    Py_DECREF(now_obj);
-    return NULL;
 }
 
 /* a grad-mode block's __enter__ marks the time; its __exit__ extends inference that ended within the merge gap */
@@ -285,10 +336,8 @@ mark_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     int here = !truth(SLOT(e, S_DEPTH)) && PyThread_get_thread_ident() == e->thread;
     if (e->mark == MARK_ENTER && here) {
-        PyObject *t = PyObject_CallNoArgs(e->clock);
-        if (t == NULL) return NULL;
-        set_slot(e, S_HINT, Py_NewRef(t));
-        set_slot(e, S_BLOCK_T, t);
+        double t = read_clock(e);
+        if (PyErr_Occurred() || set_double(e, S_HINT, t) < 0 || set_double(e, S_BLOCK_T, t) < 0) return NULL;
     }
     PyObject *out = PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
     if (out == NULL || e->mark == MARK_ENTER || !here) return out;
@@ -296,7 +345,7 @@ mark_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         int same = PyObject_RichCompareBool(SLOT(e, S_AUTO_NAME), e->name, Py_EQ);
         if (same < 0) goto fail;
         if (same) { /* not the rest of a long block: CleanRL's GAE runs in one */
-            double now = read_clock(e, NULL);
+            double now = read_clock(e);
             if (PyErr_Occurred()) goto fail;
             if (now - as_double(SLOT(e, S_T_EXIT)) < e->gap && set_double(e, S_T_EXIT, now) < 0) goto fail;
         }
@@ -344,8 +393,8 @@ event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     set_slot(e, S_ENV_SELF, Py_NewRef(Py_None));
     if (out == NULL || e->batch == BATCH_NONE) return out;
     long steps = 1;
-    if (e->batch == BATCH_VECTOR) { /* after the call: an iteration boundary it made snapshots the steps before it */
-        PyObject *n = PyObject_GetAttr(env, str_num_envs);
+    if (e->batch >= BATCH_VECTOR) { /* after the call: an iteration boundary it made snapshots the steps before it */
+        PyObject *n = e->batch == BATCH_VECTOR ? PyObject_GetAttr(env, str_num_envs) : PyObject_CallOneArg(e->batch_fn, env);
         if (n == NULL) goto fail;
         steps = PyLong_AsLong(n);
         Py_DECREF(n);
@@ -366,14 +415,16 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"attributor", "fn", "fallback", "name", "layer", "role", "clock", "thread", "paths",
                              "path_under", "gap", "skip", "model", "batch", "grad_enabled", "dtype", "tensor_cls",
-                             "shape_like", "mark", NULL};
+                             "shape_like", "mark", "direct_clock", "batch_fn", "memory_marks", NULL};
     PyObject *a, *fn, *fallback, *name, *layer, *role_obj, *clock, *thread, *paths, *path_under;
     PyObject *grad_enabled = Py_None, *dtype = Py_None, *tensor_cls = Py_None, *shape_like = Py_None;
+    PyObject *batch_fn = Py_None;
+    long memory_marks = 8;
     double gap;
-    int skip = 0, model = 0, batch = NOT_ENV, mark = NOT_MARK;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUOOOO!Od|ipiOOOOi", kwlist, &a, &fn, &fallback, &name, &layer,
+    int skip = 0, model = 0, batch = NOT_ENV, mark = NOT_MARK, direct = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUOOOO!Od|ipiOOOOipOl", kwlist, &a, &fn, &fallback, &name, &layer,
                                      &role_obj, &clock, &thread, &PyDict_Type, &paths, &path_under, &gap, &skip,
-                                     &model, &batch, &grad_enabled, &dtype, &tensor_cls, &shape_like, &mark))
+                                     &model, &batch, &grad_enabled, &dtype, &tensor_cls, &shape_like, &mark, &direct, &batch_fn, &memory_marks))
         return NULL;
     Event *e = (Event *)type->tp_alloc(type, 0);
     if (e == NULL) return NULL;
@@ -387,9 +438,13 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     e->model = model;
     e->batch = batch;
     e->mark = mark;
+    e->direct_clock = direct;
+    e->memory_marks = memory_marks;
     if ((model && grad_enabled == Py_None) || (skip == SKIP_CAST && !PyType_Check(dtype)) ||
-        (skip == SKIP_NO_DATA && (tensor_cls == Py_None || shape_like == Py_None))) {
-        PyErr_SetString(PyExc_ValueError, "Event: a module call needs grad_enabled, a skip needs its types");
+        (skip == SKIP_NO_DATA && (tensor_cls == Py_None || shape_like == Py_None)) ||
+        (batch == BATCH_CALL && !PyCallable_Check(batch_fn))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "Event: a module call needs grad_enabled, a skip needs its types, BATCH_CALL a batch_fn");
         goto error;
     }
     PyTypeObject *cls = Py_TYPE(a);
@@ -405,8 +460,8 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         }
     }
     if (!PyList_Check(SLOT(e, S_STACK)) || !PyDict_Check(SLOT(e, S_EXCL)) || !PyDict_Check(SLOT(e, S_ENTERS)) ||
-        !PyDict_Check(SLOT(e, S_ENV_IDS))) {
-        PyErr_SetString(PyExc_TypeError, "Event: the attributor's stack, excl, enters and env_ids must be a list and dicts");
+        !PyDict_Check(SLOT(e, S_ENV_IDS)) || !PyDict_Check(SLOT(e, S_MEM_LEFT))) {
+        PyErr_SetString(PyExc_TypeError, "Event: the attributor's stack, excl, enters, env_ids and _mem_left must be a list and dicts");
         goto error;
     }
     e->fn = Py_NewRef(fn);
@@ -421,6 +476,7 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     e->dtype = Py_NewRef(dtype);
     e->tensor_cls = Py_NewRef(tensor_cls);
     e->shape_like = Py_NewRef(shape_like);
+    e->batch_fn = Py_NewRef(batch_fn);
     return (PyObject *)e;
 error:
     Py_DECREF(e);
@@ -438,6 +494,7 @@ event_traverse(Event *e, visitproc visit, void *arg)
     Py_VISIT(e->paths);
     Py_VISIT(e->path_under);
     Py_VISIT(e->grad_enabled);
+    Py_VISIT(e->batch_fn);
     return 0;
 }
 
@@ -458,6 +515,7 @@ event_clear(Event *e)
     Py_CLEAR(e->dtype);
     Py_CLEAR(e->tensor_cls);
     Py_CLEAR(e->shape_like);
+    Py_CLEAR(e->batch_fn);
     return 0;
 }
 
@@ -483,6 +541,30 @@ event_repr(Event *e)
     return PyUnicode_FromFormat("<rlbench hook %R around %R>", e->name, e->fn);
 }
 
+/* the hook as a builtin function: for Tensor.__new__, which torch.compile's polyfill registry accepts only as a
+ * function (a builtin counts), checked when torch._dynamo is first imported, often inside the profile */
+static PyObject *
+event_fastcall(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    return event_call((Event *)self, args, (size_t)nargs, kwnames);
+}
+
+static PyMethodDef builtin_def = {
+    "rlbench_hook", (PyCFunction)(void (*)(void))event_fastcall, METH_FASTCALL | METH_KEYWORDS,
+    "A hooked callable (rlbench.instrument._fastevent.Event) as a builtin function.",
+};
+
+static PyObject *
+event_as_function(PyObject *self, PyObject *unused)
+{
+    return PyCFunction_NewEx(&builtin_def, self, NULL);
+}
+
+static PyMethodDef event_methods[] = {
+    {"as_function", event_as_function, METH_NOARGS, "This hook as a builtin function (types.BuiltinFunctionType)."},
+    {NULL},
+};
+
 static PyGetSetDef event_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {NULL},
@@ -503,6 +585,7 @@ static PyTypeObject EventType = {
     .tp_descr_get = event_get,
     .tp_dictoffset = offsetof(Event, dict),
     .tp_getset = event_getset,
+    .tp_methods = event_methods,
     .tp_repr = (reprfunc)event_repr,
 };
 

@@ -47,6 +47,7 @@ block counts it. Inference calls inside one grad-mode block continue each other 
 MEMORY_FIRST, MEMORY_EVERY = 2, 32  # peak-RSS marks (a syscall each) in the first 2 iterations, then in every 32nd,
 MEMORY_MARKS = 8  # around the first 8 occurrences of each top-level phase there (allocations happen the first times)
 _RSS_UNIT = 1024  # ru_maxrss is in KiB on Linux
+MEMORY_ONLY = 2  # Attributor.extras when memory marks are the only extra on (see Attributor.refresh_extras)
 
 
 @dataclass
@@ -220,7 +221,7 @@ class Attributor:
         self.env_ids: dict[type, str] = {}  # registered env id of each env class stepped at top level
         self.shadowed: list[tuple[Any, str]] = []  # (weak env, method) given back their unwrapped method
         self.unshadowable: set[type] = set()  # env classes whose instances take no attribute (autohooks.shadow)
-        self.extras = False
+        self.extras: bool | int = False
         self.refresh_extras()
         self.t = self.t_begin = _clock()
 
@@ -235,8 +236,14 @@ class Attributor:
         self.t = now
 
     def refresh_extras(self) -> None:
-        """Whether any per-transition extra is on (trace, profiler ranges, memory marks, op counting)."""
-        self.extras = self.trace is not None or self.rf_on or self.mem_on or self.counter is not None or bool(self.ranges)
+        """Whether any per-transition extra is on (trace, profiler ranges, memory marks, op counting).
+
+        :data:`MEMORY_ONLY` when memory marks are the only one: they act on top-level phases alone, and only on each
+        one's first :data:`MEMORY_MARKS` occurrences in the iteration, so the compiled hooks keep their inline
+        transition for every other phase change (``rlbench/instrument/_fastevent.c``).
+        """
+        others = self.trace is not None or self.rf_on or self.counter is not None or bool(self.ranges)
+        self.extras = True if others else MEMORY_ONLY if self.mem_on else False
 
     # --- frames ---------------------------------------------------------------------------------------------------
     def _new_path(self, parent: str, name: str, layer: str) -> str:

@@ -27,12 +27,13 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from rlbench.instrument.attribution import ENV, FORWARD, INFER, MERGE_GAP_S, NEST, UPDATE, Attributor
+from rlbench.instrument.attribution import ENV, FORWARD, INFER, MEMORY_MARKS, MERGE_GAP_S, NEST, UPDATE, Attributor
 
 try:  # the hot path in C, where the extension was built (pip builds it wherever a C compiler is found)
     from rlbench.instrument import _fastevent
@@ -40,8 +41,13 @@ except ImportError:  # pragma: no cover - a pure-Python install: the Python wrap
     _fastevent = None  # type: ignore[assignment]
 
 _get_ident = threading.get_ident
+_perf_counter = time.perf_counter
+# the compiled hooks read CLOCK_MONOTONIC themselves where time.perf_counter is that clock (Linux), as CPython does
+_MONOTONIC = sys.platform.startswith("linux") and time.get_clock_info("perf_counter").implementation.startswith(
+    "clock_gettime(CLOCK_MONOTONIC)"
+)
 # batches of an env hook (how many agent steps one call takes), as the compiled hook knows them
-NOT_ENV, BATCH_NONE, BATCH_ONE, BATCH_VECTOR = -1, 0, 1, 2
+NOT_ENV, BATCH_NONE, BATCH_ONE, BATCH_VECTOR, BATCH_CALL = -1, 0, 1, 2, 3  # (BATCH_CALL: ask the env hook's batch())
 MARK_ENTER, MARK_EXIT = 1, 2  # the compiled hooks of a grad-mode block's __enter__ and __exit__
 _Restore = list[tuple[Any, str, Any, bool]]  # (owner, attribute, original, was in owner.__dict__)
 
@@ -76,8 +82,8 @@ def event_wrapper(
         skip: Calls that are not events, tested inline (a callback would cost a frame on every call):
             :data:`SKIP_CAST` a ``Tensor.to`` with only a dtype; :data:`SKIP_NO_DATA` a ``Tensor.__new__`` given a
             shape or nothing; 0 none.
-        copy_metadata: Copy ``fn``'s name and docstring (``functools.wraps``). Without, the hook is the Python
-            wrapper, a plain function.
+        copy_metadata: Copy ``fn``'s name and docstring (``functools.wraps``). Without, the hook is a function:
+            the compiled hook as a builtin function, or the Python wrapper.
 
     Returns:
         The compiled hook (:func:`native`) standing for the Python wrapper of :func:`python_event`, or that wrapper
@@ -86,19 +92,17 @@ def event_wrapper(
     event, paths, path_under = python_event(a, fn, name, layer, role, model=model, skip=skip)
     event.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
     hook = native(a, fn, event, name, layer, role, paths, path_under, model=model, skip=skip)
-    if not copy_metadata:
-        if hook is event:
-            return event
-
-        def shim(*args: Any, **kwargs: Any) -> Any:  # a Python function, as torch.compile's polyfill registry
-            return hook(*args, **kwargs)  # requires of Tensor.__new__ (_tensor_new_wrapper); the work is in C
-
-        shim.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
-        return shim
+    if not copy_metadata:  # a function, as torch.compile's polyfill registry requires of Tensor.__new__
+        return event if hook is event else hook.as_function()  # type: ignore[attr-defined]
     wraps(fn)(event)
-    if hook is not event:
+    return _dressed(hook, event, fn)
+
+
+def _dressed(hook: Callable[..., Any], python: Callable[..., Any], fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A compiled ``hook`` given ``fn``'s name and docstring, and the mark :func:`uninstall` unwraps by."""
+    if hook is not python:
         wraps(fn)(hook)
-        hook.__rlbench_wrapped__ = fn  # type: ignore[union-attr]
+        hook.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
     return hook
 
 
@@ -107,9 +111,6 @@ def python_event(
 ) -> tuple[Callable[..., Any], dict[str, str], Callable[[str], str]]:
     """The Python wrapper of :func:`event_wrapper` (the reference the compiled hook follows line for line).
 
-    Returns:
-        The wrapper, its path cache (parent path -> this phase's path under it) and what fills that cache.
-
     The clock is read first thing after the pass-through test and last thing after ``fn`` returns, so the
     wrapper's own work falls inside the phase it opens, as it does inside a hand timer around the call.
 
@@ -117,8 +118,11 @@ def python_event(
     :data:`MERGE_GAP_S` of the last one continues it, a call of another kind replaces the pending phase on the stack,
     and the end of a call only marks the time (the phase closes lazily, at the next event). Everything else (the
     first phase under a parent, op counting, traces, memory marks) goes through :meth:`Attributor.enter` and
-    :meth:`Attributor.exit`. This is the profiler's hot path, so it is written for the fewest bytecodes: measured
-    with cachegrind in ``python -m rlbench.suites.scripts.accuracy``.
+    :meth:`Attributor.exit`. Where the extension is not built this is the profiler's hot path, so it is written for
+    the fewest bytecodes: measured with cachegrind in ``python -m rlbench.suites.scripts.accuracy``.
+
+    Returns:
+        The wrapper, its path cache (parent path -> this phase's path under it) and what fills that cache.
     """
     clock = a.clock
     thread = a.thread
@@ -218,6 +222,7 @@ def native(
     model: bool = False,
     skip: int = 0,
     batch: int = NOT_ENV,
+    batch_fn: Callable[[Any], int] | None = None,
     mark: int = 0,
 ) -> Callable[..., Any]:
     """The compiled hook (``rlbench.instrument._fastevent.Event``) standing for the Python wrapper ``fallback``.
@@ -236,9 +241,12 @@ def native(
         import torch
 
         types.update(dtype=torch.dtype, tensor_cls=torch.Tensor, shape_like=(int, torch.Size))
+    if batch == BATCH_CALL:
+        types["batch_fn"] = batch_fn
     return _fastevent.Event(
         a, fn, fallback, name, layer, role, a.clock, a.thread, paths, path_under, MERGE_GAP_S,
-        skip=skip, model=model, batch=batch, mark=mark, **types,
+        skip=skip, model=model, batch=batch, mark=mark, direct_clock=a.clock is _perf_counter and _MONOTONIC,
+        memory_marks=MEMORY_MARKS, **types,
     )  # fmt: skip
 
 
@@ -286,12 +294,9 @@ def env_wrapper(a: Attributor, fn: Callable[..., Any], name: str, batch: Callabl
         return out
 
     env_call.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
-    code = {None: BATCH_NONE, _one: BATCH_ONE, _vector_batch: BATCH_VECTOR}.get(batch)
-    hook = env_call if code is None else native(a, fn, env_call, name, "environment", ENV, paths, path_under, batch=code)
-    if hook is not env_call:
-        wraps(fn)(hook)
-        hook.__rlbench_wrapped__ = fn  # type: ignore[union-attr]
-    return hook
+    code = {None: BATCH_NONE, _one: BATCH_ONE, vector_batch: BATCH_VECTOR}.get(batch, BATCH_CALL)
+    hook = native(a, fn, env_call, name, "environment", ENV, paths, path_under, batch=code, batch_fn=batch)
+    return _dressed(hook, env_call, fn)
 
 
 def env_id(env: Any) -> str:
@@ -353,7 +358,7 @@ def _module_call_wrapper(a: Attributor) -> Callable[..., Any]:
     return module_call
 
 
-def _vector_batch(env: Any) -> int:
+def vector_batch(env: Any) -> int:
     return int(env.num_envs)
 
 
@@ -403,7 +408,7 @@ def _install_gymnasium(h: Hooks) -> None:
     except ImportError:
         return
     delegates = (gymnasium.Wrapper, VectorWrapper)
-    for root, batch in ((gymnasium.Env, _one), (VectorEnv, _vector_batch)):
+    for root, batch in ((gymnasium.Env, _one), (VectorEnv, vector_batch)):
         for cls in all_subclasses(root):
             h.wrap_env_class(cls, batch, delegates)
 
@@ -490,11 +495,8 @@ def _install_grad_modes(h: Hooks) -> None:
 
     def compiled(python: Callable[..., Any], mark: int) -> Callable[..., Any]:
         fn = python.__rlbench_wrapped__  # type: ignore[attr-defined]
-        hook = native(a, fn, python, "inference", "inference", INFER, {}, str, mark=mark)
-        if hook is not python:
-            wraps(fn)(hook)
-            hook.__rlbench_wrapped__ = fn  # type: ignore[union-attr]
-        return hook
+        # a mark opens no phase: no path cache to share (the compiled hook compares its name with the pending one)
+        return _dressed(native(a, fn, python, "inference", "inference", INFER, {}, str, mark=mark), python, fn)
 
     for cls in (grad_mode.no_grad, grad_mode.inference_mode):
         replace_attr(h.restore, cls, "__enter__", compiled(marked_enter(vars(cls)["__enter__"]), MARK_ENTER))
@@ -538,9 +540,10 @@ def _unwrap_optimizer_steps() -> None:
 def _tensor_new_wrapper(a: Attributor) -> Callable[..., Any]:
     """``torch.Tensor(data)``, the legacy constructor scripts use on env output: a transfer when given data.
 
-    The wrapper keeps no metadata of ``Tensor.__new__`` and its signature stays ``(*args, **kwargs)``:
-    torch.compile's polyfill registry accepts a wildcard in place of ``Tensor.__new__``'s own, but only in a Python
-    function (never the compiled hook: it rejects any other callable).
+    The wrapper keeps no metadata of ``Tensor.__new__`` and its signature stays ``(*args, **kwargs)`` (or none, for
+    the compiled hook): torch.compile's polyfill registry, which checks ``Tensor.__new__`` when ``torch._dynamo`` is
+    first imported (an optimizer's first step does it), accepts a wildcard in place of its own signature, but only
+    in a function, a builtin one included (``Event.as_function``).
     """
     import torch
 

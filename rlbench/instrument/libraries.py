@@ -28,7 +28,7 @@ from threading import get_ident
 from typing import Any
 
 from rlbench.instrument.attribution import Attributor
-from rlbench.instrument.autohooks import all_subclasses, env_wrapper, replace_attr
+from rlbench.instrument.autohooks import all_subclasses, env_wrapper, replace_attr, vector_batch
 
 Patcher = Callable[[Any, Any], None]  # (hooks, module) -> None
 
@@ -92,7 +92,7 @@ def _env(h: Any, cls: type, batch: Callable[[Any], int]) -> None:
 
 # --- Stable-Baselines3 --------------------------------------------------------------------------------------------
 def _sb3_vec_env(h: Any, module: Any) -> None:
-    _env(h, module.VecEnv, lambda env: int(env.num_envs))
+    _env(h, module.VecEnv, vector_batch)  # num_envs, as gymnasium's vector envs (the compiled hook reads it itself)
 
 
 def _sb3_buffers(h: Any, module: Any) -> None:

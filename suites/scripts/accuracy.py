@@ -126,9 +126,11 @@ def run_profiled(script: Path, args: list[str], tmp: Path) -> dict[str, float]:
 
 
 def hooks_overhead(script: Path, args: list[str], rounds: int) -> dict[str, list[float]]:
-    """CPU seconds of the script run in this process with and without a profiling session, alternating.
+    """CPU seconds of the script run in this process without a profiling session, with one (the compiled hooks) and
+    with one whose hooks are the Python wrappers (``RLBENCH_PURE_PYTHON_HOOKS``, as where the extension is not
+    built), in rotating order.
 
-    In one process the two sides share imports, caches and the interpreter, so the difference is what the hooks
+    In one process the sides share imports, caches and the interpreter, so the difference is what the hooks
     cost; many short alternating runs beat a few long ones on a machine whose speed drifts.
     """
     import contextlib
@@ -146,18 +148,27 @@ def hooks_overhead(script: Path, args: list[str], rounds: int) -> dict[str, list
 
     saved = list(sys.argv)
     try:
-        once()  # imports and first-use costs, on neither side
-        out: dict[str, list[float]] = {"plain": [], "hooked": []}
+        once()  # imports and first-use costs, on no side
+        sides = ("plain", "hooked", "python")
+        out: dict[str, list[float]] = {side: [] for side in sides}
         for k in range(rounds):
-            for side in ("plain", "hooked") if k % 2 == 0 else ("hooked", "plain"):
+            for side in sides if k % 2 == 0 else sides[::-1]:
                 if side == "plain":
                     out[side].append(once())
-                else:
+                    continue
+                if side == "python":
+                    os.environ[PURE_PYTHON] = "1"
+                try:
                     with Session(Settings()):
                         out[side].append(once())
+                finally:
+                    os.environ.pop(PURE_PYTHON, None)
         return out
     finally:
         sys.argv = saved
+
+
+PURE_PYTHON = "RLBENCH_PURE_PYTHON_HOOKS"
 
 
 # two budgets per script for the instruction counts: their difference is whole training iterations
@@ -305,7 +316,10 @@ OVERHEAD_ARGS = {
 
 def measure(names: list[str], rounds: int, overhead_rounds: int) -> dict[str, Any]:
     """Accuracy rounds for every script, then the overhead measurements; raw numbers."""
+    from rlbench.instrument.autohooks import native_available
+
     results: dict[str, Any] = {n: {"accuracy": []} for n in names}
+    results["_hooks"] = {"compiled": native_available()}
     for k in range(rounds):
         for name in names if k % 2 == 0 else list(reversed(names)):
             cfg = SCRIPTS[name]
@@ -406,6 +420,8 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
         "",
     ]
     fixed = results.get("_fixed", {"plain": [], "profiled": []})
+    compiled = results.get("_hooks", {}).get("compiled", False)
+    compiled_note = "" if compiled else ", **not built where this ran: both hooked columns are the Python wrappers**"
     fixed_s = statistics.median(fixed["profiled"]) - statistics.median(fixed["plain"]) if fixed["plain"] else math.nan
     lines += [
         "## Overhead",
@@ -420,22 +436,29 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
         f"median **{fixed_s * 1e3:+.0f} ms** per run over {len(fixed['plain'])} pairs "
         f"(plain {_spread(fixed['plain'])}, profiled {_spread(fixed['profiled'])}).",
         "",
+        f"The hooks are the compiled ones (`rlbench/instrument/_fastevent.c`){compiled_note}; the last column runs "
+        "the same sessions with the Python wrappers they stand for (`RLBENCH_PURE_PYTHON_HOOKS=1`, what an install "
+        "without a C compiler gets), in the same rounds.",
+        "",
         "| Script (budget) | Plain CPU s, median (min–max) | Profiled CPU s | Hooks' overhead, paired median (min–max) | "
-        "Estimated by the profiler itself | Overhead of a run at the accuracy budget (hooks + fixed cost) |",
-        "|---|---|---|---|---|---|",
+        "Estimated by the profiler itself | Overhead of a run at the accuracy budget (hooks + fixed cost) | "
+        "Python hooks' overhead, paired median (min–max) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         if name.startswith("_") or "hooks" not in r:
             continue
-        plain, hooked = r["hooks"]["plain"], r["hooks"]["hooked"]
+        plain, hooked, python = r["hooks"]["plain"], r["hooks"]["hooked"], r["hooks"].get("python", [])
         ratios = [b / a - 1 for a, b in zip(plain, hooked)]
+        py = [b / a - 1 for a, b in zip(plain, python)]
+        py_cell = f"{100 * statistics.median(py):+.1f}% ({100 * min(py):+.1f}…{100 * max(py):+.1f}%)" if py else "–"
         est = [a["estimated_overhead"] for a in r["accuracy"] if a.get("estimated_overhead") is not None]
         loop = statistics.median([a["wall_s"] for a in r["accuracy"]]) if r["accuracy"] else math.nan
         whole = statistics.median(ratios) + (fixed_s / loop if loop and math.isfinite(fixed_s) else math.nan)
         lines.append(
             f"| {name} (`{' '.join(OVERHEAD_ARGS[name])}`) | {_spread(plain)} | {_spread(hooked)} | "
             f"**{100 * statistics.median(ratios):+.1f}%** ({100 * min(ratios):+.1f}…{100 * max(ratios):+.1f}%) | "
-            f"{_pct(statistics.median(est)) if est else '–'} | {100 * whole:+.1f}% of a {loop:.1f} s run |"
+            f"{_pct(statistics.median(est)) if est else '–'} | {100 * whole:+.1f}% of a {loop:.1f} s run | {py_cell} |"
         )
     counted = {n: r["instructions"] for n, r in results.items() if not n.startswith("_") and "instructions" in r}
     if counted:

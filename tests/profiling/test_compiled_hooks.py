@@ -28,7 +28,7 @@ def _structure(monkeypatch, python: bool, loop) -> tuple:
         monkeypatch.setenv("RLBENCH_PURE_PYTHON_HOOKS", "1")
     else:
         monkeypatch.delenv("RLBENCH_PURE_PYTHON_HOOKS", raising=False)
-    with Session(Settings(count_iteration=1, memory=False)) as s:
+    with Session(Settings(count_iteration=1, memory=True)) as s:  # memory marks: the compiled hooks skip them inline
         loop()
     r = s.outcome.attribution
     return (
@@ -40,6 +40,7 @@ def _structure(monkeypatch, python: bool, loop) -> tuple:
         sorted(r.excl),
         r.counts,
         r.layers,
+        r.mem_marks,
     )
 
 
@@ -106,3 +107,70 @@ def test_an_optimizer_class_first_used_while_profiling_is_wrapped_by_torch_once(
         assert not hasattr(step, "__rlbench_wrapped__") and step.hooked
         FreshSGD(net.parameters(), lr=0.1)
         assert vars(FreshSGD)["step"] is step  # torch saw its mark: no second wrapper
+
+
+def test_the_compiled_clock_is_the_one_python_reads():
+    import time
+
+    monkeypatch_free = autohooks.native_available()
+    assert monkeypatch_free
+    with Session(Settings(count_iteration=None, memory=False)) as s:
+        before = time.perf_counter()
+        torch.zeros(2).numpy()  # the hook reads the clock in C (CLOCK_MONOTONIC directly, on Linux)
+        after = time.perf_counter()
+        assert before <= s.attributor.t_exit <= after
+
+
+def test_torch_dynamo_first_imported_inside_a_profile_accepts_the_tensor_constructor_hook():
+    # torch.compile's polyfill registry checks that Tensor.__new__ is a function when torch._dynamo is first imported,
+    # which an optimizer's first step does: inside the profile, where the compiled hook stands in (as a builtin)
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from rlbench.profiling.session import Session, Settings\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+        "with Session(Settings(count_iteration=None, memory=False)) as s:\n"
+        "    import torch._dynamo\n"
+        "    x = torch.Tensor([1.0, 2.0])\n"
+        "    print(type(torch.Tensor.__new__).__name__, float(x.sum()))\n"
+        "print(s.outcome.attribution.enters['transfer'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["builtin_function_or_method", "3.0", "1"]
+
+
+def test_memory_marks_send_only_their_own_transitions_to_python(monkeypatch):
+    # marks act on each top-level phase's first occurrences of an iteration; past those, the compiled hooks keep
+    # their inline transition (the first iteration marks memory all through)
+    import numpy as np
+
+    from rlbench.instrument.attribution import MEMORY_MARKS, Attributor
+
+    def marks_and_enters(python: bool) -> tuple[int, int, dict]:
+        if python:
+            monkeypatch.setenv("RLBENCH_PURE_PYTHON_HOOKS", "1")
+        else:
+            monkeypatch.delenv("RLBENCH_PURE_PYTHON_HOOKS", raising=False)
+        calls = []
+        original = Attributor.enter
+        monkeypatch.setattr(Attributor, "enter", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+        env, t = SlowEnv(), torch.zeros(2)
+        with Session(Settings(count_iteration=None, memory=True)) as s:
+            env.reset()
+            for _ in range(60):
+                env.step(0)
+                np.zeros(2).sum()
+                t.numpy()
+                np.zeros(2).sum()
+        monkeypatch.setattr(Attributor, "enter", original)
+        r = s.outcome.attribution
+        return r.mem_marks, len(calls), r.enters
+
+    marks, enters_compiled, booked = marks_and_enters(False)
+    marks_python, enters_python, booked_python = marks_and_enters(True)
+    assert (marks, booked) == (marks_python, booked_python)
+    assert marks >= 2 * 2 * MEMORY_MARKS  # a mark each side of the first occurrences of both phases
+    assert enters_python >= 100 and enters_compiled <= 4 * MEMORY_MARKS
