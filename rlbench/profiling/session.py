@@ -85,7 +85,7 @@ class Session:
         self.settings = settings or Settings()
         self.attributor: Attributor | None = None
         self.hooks: Any = None
-        self.hooks_kind = "python"  # "compiled" where the C hooks were installed (autohooks.native)
+        self.hooks_kind = "python"  # "compiled" where the C hooks were installed (autohooks.native_available)
         self.user_metrics: list[Metric] = []
         self.outcome: Outcome | None = None
 

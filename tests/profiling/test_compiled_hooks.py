@@ -16,11 +16,14 @@ def test_the_extension_is_built_and_used():
     from rlbench.instrument import _fastevent  # noqa: F401
 
     assert autohooks.native_available()
-    with Session(Settings(count_iteration=None, memory=False)):
+    with Session(Settings(count_iteration=None, memory=False)) as s:
         assert type(torch.nn.Module.__call__).__name__ == "Event"
         assert type(torch.Tensor.numpy).__name__ == "Event"
         assert type(vars(SlowEnv)["step"]).__name__ == "Event"
+        torch.zeros(2).numpy()
     assert torch.nn.Module.__call__ is torch.nn.Module._wrapped_call_impl  # put back
+    events = {m.name: m for m in s.outcome.metrics()}["profile/events"]
+    assert events.meta["hooks"] == "compiled"  # the records say which hooks measured them
 
 
 def _structure(monkeypatch, python: bool, loop) -> tuple:
