@@ -124,7 +124,7 @@ def test_the_compiled_clock_is_the_one_python_reads():
         assert before <= s.attributor.t_exit <= after
 
 
-def test_torch_dynamo_first_imported_inside_a_profile_accepts_the_tensor_constructor_hook():
+def test_torch_dynamo_first_imported_inside_a_profile_accepts_the_tensor_constructor_hook(tmp_path):
     # torch.compile's polyfill registry checks that Tensor.__new__ is a function when torch._dynamo is first imported,
     # which an optimizer's first step does: inside the profile, where the compiled hook stands in (as a builtin)
     import subprocess
@@ -140,7 +140,9 @@ def test_torch_dynamo_first_imported_inside_a_profile_accepts_the_tensor_constru
         "    print(type(torch.Tensor.__new__).__name__, float(x.sum()))\n"
         "print(s.outcome.attribution.enters['transfer'])\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    # run outside the checkout: `python -c` puts the working directory first on sys.path, and a checkout's rlbench/
+    # has no built extension where the package was installed (not editable) from it
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["builtin_function_or_method", "3.0", "1"]
 
