@@ -112,17 +112,23 @@ as_double(PyObject *v)
     return PyFloat_CheckExact(v) ? PyFloat_AS_DOUBLE(v) : PyFloat_AsDouble(v);
 }
 
-/* d[key] += x for a dict of floats (a missing key counts as 0.0, as in the defaultdict) */
+/* d[key] = v, v stolen (NULL: its constructor failed) */
+static int
+dict_put(PyObject *d, PyObject *key, PyObject *v)
+{
+    if (v == NULL) return -1;
+    int r = PyDict_SetItem(d, key, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* d[key] += x, for the float and the int dicts (a missing key counts as 0, as in the defaultdicts) */
 static int
 dict_add_double(PyObject *d, PyObject *key, double x)
 {
     PyObject *old = PyDict_GetItemWithError(d, key);
     if (old == NULL && PyErr_Occurred()) return -1;
-    PyObject *v = PyFloat_FromDouble((old ? as_double(old) : 0.0) + x);
-    if (v == NULL) return -1;
-    int r = PyDict_SetItem(d, key, v);
-    Py_DECREF(v);
-    return r;
+    return dict_put(d, key, PyFloat_FromDouble((old ? as_double(old) : 0.0) + x));
 }
 
 static int
@@ -130,11 +136,7 @@ dict_add_long(PyObject *d, PyObject *key, long n)
 {
     PyObject *old = PyDict_GetItemWithError(d, key);
     if (old == NULL && PyErr_Occurred()) return -1;
-    PyObject *v = PyLong_FromLong((old ? PyLong_AsLong(old) : 0) + n);
-    if (v == NULL) return -1;
-    int r = PyDict_SetItem(d, key, v);
-    Py_DECREF(v);
-    return r;
+    return dict_put(d, key, PyLong_FromLong((old ? PyLong_AsLong(old) : 0) + n));
 }
 
 /* the attributor's clock (Attributor.clock); an error is set where it raised */
@@ -286,7 +288,7 @@ timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     double now = read_clock(e);
     if (PyErr_Occurred()) return NULL;
     int pending = truth(SLOT(e, S_PENDING));
-    int same = 0;
+    int same = 0, ok;
     if (pending) {
         same = PyObject_RichCompareBool(SLOT(e, S_AUTO_NAME), e->name, Py_EQ);
         if (same < 0) return NULL;
@@ -306,8 +308,8 @@ timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     }
     else if (pending && PyList_GET_SIZE(SLOT(e, S_STACK)) > 0 &&
              (e->role != ENV || !(truth(SLOT(e, S_UPDATED)) || SLOT(e, S_STARTED) == Py_None)) &&
-             (same = inline_ok(e)) != 0) {
-        if (same < 0 || transition(e, now) < 0) return NULL;
+             (ok = inline_ok(e)) != 0) {
+        if (ok < 0 || transition(e, now) < 0) return NULL;
     }
     else { /* everything else: Attributor.enter */
         PyObject *now_obj = PyFloat_FromDouble(now);
@@ -494,6 +496,9 @@ event_traverse(Event *e, visitproc visit, void *arg)
     Py_VISIT(e->paths);
     Py_VISIT(e->path_under);
     Py_VISIT(e->grad_enabled);
+    Py_VISIT(e->dtype);
+    Py_VISIT(e->tensor_cls); /* Tensor.__new__'s hook, on torch.Tensor itself, refers back to it */
+    Py_VISIT(e->shape_like);
     Py_VISIT(e->batch_fn);
     return 0;
 }

@@ -49,6 +49,7 @@ _MONOTONIC = sys.platform.startswith("linux") and time.get_clock_info("perf_coun
 # batches of an env hook (how many agent steps one call takes), as the compiled hook knows them
 NOT_ENV, BATCH_NONE, BATCH_ONE, BATCH_VECTOR, BATCH_CALL = -1, 0, 1, 2, 3  # (BATCH_CALL: ask the env hook's batch())
 MARK_ENTER, MARK_EXIT = 1, 2  # the compiled hooks of a grad-mode block's __enter__ and __exit__
+PURE_PYTHON_ENV = "RLBENCH_PURE_PYTHON_HOOKS"  # set (non-empty): install the Python wrappers, not the compiled hooks
 _Restore = list[tuple[Any, str, Any, bool]]  # (owner, attribute, original, was in owner.__dict__)
 
 
@@ -232,7 +233,7 @@ def native(
     the wrapper's path cache, so the two can serve calls in any mix. Returns ``fallback`` itself where the extension
     is not built (a pure-Python install) or ``RLBENCH_PURE_PYTHON_HOOKS`` is set.
     """
-    if _fastevent is None or os.environ.get("RLBENCH_PURE_PYTHON_HOOKS"):
+    if not native_available():
         return fallback
     types: dict[str, Any] = {}
     if model:
@@ -252,7 +253,7 @@ def native(
 
 def native_available() -> bool:
     """Whether hooks installed now are the compiled ones (the extension is built and not switched off)."""
-    return _fastevent is not None and not os.environ.get("RLBENCH_PURE_PYTHON_HOOKS")
+    return _fastevent is not None and not os.environ.get(PURE_PYTHON_ENV)
 
 
 SKIP_CAST, SKIP_NO_DATA = 1, 2

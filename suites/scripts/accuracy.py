@@ -137,6 +137,7 @@ def hooks_overhead(script: Path, args: list[str], rounds: int) -> dict[str, list
     import io
     import runpy
 
+    from rlbench.instrument.autohooks import PURE_PYTHON_ENV
     from rlbench.profiling.session import Session
 
     def once() -> float:
@@ -157,18 +158,15 @@ def hooks_overhead(script: Path, args: list[str], rounds: int) -> dict[str, list
                     out[side].append(once())
                     continue
                 if side == "python":
-                    os.environ[PURE_PYTHON] = "1"
+                    os.environ[PURE_PYTHON_ENV] = "1"
                 try:
                     with Session(Settings()):
                         out[side].append(once())
                 finally:
-                    os.environ.pop(PURE_PYTHON, None)
+                    os.environ.pop(PURE_PYTHON_ENV, None)
         return out
     finally:
         sys.argv = saved
-
-
-PURE_PYTHON = "RLBENCH_PURE_PYTHON_HOOKS"
 
 
 # two budgets per script for the instruction counts: their difference is whole training iterations

@@ -8,6 +8,7 @@ import torch
 from loops import SlowEnv, SlowNet, known_loop, spin
 
 import rlbench
+from rlbench.instrument.autohooks import PURE_PYTHON_ENV
 from rlbench.profiling.session import Session, Settings
 
 
@@ -15,9 +16,9 @@ from rlbench.profiling.session import Session, Settings
 def hooks(request, monkeypatch):
     """Every test here runs with the compiled hooks and with the Python wrappers they stand for."""
     if request.param == "python":
-        monkeypatch.setenv("RLBENCH_PURE_PYTHON_HOOKS", "1")
+        monkeypatch.setenv(PURE_PYTHON_ENV, "1")
     else:
-        monkeypatch.delenv("RLBENCH_PURE_PYTHON_HOOKS", raising=False)
+        monkeypatch.delenv(PURE_PYTHON_ENV, raising=False)
     return request.param
 
 

@@ -11,6 +11,13 @@ from rlbench.instrument import autohooks
 from rlbench.profiling.session import Session, Settings
 
 
+def _use_python_hooks(monkeypatch, python: bool) -> None:
+    if python:
+        monkeypatch.setenv(autohooks.PURE_PYTHON_ENV, "1")
+    else:
+        monkeypatch.delenv(autohooks.PURE_PYTHON_ENV, raising=False)
+
+
 def test_the_extension_is_built_and_used():
     # pip builds it wherever a C compiler is found (CI has one); without it the Python wrappers run, slower
     from rlbench.instrument import _fastevent  # noqa: F401
@@ -27,10 +34,7 @@ def test_the_extension_is_built_and_used():
 
 
 def _structure(monkeypatch, python: bool, loop) -> tuple:
-    if python:
-        monkeypatch.setenv("RLBENCH_PURE_PYTHON_HOOKS", "1")
-    else:
-        monkeypatch.delenv("RLBENCH_PURE_PYTHON_HOOKS", raising=False)
+    _use_python_hooks(monkeypatch, python)
     with Session(Settings(count_iteration=1, memory=True)) as s:  # memory marks: the compiled hooks skip them inline
         loop()
     r = s.outcome.attribution
@@ -73,7 +77,7 @@ def test_compiled_and_python_hooks_book_the_same_phases_merges_and_counts(monkey
 
 
 def test_a_raising_call_ends_its_phase_and_the_exception_goes_through(monkeypatch):
-    monkeypatch.delenv("RLBENCH_PURE_PYTHON_HOOKS", raising=False)
+    _use_python_hooks(monkeypatch, False)
 
     class Boom(SlowEnv):
         def step(self, action):
@@ -115,8 +119,7 @@ def test_an_optimizer_class_first_used_while_profiling_is_wrapped_by_torch_once(
 def test_the_compiled_clock_is_the_one_python_reads():
     import time
 
-    monkeypatch_free = autohooks.native_available()
-    assert monkeypatch_free
+    assert autohooks.native_available()
     with Session(Settings(count_iteration=None, memory=False)) as s:
         before = time.perf_counter()
         torch.zeros(2).numpy()  # the hook reads the clock in C (CLOCK_MONOTONIC directly, on Linux)
@@ -155,10 +158,7 @@ def test_memory_marks_send_only_their_own_transitions_to_python(monkeypatch):
     from rlbench.instrument.attribution import MEMORY_MARKS, Attributor
 
     def marks_and_enters(python: bool) -> tuple[int, int, dict]:
-        if python:
-            monkeypatch.setenv("RLBENCH_PURE_PYTHON_HOOKS", "1")
-        else:
-            monkeypatch.delenv("RLBENCH_PURE_PYTHON_HOOKS", raising=False)
+        _use_python_hooks(monkeypatch, python)
         calls = []
         original = Attributor.enter
         monkeypatch.setattr(Attributor, "enter", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
