@@ -22,7 +22,7 @@ from rlbench.variants import variant_configs
 def offpolicy_metrics(result: Any, overhead: dict[str, float], counts: dict[str, int] | None = None) -> list[Metric]:
     """Turn an :class:`~rlbench.algos.offpolicy.train.OffPolicyResult` into metrics (one record each)."""
     m = training_metrics(result, overhead)
-    m.append(Metric(UPDATES, "count", "none", [float(result.updates)]))
+    m.append(Metric(UPDATES, "count", "none", [float(result.updates)], meta={"precision": result.precision}))
     m.append(Metric(FIRST_UPDATE_S, "s", "lower", [result.first_update_s]))
     return m + counter_metrics({"ops": counts or {}})
 

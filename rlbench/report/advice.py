@@ -130,7 +130,7 @@ def _update(d: RunData, b: Breakdown, phases: list[str], s: float, measured: dic
         p,
         "precision",
         lambda v: v == "fp32",
-        "`--precision bf16` (bf16 matmuls on AMX / tensor cores; check learning)",
+        "`--precision bf16` (bf16 matmuls: fast on CPUs with AVX512-BF16 or AMX, where `auto` picks it; check learning)",
         measured,
     )
     tips += flag_tip(

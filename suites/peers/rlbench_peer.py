@@ -77,4 +77,11 @@ def run_sac(setting: PeerSetting) -> PeerRun:
     from rlbench.algos.offpolicy.train import train_offpolicy
 
     start(setting)
-    return _peer_run(train_offpolicy(_config(SACConfig, setting), torch.device("cpu")))
+    result = train_offpolicy(_config(SACConfig, setting), torch.device("cpu"))
+    run = _peer_run(result)
+    if result.precision == "bf16":
+        run.notes.append(
+            "rlbench's update ran its 256-wide matrix products in bf16 with fp32 accumulation (`--precision auto` on a "
+            "CPU with AVX512-BF16 or AMX); weights, losses and Adam stay fp32. The other implementations run fp32"
+        )
+    return run

@@ -40,10 +40,10 @@ class OffPolicyConfig:
         "auto (hand-written where supported: ensemble critics, no compile), manual or autograd", default="auto"
     )
     precision: str = option(
-        "fp32, or bf16: the update's wide matrix products in bfloat16 with fp32 accumulation (AVX512-BF16 / AMX / "
-        "tensor cores; hand-written steps cast themselves, autograd runs under torch.autocast); weights, losses and "
-        "Adam stay fp32",
-        default="fp32",
+        "auto, fp32 or bf16. bf16: the update's wide matrix products in bfloat16 with fp32 accumulation (hand-written "
+        "steps cast themselves, autograd runs under torch.autocast); weights, losses and Adam stay fp32. auto: bf16 "
+        "on a CPU with bf16 instructions (AVX512-BF16 or AMX; records say which ran), fp32 elsewhere",
+        default="auto",
     )
     prioritized: bool = option("prioritized replay (sum tree, alpha 0.6, beta 0.4; priorities = |TD error|)", default=False)
     td_lambda: float = option("lambda of TD(lambda) targets over sampled sub-trajectories (0: one-step targets)", default=0.0)
@@ -144,7 +144,7 @@ class SACConfig(OffPolicyConfig):
         "critics=separate",
         "num_envs=4",
         "threads=1",
-        "precision=bf16",
+        "precision=fp32",
         "compile=true",
     )
 
@@ -164,7 +164,7 @@ class DDPGConfig(OffPolicyConfig):
     anneal_steps: int = option("agent steps over which the noise scale anneals linearly", default=10_000)
 
     algo = "ddpg"
-    standard_what_ifs = ("gradients=autograd", "polyak=loop", "num_envs=4", "threads=1", "precision=bf16", "compile=true")
+    standard_what_ifs = ("gradients=autograd", "polyak=loop", "num_envs=4", "threads=1", "precision=fp32", "compile=true")
 
     def validate(self) -> None:
         """Check values (as :meth:`OffPolicyConfig.validate`, plus the noise settings).

@@ -129,6 +129,7 @@ class OffPolicyResult(TrainingResult):
 
     updates: int = 0
     first_update_s: float = math.nan
+    precision: str = "fp32"  # the update's matrix products as they ran: "fp32" or "bf16" (``--precision auto`` resolved)
 
 
 def train_offpolicy(
@@ -219,6 +220,7 @@ def train_offpolicy(
         device=str(device),
         env_steps=collector.env_steps,
         updates=updater.updates,
+        precision=updater.precision,
         init_s=init_s,
         warmup_s=warmup_s,
         first_update_s=first_update_s,

@@ -70,6 +70,7 @@ class SACUpdate(OffPolicyUpdate):
         self.log_alpha = nn.Parameter(torch.tensor(math.log(hp.init_alpha), device=device))
         self.alpha_opt = LeanAdam([self.log_alpha], lr=hp.alpha_lr)
         self._alpha = self.log_alpha.detach().exp()
+        self._actor_pass: offpolicy_manual.ActorPass | None = None  # made by the target pass, used by the actor step
         # the hand-written target pass's view of the target critic (its weights are the target's, Polyak shows)
         self.manual_target_critic = (
             offpolicy_manual.ManualCritic(self.target_critic, self.compute_dtype) if self.manual else None
@@ -88,8 +89,11 @@ class SACUpdate(OffPolicyUpdate):
         if next_obs.dim() > 2:
             next_obs = next_obs.flatten(0, 1)
         noise = self._noise(next_obs.shape[0], next_obs)
-        if self.manual:
-            v = offpolicy_manual.sac_target_values(self.manual_actor, self.manual_target_critic, next_obs, noise, self._alpha)
+        if self.manual:  # the actor step's forward runs here too (same actor weights): see offpolicy_manual.ActorPass
+            obs = batch["obs"] if batch["obs"].dim() == 2 else batch["obs"].flatten(0, 1)
+            v, self._actor_pass = offpolicy_manual.sac_target_values(
+                self.manual_actor, self.manual_target_critic, next_obs, noise, self._alpha, obs, self._noise(obs.shape[0], obs)
+            )
         else:
             a, logp = self.actor_fn(next_obs, noise)
             v = self.target_critic_fn(next_obs, a).amin(0) - self._alpha * logp
@@ -98,13 +102,14 @@ class SACUpdate(OffPolicyUpdate):
     def _actor_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         phase = self.timer.phase
         with phase("update/actor"):
-            noise = self._noise(obs.shape[0], obs)
             if self.manual:
+                actor_pass, self._actor_pass = self._actor_pass, None
+                assert actor_pass is not None, "the manual actor step follows the target pass of the same batch"
                 loss, logp = offpolicy_manual.sac_actor_step(
-                    self.manual_actor, self.manual_critic, self.actor_opt, obs, noise, self._alpha
+                    self.manual_actor, self.manual_critic, self.actor_opt, obs, actor_pass, self._alpha
                 )
             else:
-                a, logp = self.actor_fn(obs, noise)
+                a, logp = self.actor_fn(obs, self._noise(obs.shape[0], obs))
                 q = self.critic_fn(obs, a).amin(0)
                 loss = (self._alpha * logp - q).mean()
                 grads = torch.autograd.grad(loss, self.actor_params)

@@ -5,7 +5,7 @@ Why not ``torch.optim.Adam``: constructing any ``torch.optim`` optimizer imports
 ~0.2 ms per call in Python bookkeeping (param groups, hooks, profiler records) before the fused kernel
 runs — several percent of a PPO minibatch step on a 64-unit MLP. :class:`LeanAdam` keeps the math
 (``torch._fused_adam_`` where the build has it, else the same update through public ``torch._foreach``
-ops) and drops the rest. ``tests/components/test_optim.py`` checks it against ``torch.optim.Adam``
+ops) and drops the rest. ``tests/components/optim/test_adam.py`` checks it against ``torch.optim.Adam``
 step by step.
 """
 
@@ -44,7 +44,10 @@ class LeanAdam:
         device = self.params[0].device
         self.fused = (hasattr(torch, "_fused_adam_") and device.type in ("cpu", "cuda")) if fused is None else fused
         # the fused kernel reads one step counter per parameter, on the parameter's device
-        self.state_steps = [torch.zeros((), dtype=torch.float32, device=device) for _ in self.params]
+        # per-parameter step counts (the fused kernel reads one per parameter) as views of one tensor: a step of all
+        # parameters counts with a single add_ (a foreach add_ of a Python scalar costs ~3 µs per parameter on CPU)
+        self._all_steps = torch.zeros(len(self.params), dtype=torch.float32, device=device)
+        self.state_steps = list(self._all_steps.unbind(0))
         self.steps = 0
 
     def zero_grad(self) -> None:
@@ -63,9 +66,10 @@ class LeanAdam:
             params, grads = [self.params[i] for i in live], [grads[i] for i in live]
             m, v = [self.exp_avg[i] for i in live], [self.exp_avg_sq[i] for i in live]
             steps = [self.state_steps[i] for i in live]
+            torch._foreach_add_(steps, 1.0)
         else:
             params, m, v, steps = self.params, self.exp_avg, self.exp_avg_sq, self.state_steps
-        torch._foreach_add_(steps, 1.0)
+            self._all_steps.add_(1.0)
         self.steps += 1
         if self.fused:
             # torch's fused kernel walks a parameter and its gradient as flat memory: a gradient laid out differently
