@@ -22,6 +22,7 @@ from rlbench.metrics import Metric
 from rlbench.options import option
 from rlbench.registry import BenchmarkSpec, RunContext
 
+PEAK_BF16 = "roofline/peak_gflops_bf16"
 PHASES = ("update/sample", "update/target", "update/critic", "update/actor", "update/alpha", "update/polyak")
 
 
@@ -35,6 +36,9 @@ class RooflineConfig:
     hidden: tuple[int, ...] = option("hidden layer sizes of actor and critics", default=(256, 256))
     critics: str = option("critic layout: ensemble or separate (as the training benchmark)", default="ensemble")
     gradients: str = option("auto, manual or autograd (as the training benchmark)", default="auto")
+    precision: str = option(
+        "auto, fp32 or bf16 (as the training benchmark: auto is bf16 on CPUs with AVX512-BF16 or AMX)", default="auto"
+    )
     threads: int = option("torch intra-op threads", default=2)
     updates: int = option("timed updates", default=300)
     warmup: int = option("updates before timing", default=30)
@@ -45,6 +49,10 @@ class RooflineConfig:
         """Raise :class:`UsageError` on a setting that cannot run."""
         if self.algo not in ("sac", "ddpg"):
             raise UsageError(f"--algo must be sac or ddpg, got {self.algo!r}")
+        from rlbench.components.offpolicy.update import PRECISIONS
+
+        if self.precision not in PRECISIONS:
+            raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if min(self.batch_size, self.updates, self.threads) < 1 or self.warmup < 0 or not self.hidden:
             raise UsageError("--batch-size, --updates and --threads must be at least 1, --warmup 0 or more")
 
@@ -68,6 +76,7 @@ def run_roofline(config: RooflineConfig, ctx: RunContext) -> list[Metric]:
         hidden=tuple(config.hidden),
         critics=config.critics,
         gradients=config.gradients,
+        precision=config.precision,
         threads=config.threads,
         seed=config.seed,
         total_steps=2_000,
@@ -113,22 +122,28 @@ def run_roofline(config: RooflineConfig, ctx: RunContext) -> list[Metric]:
         updater.timer = original
 
     peak = roofline.matmul_gflops(1024, 1024, 1024, torch.float32, dev)
+    peak_bf16 = roofline.matmul_gflops(1024, 1024, 1024, torch.bfloat16, dev) if updater.precision == "bf16" else None
     bandwidth = roofline.memory_gbps(256, dev)
     floor_us = roofline.dispatch_us(dev)
-    rates: dict[tuple[int, ...], float] = {}
+    rates: dict[tuple[tuple[int, ...], str], float] = {}
     machine = {"phase": "machine"}
     out = [
         Metric("roofline/peak_gflops", "GFLOP/s", "higher", [peak], meta={"shape": "1024x1024x1024 fp32"}, params=machine),
+        *(
+            [Metric(PEAK_BF16, "GFLOP/s", "higher", [peak_bf16], meta={"shape": "1024x1024x1024 bf16"}, params=machine)]
+            if peak_bf16 is not None
+            else []
+        ),
         Metric("roofline/memory_gbps", "GB/s", "higher", [bandwidth], meta={"what": "256 MiB copy_"}, params=machine),
         Metric("roofline/dispatch_us", "us", "lower", [floor_us], meta={"what": "1-element add, out="}, params=machine),
-        Metric("roofline/update_s", "s", "lower", totals, params={"phase": "update"}),
+        Metric("roofline/update_s", "s", "lower", totals, meta={"precision": updater.precision}, params={"phase": "update"}),
     ]
     for name in sorted(per_phase, key=lambda n: PHASES.index(n) if n in PHASES else len(PHASES)):
         rec = recorder.phases.get(name, roofline.PhaseOps())
         secs = per_phase[name]
         med = statistics.median(secs)
-        achievable = roofline.achievable_seconds(rec, torch.float32, dev, rates)
-        shapes = {f"{kind} {'x'.join(map(str, shape))}": n for (kind, shape), n in sorted(rec.matmuls.items())}
+        achievable = roofline.achievable_seconds(rec, dev, rates)
+        shapes = {f"{kind} {'x'.join(map(str, shape))} {dtype}": n for (kind, shape, dtype), n in sorted(rec.matmuls.items())}
         meta = {
             "ops": rec.ops,
             "flops": rec.flops,
@@ -138,7 +153,7 @@ def run_roofline(config: RooflineConfig, ctx: RunContext) -> list[Metric]:
             "bytes": rec.bytes,
             "memory_s": rec.bytes / (bandwidth * 1e9) if bandwidth > 0 else math.nan,
             "matmuls": shapes,
-            "rates_gflops": {"x".join(map(str, s)): r for s, r in rates.items()},
+            "rates_gflops": {f"{'x'.join(map(str, s))} {dtype}": r for (s, dtype), r in rates.items()},
         }
         out.append(Metric("roofline/phase_s", "s", "lower", secs, meta=meta, params={"phase": name}))
     return out

@@ -27,6 +27,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 aten = torch.ops.aten
 MATMULS = {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.bmm.default: "bmm", aten.baddbmm.default: "baddbmm"}
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
 
 
 def _timed(fn: Callable[[], Any], min_time: float, rounds: int) -> list[float]:
@@ -95,7 +97,7 @@ class PhaseOps:
     ops: int = 0
     flops: float = 0.0
     bytes: float = 0.0  # tensor bytes read and written by every op (inputs plus outputs): traffic if nothing is cached
-    matmuls: dict[tuple[str, tuple[int, ...]], int] = field(default_factory=dict)  # (kind, (b, m, k, n)) -> count
+    matmuls: dict[tuple[str, tuple[int, ...], str], int] = field(default_factory=dict)  # (kind, (b,m,k,n), dtype) -> n
 
 
 class OpRecorder(TorchDispatchMode):
@@ -122,7 +124,8 @@ class OpRecorder(TorchDispatchMode):
         rec.ops += 1
         key = matmul_key(func, args)
         if key is not None:
-            rec.matmuls[key] = rec.matmuls.get(key, 0) + 1
+            typed = (*key, dtype_name(args[1] if key[0] in ("addmm", "baddbmm") else args[0]))
+            rec.matmuls[typed] = rec.matmuls.get(typed, 0) + 1
             rec.flops += matmul_flops(key[1])
         out = func(*args, **(kwargs or {}))
         rec.bytes += _nbytes(args) + _nbytes(kwargs) + _nbytes(out)
@@ -138,6 +141,11 @@ def matmul_key(func: Any, args: tuple[Any, ...]) -> tuple[str, tuple[int, int, i
     if a.dim() == 3:
         return kind, (int(a.shape[0]), int(a.shape[1]), int(a.shape[2]), int(b.shape[2]))
     return kind, (0, int(a.shape[0]), int(a.shape[1]), int(b.shape[1]))
+
+
+def dtype_name(t: torch.Tensor) -> str:
+    """``"fp32"``, ``"bf16"``, ``"fp16"``, or torch's name for any other dtype."""
+    return DTYPE_NAMES.get(t.dtype, str(t.dtype).removeprefix("torch."))
 
 
 def matmul_flops(shape: tuple[int, int, int, int]) -> float:
@@ -197,11 +205,12 @@ def _nbytes(value: Any) -> float:
     return 0.0
 
 
-def achievable_seconds(rec: PhaseOps, dtype: torch.dtype, device: str, cache: dict[tuple[int, ...], float]) -> float:
-    """Seconds the phase's matrix products take at this machine's achievable rate for each one's own shape."""
+def achievable_seconds(rec: PhaseOps, device: str, cache: dict[tuple[tuple[int, ...], str], float]) -> float:
+    """Seconds the phase's matrix products take at this machine's achievable rate for each one's own shape and dtype
+    (rates measured once per shape and dtype, kept in ``cache``)."""
     total = 0.0
-    for (_, (b, m, k, n)), count in rec.matmuls.items():
-        if (b, m, k, n) not in cache:
-            cache[(b, m, k, n)] = matmul_gflops(m, k, n, dtype, device, batch=b)
-        total += count * 2.0 * max(b, 1) * m * k * n / (cache[(b, m, k, n)] * 1e9)
+    for (_, (b, m, k, n), dtype), count in rec.matmuls.items():
+        if ((b, m, k, n), dtype) not in cache:
+            cache[((b, m, k, n), dtype)] = matmul_gflops(m, k, n, DTYPES.get(dtype, torch.float32), device, batch=b)
+        total += count * 2.0 * max(b, 1) * m * k * n / (cache[((b, m, k, n), dtype)] * 1e9)
     return total

@@ -49,7 +49,8 @@ def summary(metrics_per_repeat: list[list[Any]]) -> dict[str, Any]:
             if m.name == "roofline/phase_s":
                 metas.setdefault(phase, m.meta)
     med = {k: median(v) if v else math.nan for k, v in pooled.items()}
-    machine = {k: med.get((f"roofline/{k}", "machine"), math.nan) for k in ("peak_gflops", "memory_gbps", "dispatch_us")}
+    limits = ("peak_gflops", "peak_gflops_bf16", "memory_gbps", "dispatch_us")
+    machine = {k: med[(f"roofline/{k}", "machine")] for k in limits if (f"roofline/{k}", "machine") in med}
     phases = []
     for phase, meta in metas.items():
         secs = med[("roofline/phase_s", phase)]
@@ -97,21 +98,33 @@ def render(records: list[Record]) -> str:
     """Markdown of one roofline run."""
     first = records[0]
     p = first.params
-    peak, bw, floor_us = (_med(records, f"roofline/{m}") for m in ("peak_gflops", "memory_gbps", "dispatch_us"))
+    peak, peak_bf16, bw, floor_us = (
+        _med(records, f"roofline/{m}") for m in ("peak_gflops", "peak_gflops_bf16", "memory_gbps", "dispatch_us")
+    )
     total = _med(records, "roofline/update_s")
+    precision = next((r.meta.get("precision") for r in records if r.metric == "roofline/update_s"), None)
+    how = "1024×1024×1024 `torch.mm`, median of rounds"
+    bf16_row = ["Achievable bf16 matmul rate", f"{fmt(peak_bf16, 1)} GFLOP/s", f"bf16 {how}"]
     lines = [
         *provenance(first, f"rlbench roofline report: the {str(p.get('algo', '')).upper()} update against this machine"),
         "",
         f"Update: batch {p.get('batch_size')}, hidden {'x'.join(map(str, p.get('hidden') or []))}, critics "
         f"`{p.get('critics')}`, gradients `{p.get('gradients')}`, {p.get('threads')} threads, on `{first.device}`; "
-        f"{p.get('updates')} timed updates after {p.get('warmup')}.",
+        f"{p.get('updates')} timed updates after {p.get('warmup')}."
+        + (
+            f" Matrix products in `{precision}` (precision `{p.get('precision')}`): each product is priced at this "
+            "machine's rate for its own dtype."
+            if precision
+            else ""
+        ),
         "",
         "## This machine's limits (measured in this run)",
         "",
         md_table(
             ["Limit", "Value", "How"],
             [
-                ["Achievable matmul rate", f"{fmt(peak, 1)} GFLOP/s", "fp32 1024×1024×1024 `torch.mm`, median of rounds"],
+                ["Achievable matmul rate", f"{fmt(peak, 1)} GFLOP/s", f"fp32 {how}"],
+                *([bf16_row] if math.isfinite(peak_bf16) else []),
                 ["Memory bandwidth", f"{fmt(bw, 1)} GB/s", "256 MiB `copy_`, bytes read + written"],
                 ["Dispatch floor", f"{fmt(floor_us, 2)} µs per op", "one-element `torch.add(out=)`"],
             ],
@@ -203,8 +216,8 @@ def render(records: list[Record]) -> str:
     if shapes:
         lines += [
             "",
-            "Matrix products of one update (kind, b×m×k×n with b = 0 for a plain product) and this machine's rate on each "
-            "shape alone:",
+            "Matrix products of one update (kind, b×m×k×n with b = 0 for a plain product, dtype) and this machine's rate "
+            "on each shape and dtype alone:",
             "",
             md_table(
                 ["Product", "Per update", "GFLOP/s alone"],

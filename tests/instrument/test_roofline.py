@@ -20,10 +20,13 @@ def test_the_recorder_counts_matmul_flops_shapes_and_ops_per_phase():
         with rec.phase("backward"):
             y.sum().backward()  # grad of x (32x16 @ 16x8) and of the weight (16x32 @ 32x8)
         torch.mm(torch.ones(2, 3), torch.ones(3, 4))  # outside any named phase
+        with rec.phase("bf16"):
+            torch.mm(torch.ones(2, 3, dtype=torch.bfloat16), torch.ones(3, 4, dtype=torch.bfloat16))
     fwd, bwd = rec.phases["forward"], rec.phases["backward"]
-    assert fwd.flops == 2 * 32 * 8 * 16 and fwd.matmuls == {("addmm", (0, 32, 8, 16)): 1}
+    assert fwd.flops == 2 * 32 * 8 * 16 and fwd.matmuls == {("addmm", (0, 32, 8, 16), "fp32"): 1}
     assert bwd.flops == 2 * (32 * 16 * 8 + 16 * 32 * 8) and sum(bwd.matmuls.values()) == 2
     assert rec.phases["other"].flops == 2 * 2 * 3 * 4 and fwd.ops >= 1 and bwd.ops > 2
+    assert rec.phases["bf16"].matmuls == {("mm", (0, 2, 3, 4), "bf16"): 1}  # priced at the bf16 rate
     assert fwd.bytes >= (32 * 8 + 16 * 8 + 16 + 32 * 16) * 4  # input, weight, bias, output
 
 
