@@ -26,7 +26,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 aten = torch.ops.aten
-MATMULS = {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.bmm.default: "bmm", aten.baddbmm.default: "baddbmm"}
+MATMULS = {aten.mm: "mm", aten.addmm: "addmm", aten.bmm: "bmm", aten.baddbmm: "baddbmm"}  # every overload, out= too
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
 
@@ -127,14 +127,15 @@ class OpRecorder(TorchDispatchMode):
             typed = (*key, dtype_name(args[1] if key[0] in ("addmm", "baddbmm") else args[0]))
             rec.matmuls[typed] = rec.matmuls.get(typed, 0) + 1
             rec.flops += matmul_flops(key[1])
-        out = func(*args, **(kwargs or {}))
-        rec.bytes += _nbytes(args) + _nbytes(kwargs) + _nbytes(out)
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        rec.bytes += _nbytes(args) + _nbytes({k: v for k, v in kwargs.items() if k != "out"}) + _nbytes(out)  # out once
         return out
 
 
 def matmul_key(func: Any, args: tuple[Any, ...]) -> tuple[str, tuple[int, int, int, int]] | None:
     """``(kind, (batch, m, k, n))`` of a matrix-product op (batch 0 for a plain product), ``None`` for any other op."""
-    kind = MATMULS.get(func)
+    kind = MATMULS.get(getattr(func, "overloadpacket", None))
     if kind is None:
         return None
     a, b = (args[1], args[2]) if kind in ("addmm", "baddbmm") else (args[0], args[1])

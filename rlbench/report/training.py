@@ -10,6 +10,7 @@ printed is read from records, so re-rendering later gives the same text.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from rlbench.metrics import (
     ENV_STEPS,
@@ -29,6 +30,7 @@ from rlbench.metrics import (
     TIMER_OVERHEAD_S,
     TRAIN_RECENT_RETURN,
     TRAIN_S,
+    UPDATES,
     WALL_S,
     WARMUP_S,
 )
@@ -86,7 +88,7 @@ def header(d: RunData, chart_file: str | None) -> list[str]:
                     + ("synchronized at phase boundaries" if synced else "unsynchronized (CPU ops are synchronous)"),
                 ],
                 ["Repeats", f"{d.repeats} (seeds {', '.join(str(s) for s in d.seeds)}); figures are medians over repeats"],
-                ["Setting", _setting(r)],
+                ["Setting", _setting(r, d.meta(UPDATES, "precision"))],
             ],
         ),
     ]
@@ -95,11 +97,17 @@ def header(d: RunData, chart_file: str | None) -> list[str]:
     return lines
 
 
-def _setting(r: Record) -> str:
+def _setting(r: Record, ran_precision: Any = None) -> str:
+    """The run's setting; ``ran_precision`` is the update's precision as it ran (``--precision auto`` resolved)."""
     if r.meta.get("kind") == "profile":
         seed = f" + `{r.params['seed_arg']}`" if r.params.get("seed_arg") else ""
         return f"`{r.params.get('command', r.benchmark)}`{seed}"
-    return ", ".join(f"{k}={v}" for k, v in r.params.items() if k in _SETTING_KEYS)
+    parts = []
+    for k, v in r.params.items():
+        if k in _SETTING_KEYS:
+            ran = f" (ran {ran_precision})" if k == "precision" and ran_precision and ran_precision != v else ""
+            parts.append(f"{k}={v}{ran}")
+    return ", ".join(parts)
 
 
 _SETTING_KEYS = (
@@ -124,6 +132,7 @@ _SETTING_KEYS = (
     "prioritized",
     "td_lambda",
     "noise",
+    "precision",
 )
 
 

@@ -22,11 +22,17 @@ def test_the_recorder_counts_matmul_flops_shapes_and_ops_per_phase():
         torch.mm(torch.ones(2, 3), torch.ones(3, 4))  # outside any named phase
         with rec.phase("bf16"):
             torch.mm(torch.ones(2, 3, dtype=torch.bfloat16), torch.ones(3, 4, dtype=torch.bfloat16))
+        bias, x, w, dst = torch.ones(2, 1, 4), torch.ones(2, 5, 3), torch.ones(2, 3, 4), torch.empty(2, 5, 4)
+        with rec.phase("out"):  # products written into a given tensor are the .out overloads
+            torch.baddbmm(bias, x, w, out=dst)
     fwd, bwd = rec.phases["forward"], rec.phases["backward"]
     assert fwd.flops == 2 * 32 * 8 * 16 and fwd.matmuls == {("addmm", (0, 32, 8, 16), "fp32"): 1}
     assert bwd.flops == 2 * (32 * 16 * 8 + 16 * 32 * 8) and sum(bwd.matmuls.values()) == 2
     assert rec.phases["other"].flops == 2 * 2 * 3 * 4 and fwd.ops >= 1 and bwd.ops > 2
     assert rec.phases["bf16"].matmuls == {("mm", (0, 2, 3, 4), "bf16"): 1}  # priced at the bf16 rate
+    out = rec.phases["out"]
+    assert out.matmuls == {("baddbmm", (2, 5, 3, 4), "fp32"): 1} and out.flops == 2 * 2 * 5 * 3 * 4 and out.ops == 1
+    assert out.bytes == (2 * 4 + 2 * 5 * 3 + 2 * 3 * 4 + 2 * 5 * 4) * 4  # the out= tensor counted once
     assert fwd.bytes >= (32 * 8 + 16 * 8 + 16 + 32 * 16) * 4  # input, weight, bias, output
 
 

@@ -158,9 +158,10 @@ class OffPolicyUpdate:
         device_type = next(critic.parameters()).device.type
         bf16 = self.precision == "bf16"
         self.compute_dtype = torch.bfloat16 if bf16 else torch.float32  # the hand-written steps' products
-        self._autocast = lambda: torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16)
-        step_bf16 = bf16 and not self.manual  # the hand-written steps cast their own operands
-        self._step_autocast = lambda: torch.autocast(device_type, dtype=torch.bfloat16, enabled=step_bf16)
+        # autograd's passes run bf16 under autocast; the hand-written ones cast their own operands (under autocast
+        # their fp32 thin products, e.g. 1-wide Q heads, would run as bf16 ones, which measured slower)
+        autocast = bf16 and not self.manual
+        self._autocast = lambda: torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast)
         # the hand-written steps' views of the networks, built once (bf16 copies are refreshed before each use)
         self.manual_critic = offpolicy_manual.ManualCritic(critic, self.compute_dtype) if self.manual else None
         self.manual_actor = offpolicy_manual.ManualActor(actor, self.compute_dtype) if self.manual else None
@@ -224,7 +225,7 @@ class OffPolicyUpdate:
         phase = self.timer.phase
         with self._autocast(), phase("update/target"), torch.no_grad():
             y = self._targets(batch).float()
-        with self._step_autocast():
+        with self._autocast():
             with phase("update/critic"):
                 diag, td_abs = self.critic_step(batch, y)
             obs = batch["obs"] if batch["obs"].dim() == 2 else batch["obs"].flatten(0, 1)
