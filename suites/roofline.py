@@ -23,6 +23,7 @@ from rlbench.options import option
 from rlbench.registry import BenchmarkSpec, RunContext
 
 PEAK_BF16 = "roofline/peak_gflops_bf16"
+CACHE_GBPS = "roofline/cache_gbps"
 PHASES = ("update/sample", "update/target", "update/critic", "update/actor", "update/alpha", "update/polyak")
 
 
@@ -124,6 +125,7 @@ def run_roofline(config: RooflineConfig, ctx: RunContext) -> list[Metric]:
     peak = roofline.matmul_gflops(1024, 1024, 1024, torch.float32, dev)
     peak_bf16 = roofline.matmul_gflops(1024, 1024, 1024, torch.bfloat16, dev) if updater.precision == "bf16" else None
     bandwidth = roofline.memory_gbps(256, dev)
+    cache_bw = roofline.memory_gbps(roofline.CACHE_MIB, dev)
     floor_us = roofline.dispatch_us(dev)
     rates: dict[tuple[tuple[int, ...], str], float] = {}
     machine = {"phase": "machine"}
@@ -135,6 +137,7 @@ def run_roofline(config: RooflineConfig, ctx: RunContext) -> list[Metric]:
             else []
         ),
         Metric("roofline/memory_gbps", "GB/s", "higher", [bandwidth], meta={"what": "256 MiB copy_"}, params=machine),
+        Metric(CACHE_GBPS, "GB/s", "higher", [cache_bw], meta={"what": f"{roofline.CACHE_MIB:g} MiB copy_"}, params=machine),
         Metric("roofline/dispatch_us", "us", "lower", [floor_us], meta={"what": "1-element add, out="}, params=machine),
         Metric("roofline/update_s", "s", "lower", totals, meta={"precision": updater.precision}, params={"phase": "update"}),
     ]
@@ -151,7 +154,8 @@ def run_roofline(config: RooflineConfig, ctx: RunContext) -> list[Metric]:
             "achievable_s": achievable,
             "dispatch_floor_s": rec.ops * floor_us * 1e-6,
             "bytes": rec.bytes,
-            "memory_s": rec.bytes / (bandwidth * 1e9) if bandwidth > 0 else math.nan,
+            "cached_bytes": rec.cached_bytes,
+            "memory_s": roofline.memory_seconds(rec, bandwidth, cache_bw),
             "matmuls": shapes,
             "rates_gflops": {f"{'x'.join(map(str, s))} {dtype}": r for (s, dtype), r in rates.items()},
         }

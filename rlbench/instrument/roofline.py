@@ -29,6 +29,12 @@ aten = torch.ops.aten
 MATMULS = {aten.mm: "mm", aten.addmm: "addmm", aten.bmm: "bmm", aten.baddbmm: "baddbmm"}  # every overload, out= too
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
+CACHED_BYTES = 4 * 2**20
+"""An op whose tensors (inputs and output) total at most this many bytes is priced at the cache bandwidth
+(:func:`memory_gbps` of :data:`CACHE_MIB`): a small network's activations stay in the caches between ops, and pricing
+them at the DRAM rate put phases' memory share above 100% of their time."""
+CACHE_MIB = 1.0
+"""Source size of the cache-bandwidth copy: a 2 MiB working set (source and destination)."""
 
 
 def _timed(fn: Callable[[], Any], min_time: float, rounds: int) -> list[float]:
@@ -69,9 +75,10 @@ def matmul_gflops(
     return 2.0 * m * k * n * max(batch, 1) / secs / 1e9
 
 
-def memory_gbps(mib: int = 256, device: str = "cpu", rounds: int = 5) -> float:
-    """Copy bandwidth: ``2 x bytes`` (read and write) per second of ``dst.copy_(src)`` on ``mib`` MiB."""
-    src = torch.ones(mib * 2**20 // 4, device=device)
+def memory_gbps(mib: float = 256, device: str = "cpu", rounds: int = 5) -> float:
+    """Copy bandwidth: ``2 x bytes`` (read and write) per second of ``dst.copy_(src)`` on ``mib`` MiB (256: the
+    DRAM rate; :data:`CACHE_MIB`: a working set that stays in the caches)."""
+    src = torch.ones(int(mib * 2**20) // 4, device=device)
     dst = torch.empty_like(src)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
@@ -97,6 +104,7 @@ class PhaseOps:
     ops: int = 0
     flops: float = 0.0
     bytes: float = 0.0  # tensor bytes read and written by every op (inputs plus outputs): traffic if nothing is cached
+    cached_bytes: float = 0.0  # the part of ``bytes`` from ops whose tensors together fit :data:`CACHED_BYTES`
     matmuls: dict[tuple[str, tuple[int, ...], str], int] = field(default_factory=dict)  # (kind, (b,m,k,n), dtype) -> n
 
 
@@ -129,7 +137,10 @@ class OpRecorder(TorchDispatchMode):
             rec.flops += matmul_flops(key[1])
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        rec.bytes += _nbytes(args) + _nbytes({k: v for k, v in kwargs.items() if k != "out"}) + _nbytes(out)  # out once
+        moved = _nbytes(args) + _nbytes({k: v for k, v in kwargs.items() if k != "out"}) + _nbytes(out)  # out once
+        rec.bytes += moved
+        if moved <= CACHED_BYTES:
+            rec.cached_bytes += moved
         return out
 
 
@@ -215,3 +226,11 @@ def achievable_seconds(rec: PhaseOps, device: str, cache: dict[tuple[tuple[int, 
             cache[((b, m, k, n), dtype)] = matmul_gflops(m, k, n, DTYPES.get(dtype, torch.float32), device, batch=b)
         total += count * 2.0 * max(b, 1) * m * k * n / (cache[((b, m, k, n), dtype)] * 1e9)
     return total
+
+
+def memory_seconds(rec: PhaseOps, dram_gbps: float, cache_gbps: float) -> float:
+    """The phase's bytes at the copy bandwidth of their size: ops that fit :data:`CACHED_BYTES` at ``cache_gbps``,
+    the rest at ``dram_gbps`` (a lower bound on the time only as far as nothing is faster than a copy)."""
+    if not (dram_gbps > 0 and cache_gbps > 0):
+        return float("nan")
+    return (rec.bytes - rec.cached_bytes) / (dram_gbps * 1e9) + rec.cached_bytes / (cache_gbps * 1e9)

@@ -49,7 +49,7 @@ def summary(metrics_per_repeat: list[list[Any]]) -> dict[str, Any]:
             if m.name == "roofline/phase_s":
                 metas.setdefault(phase, m.meta)
     med = {k: median(v) if v else math.nan for k, v in pooled.items()}
-    limits = ("peak_gflops", "peak_gflops_bf16", "memory_gbps", "dispatch_us")
+    limits = ("peak_gflops", "peak_gflops_bf16", "memory_gbps", "cache_gbps", "dispatch_us")
     machine = {k: med[(f"roofline/{k}", "machine")] for k in limits if (f"roofline/{k}", "machine") in med}
     phases = []
     for phase, meta in metas.items():
@@ -98,9 +98,14 @@ def render(records: list[Record]) -> str:
     """Markdown of one roofline run."""
     first = records[0]
     p = first.params
-    peak, peak_bf16, bw, floor_us = (
-        _med(records, f"roofline/{m}") for m in ("peak_gflops", "peak_gflops_bf16", "memory_gbps", "dispatch_us")
+    peak, peak_bf16, bw, cache_bw, floor_us = (
+        _med(records, f"roofline/{m}") for m in ("peak_gflops", "peak_gflops_bf16", "memory_gbps", "cache_gbps", "dispatch_us")
     )
+    cache_row = [
+        "Cache bandwidth",
+        f"{fmt(cache_bw, 1)} GB/s",
+        "1 MiB `copy_` (a 2 MiB working set); ops whose tensors total at most 4 MiB are priced at it",
+    ]
     total = _med(records, "roofline/update_s")
     precision = next((r.meta.get("precision") for r in records if r.metric == "roofline/update_s"), None)
     how = "1024×1024×1024 `torch.mm`, median of rounds"
@@ -126,6 +131,7 @@ def render(records: list[Record]) -> str:
                 ["Achievable matmul rate", f"{fmt(peak, 1)} GFLOP/s", f"fp32 {how}"],
                 *([bf16_row] if math.isfinite(peak_bf16) else []),
                 ["Memory bandwidth", f"{fmt(bw, 1)} GB/s", "256 MiB `copy_`, bytes read + written"],
+                *([cache_row] if math.isfinite(cache_bw) else []),
                 ["Dispatch floor", f"{fmt(floor_us, 2)} µs per op", "one-element `torch.add(out=)`"],
             ],
         ),
@@ -187,7 +193,8 @@ def render(records: list[Record]) -> str:
         "time; *at its shapes* is the rate this machine reaches on the phase's own matrix products timed alone; "
         "*compute share* is the time those products need at that rate over the measured time; *dispatch share* is the "
         "phase's ops at the dispatch floor over it; *memory share* is the bytes its ops read and write at the copy "
-        "bandwidth over it (an upper estimate of traffic: nothing assumed cached). Each is a lower bound on the time; "
+        "bandwidth of their size over it (an op's tensors that fit the caches at the cache bandwidth, larger ones at "
+        "the DRAM rate). Each is a lower bound on the time; "
         "the largest names the bound, and what none explains is Python and everything else.",
         "",
         *([spread, ""] if spread else []),

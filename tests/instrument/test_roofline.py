@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
-from rlbench.instrument.roofline import OpRecorder, dispatch_us, matmul_gflops, memory_gbps
+from rlbench.instrument.roofline import OpRecorder, dispatch_us, matmul_gflops, memory_gbps, memory_seconds
 from rlbench.report.roofline import spread_line, verdict
 
 
@@ -22,9 +23,9 @@ def test_the_recorder_counts_matmul_flops_shapes_and_ops_per_phase():
         torch.mm(torch.ones(2, 3), torch.ones(3, 4))  # outside any named phase
         with rec.phase("bf16"):
             torch.mm(torch.ones(2, 3, dtype=torch.bfloat16), torch.ones(3, 4, dtype=torch.bfloat16))
-        bias, x, w, dst = torch.ones(2, 1, 4), torch.ones(2, 5, 3), torch.ones(2, 3, 4), torch.empty(2, 5, 4)
+        bias, lhs, rhs, dst = torch.ones(2, 1, 4), torch.ones(2, 5, 3), torch.ones(2, 3, 4), torch.empty(2, 5, 4)
         with rec.phase("out"):  # products written into a given tensor are the .out overloads
-            torch.baddbmm(bias, x, w, out=dst)
+            torch.baddbmm(bias, lhs, rhs, out=dst)
     fwd, bwd = rec.phases["forward"], rec.phases["backward"]
     assert fwd.flops == 2 * 32 * 8 * 16 and fwd.matmuls == {("addmm", (0, 32, 8, 16), "fp32"): 1}
     assert bwd.flops == 2 * (32 * 16 * 8 + 16 * 32 * 8) and sum(bwd.matmuls.values()) == 2
@@ -33,7 +34,20 @@ def test_the_recorder_counts_matmul_flops_shapes_and_ops_per_phase():
     out = rec.phases["out"]
     assert out.matmuls == {("baddbmm", (2, 5, 3, 4), "fp32"): 1} and out.flops == 2 * 2 * 5 * 3 * 4 and out.ops == 1
     assert out.bytes == (2 * 4 + 2 * 5 * 3 + 2 * 3 * 4 + 2 * 5 * 4) * 4  # the out= tensor counted once
+    assert out.cached_bytes == out.bytes  # small tensors: priced at the cache bandwidth
     assert fwd.bytes >= (32 * 8 + 16 * 8 + 16 + 32 * 16) * 4  # input, weight, bias, output
+
+
+def test_large_ops_are_priced_at_the_dram_rate_and_small_ones_at_the_cache_rate():
+    big = torch.ones(2**20)  # 4 MiB: an add reads two and writes one, 12 MiB > CACHED_BYTES
+    small = torch.ones(1024)
+    rec = OpRecorder()
+    with rec:
+        torch.add(big, big)
+        torch.add(small, small)
+    ops = rec.phases["other"]
+    assert ops.bytes == 3 * 4 * (2**20 + 1024) and ops.cached_bytes == 3 * 4 * 1024
+    assert memory_seconds(ops, dram_gbps=1.0, cache_gbps=2.0) == pytest.approx(12 * 2**20 / 1e9 + 12 * 1024 / 2e9)
 
 
 def test_the_machine_probes_return_finite_positive_rates():

@@ -95,9 +95,8 @@ class OffPolicyHyperparams:
         polyak: ``"foreach"`` or ``"loop"``.
         td_lambda: Lambda of TD(lambda) targets when batches are crops ``(S, L)``; one-step targets for flat batches.
         precision: ``"fp32"``, ``"bf16"`` or ``"auto"`` (see :func:`resolve_precision`). bf16: matrix products in
-            bfloat16 with fp32 accumulation; parameters, losses and Adam stay float32. The target pass runs under
-            ``torch.autocast``; so do the critic and actor steps with autograd, while the hand-written steps cast
-            their operands themselves.
+            bfloat16 with fp32 accumulation; parameters, losses and Adam stay float32. With autograd every pass runs
+            under ``torch.autocast``; the hand-written steps cast their operands themselves.
         gradients: ``"manual"`` (hand-written, :mod:`rlbench.components.offpolicy.manual`), ``"autograd"``, or
             ``"auto"``: manual where supported (ensemble critic, not compiled).
     """

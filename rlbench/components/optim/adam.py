@@ -43,9 +43,9 @@ class LeanAdam:
         self.exp_avg_sq = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
         device = self.params[0].device
         self.fused = (hasattr(torch, "_fused_adam_") and device.type in ("cpu", "cuda")) if fused is None else fused
-        # the fused kernel reads one step counter per parameter, on the parameter's device
-        # per-parameter step counts (the fused kernel reads one per parameter) as views of one tensor: a step of all
-        # parameters counts with a single add_ (a foreach add_ of a Python scalar costs ~3 µs per parameter on CPU)
+        # the fused kernel reads one step counter per parameter, on the parameter's device: views of one tensor, so a
+        # step of all parameters counts with a single add_ (a foreach add_ of a Python scalar costs ~3 µs per parameter
+        # on CPU)
         self._all_steps = torch.zeros(len(self.params), dtype=torch.float32, device=device)
         self.state_steps = list(self._all_steps.unbind(0))
         self.steps = 0
