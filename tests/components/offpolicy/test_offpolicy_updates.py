@@ -447,3 +447,31 @@ def test_bf16_manual_steps_read_the_current_weights() -> None:
         q_now = critic(batch["obs"], batch["action"]).mean()
     diag, _ = upd.critic_step(batch, torch.zeros(B))
     assert float(diag["q_mean"]) == pytest.approx(float(q_now), rel=0.03)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_manual_steps_reuse_their_scratch_tensors(precision: str) -> None:
+    """The hand-written passes allocate their wide intermediates once: after the first update, later updates write
+    into the same tensors (same storage), so no update frees and re-faults them."""
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(OBS, ACT, (32, 32), LOW, HIGH)
+    critic = make_critic("ensemble", OBS, ACT, (32, 32), 2)
+    upd = SACUpdate(actor, critic, SACHyperparams(precision=precision), generator=torch.Generator().manual_seed(0))
+    assert upd.manual
+
+    def held() -> dict[tuple[str, str, int, str], tuple[torch.Tensor, int]]:
+        out = {}
+        for name, net in (("actor", upd.manual_actor), ("critic", upd.manual_critic), ("target", upd.manual_target_critic)):
+            for (role, layer, dtype), t in net.scratch._held.items():
+                out[(name, role, layer, str(dtype))] = (t, t.untyped_storage().data_ptr())
+        return out
+
+    upd.update(_batch(0))
+    first = held()
+    assert len(first) >= 6  # hidden activations of actor, critic and target critic, and the backward's gradients
+    for k in range(3):
+        upd.update(_batch(1 + k))
+    later = held()
+    assert later.keys() == first.keys()
+    for key, (t, ptr) in first.items():
+        assert later[key][0] is t and later[key][1] == ptr, key  # the same tensor, on the same memory
