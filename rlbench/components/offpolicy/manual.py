@@ -70,12 +70,12 @@ class Scratch:
 
     Why: the wide activations and gradients (``(2, 256, 256)`` float32 is 512 KiB) sit at glibc's mmap threshold.
     Allocated fresh per op, they were returned to the system and faulted back in on the next update: 75 to 480 minor
-    page faults per SAC update (``getrusage``), and 0.3 to 0.7 ms of a 2.4 to 4 ms update, varying with the heap's
+    page faults per SAC update (``getrusage``), and 0.25 to 0.7 ms of a 2.4 to 4 ms update, varying with the heap's
     state. Kept here, each is allocated once and overwritten in place (``out=``, ``copy_``).
 
-    A tensor is named by its role and layer; one for a shape that changes (rows gathered per member) is resized in
-    place, so its memory only ever grows to the largest use. A caller must be done with a tensor before the pass that
-    made it runs again.
+    A tensor is named by its role and layer; one whose shape changes (another batch size) is resized in place, so its
+    memory only ever grows to the largest use. A caller must be done with a tensor before the pass that made it runs
+    again.
     """
 
     def __init__(self) -> None:
