@@ -146,3 +146,17 @@ def test_report_of_a_real_short_run(tmp_path: Path) -> None:
     d = RunData.from_records(select_run(read_records(writer.path)))
     b = breakdown(d)
     assert 0 < sum(b.leaf_s.values()) <= b.steady_s * 1.001
+
+
+def test_the_setting_says_which_precision_ran() -> None:
+    """``--precision auto`` is resolved per machine: the header shows the setting and what ran (``updates`` meta)."""
+    recs = synthetic(0.4, 0.4, 0.1)
+    for r in recs:
+        r.params["precision"] = "auto"
+    recs.append(_rec("updates", [100.0], meta={"precision": "bf16"}))
+    assert "precision=auto (ran bf16)" in render(recs)[0]
+    for r in recs:
+        r.params["precision"] = "fp32"
+    recs[-1].meta["precision"] = "fp32"
+    text = render(recs)[0]
+    assert "precision=fp32" in text and "(ran" not in text
