@@ -205,6 +205,16 @@ finish(Event *e, PyObject *out)
     return out;
 }
 
+/* the path of a phase opened under `parent` (a new reference): from the paths cache, or Attributor._path_under */
+static PyObject *
+path_under(Event *e, PyObject *parent)
+{
+    PyObject *path = PyDict_GetItemWithError(e->paths, parent);
+    if (path != NULL) return Py_NewRef(path);
+    if (PyErr_Occurred()) return NULL;
+    return PyObject_CallOneArg(e->path_under, parent);
+}
+
 /* the common transition, inline: the pending phase closes at its t_exit and this one takes its place on the stack */
 static int
 transition(Event *e, double now)
@@ -230,15 +240,8 @@ transition(Event *e, double now)
     PyObject *parent = SLOT(e, S_PARENT);
     if (dict_add_double(excl, parent, now - t_exit) < 0) return -1;
     if (set_double(e, S_T, now) < 0) return -1;
-    PyObject *path = PyDict_GetItemWithError(e->paths, parent);
-    if (path != NULL) {
-        Py_INCREF(path);
-    }
-    else {
-        if (PyErr_Occurred()) return -1;
-        path = PyObject_CallOneArg(e->path_under, parent);
-        if (path == NULL) return -1;
-    }
+    PyObject *path = path_under(e, parent);
+    if (path == NULL) return -1;
     PyList_SetItem(stack, n - 1, path); /* steals path */
     if (e->role == UPDATE) set_slot(e, S_UPDATED, Py_NewRef(Py_True));
     set_slot(e, S_AUTO_NAME, Py_NewRef(e->name));
@@ -267,15 +270,8 @@ inline_ok(Event *e)
     int old_due = mark_due(e, PyList_GET_ITEM(stack, 0));
     if (old_due != 0) return old_due < 0 ? -1 : 0;
     PyObject *parent = SLOT(e, S_PARENT);
-    PyObject *path = PyDict_GetItemWithError(e->paths, parent); /* this phase's path (the one the push would take) */
-    if (path != NULL) {
-        Py_INCREF(path);
-    }
-    else {
-        if (PyErr_Occurred()) return -1;
-        path = PyObject_CallOneArg(e->path_under, parent);
-        if (path == NULL) return -1;
-    }
+    PyObject *path = path_under(e, parent); /* this phase's path (the one the push would take) */
+    if (path == NULL) return -1;
     int new_due = mark_due(e, path);
     Py_DECREF(path);
     return new_due < 0 ? -1 : !new_due;

@@ -81,12 +81,14 @@ class Scratch:
     def __init__(self) -> None:
         self._held: dict[tuple[str, int, torch.dtype], torch.Tensor] = {}
 
-    def __call__(self, role: str, layer: int, shape: torch.Size | tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
-        """The tensor for ``role`` at ``layer``, shaped ``shape``, with ``like``'s dtype and device (contents stale)."""
-        key = (role, layer, like.dtype)
+    def __call__(
+        self, role: str, layer: int, shape: torch.Size | tuple[int, ...], dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
+        """The tensor for ``role`` at ``layer``, shaped ``shape``, of ``dtype`` on ``device`` (contents stale)."""
+        key = (role, layer, dtype)
         t = self._held.get(key)
-        if t is None or t.device != like.device:
-            t = self._held[key] = torch.empty(shape, dtype=like.dtype, device=like.device)
+        if t is None or t.device != device:
+            t = self._held[key] = torch.empty(shape, dtype=dtype, device=device)
         elif t.shape != shape:
             t.resize_(shape)
         return t
@@ -95,7 +97,7 @@ class Scratch:
         """``h`` in ``dtype``: ``h`` itself when it has it, else the held tensor for ``role`` at ``layer``."""
         if h.dtype == dtype:
             return h
-        return self(role, layer, h.shape, h.new_empty((), dtype=dtype)).copy_(h)
+        return self(role, layer, h.shape, dtype, h.device).copy_(h)
 
 
 def _mlp_forward(
@@ -121,7 +123,8 @@ def _mlp_forward(
             if w.dim() == 2:
                 return inputs, torch.addmm(b, h, w).float()
             return inputs, kernels.baddbmm(b, h if h.dim() == 3 else h.expand(w.shape[0], *h.shape), w).float()
-        z = scratch("act", k, (*h.shape[:-1], w.shape[-1]) if w.dim() == 2 else (w.shape[0], h.shape[-2], w.shape[-1]), w)
+        shape = (*h.shape[:-1], w.shape[-1]) if w.dim() == 2 else (w.shape[0], h.shape[-2], w.shape[-1])
+        z = scratch("act", k, shape, w.dtype, w.device)
         if w.dim() == 2:
             torch.addmm(b, h, w, out=z)
         else:
@@ -133,7 +136,7 @@ def _mlp_forward(
 def _weight_grad(h: torch.Tensor, g: torch.Tensor, out: torch.Tensor, scratch: Scratch, layer: int) -> None:
     """``hᵀ g`` written into the float32 ``.grad`` view ``out`` (``(in, out)``, or ``(E, in, out)`` per member)."""
     if out.dtype != g.dtype:  # a bf16 product, then into its float32 .grad buffer
-        out.copy_(torch.matmul(h.mT, g, out=scratch("wgrad", layer, out.shape, g)))
+        out.copy_(torch.matmul(h.mT, g, out=scratch("wgrad", layer, out.shape, g.dtype, g.device)))
     elif out.is_contiguous() and g.shape[-1] >= kernels.NARROW:
         torch.matmul(h.mT, g, out=out)
     else:  # a narrow output, or a transposed view of an (out, in) .grad (nn.Linear): write the contiguous transpose
@@ -176,7 +179,7 @@ def _mlp_backward(
             torch.sum(g, -2, keepdim=gb.dim() == g.dim(), dtype=gb.dtype, out=gb)
         if k == 0:
             return torch.matmul(g, w[..., first:, :].mT).float() if input_grad else None
-        out = scratch("grad", k, h.shape, w)
+        out = scratch("grad", k, h.shape, w.dtype, w.device)
         # a 1-wide output layer (a Q head): the outer product as a broadcast multiply, about half the time of mm's
         g = torch.mul(g, w.mT, out=out) if g.shape[-1] == 1 else torch.matmul(g, w.mT, out=out)
         _relu_grad_(g, h, 0, grad_input=g)  # in place
