@@ -2,10 +2,12 @@
  *
  * An Event wraps one hooked callable (an env's step, nn.Module.__call__, Tensor.numpy, ...). It runs the common cases
  * of the Python wrapper it stands for, line for line: the pass-through of a nested call, a call of the same kind
- * within the merge gap (a merge), the transition from a pending phase to this one, and the lazy exit. Everything
- * else (the first phase under a parent, an env step that starts an iteration, the training forward, op counting,
- * traces, memory marks, an env class seen for the first time, an inner env to shadow) goes to the Python wrapper it
- * was built with (`fallback`), or to Attributor.enter/exit, exactly as the Python wrapper would.
+ * within the merge gap (a merge), the transition from a pending phase to this one, and the lazy exit. It also runs
+ * the cases of Attributor.enter and enter_forward that occur once per minibatch while the training forward is open
+ * (see leave_forward and in_forward). Everything else (the first phase under a parent, an env step that starts an
+ * iteration, the first module call of a training forward, op counting, traces, memory marks, an env class seen for
+ * the first time, an inner env to shadow) goes to the Python wrapper it was built with (`fallback`), or to
+ * Attributor.enter/exit, exactly as the Python wrapper would.
  *
  * The Attributor stays a plain Python class with __slots__. An Event reads and writes its slots directly at the
  * offsets of their member descriptors, found once when it is built, so Python code sees ordinary attributes and
@@ -19,18 +21,19 @@
 enum {
     S_DEPTH, S_PENDING, S_AUTO_NAME, S_T_EXIT, S_T, S_BLOCK_T, S_HINT, S_MERGED, S_MERGES, S_SLOW, S_EXTRAS,
     S_UPDATED, S_STARTED, S_STACK, S_EXCL, S_ENTERS, S_PARENT, S_PASSTHROUGH, S_ENV_SELF, S_ENV_IDS, S_STEPS,
-    S_MEM_LEFT, S_N
+    S_MEM_LEFT, S_KINDS, S_FORWARD_NAMES, S_N
 };
 static const char *slot_names[S_N] = {
     "depth", "pending", "auto_name", "t_exit", "t", "block_t", "hint", "merged", "merges", "slow", "extras",
     "updated", "started", "stack", "excl", "enters", "parent", "passthrough", "env_self", "env_ids", "steps",
-    "_mem_left",
+    "_mem_left", "kinds", "forward_names",
 };
 /* Attributor.extras when memory marks are the only extra on (attribution.MEMORY_ONLY) */
 #define MEMORY_ONLY 2
 
-/* roles (attribution.py) and skips (autohooks.py) */
+/* roles and phase kinds (attribution.py), skips (autohooks.py) */
 enum { ENV = 0, UPDATE = 1, INFER = 2, NEST = 3 };
+enum { AUTO = 0, STICKY = 1, EXPLICIT = 2 };
 enum { SKIP_CAST = 1, SKIP_NO_DATA = 2 };
 /* env batches: not an env, a reset (no steps), one step, a vector env's num_envs, what batch_fn(env) says */
 enum { NOT_ENV = -1, BATCH_NONE = 0, BATCH_ONE = 1, BATCH_VECTOR = 2, BATCH_CALL = 3 };
@@ -55,6 +58,7 @@ typedef struct {
     PyObject *dtype;        /* SKIP_CAST: torch.dtype */
     PyObject *tensor_cls;   /* SKIP_NO_DATA: torch.Tensor */
     PyObject *shape_like;   /* SKIP_NO_DATA: (int, torch.Size) */
+    PyObject *forward;      /* a module call: the training forward's name (attribution.FORWARD), else None */
     unsigned long thread;
     int role, skip, model, batch, mark, direct_clock;
     long memory_marks; /* attribution.MEMORY_MARKS: marks around a top-level phase's first occurrences */
@@ -215,22 +219,16 @@ path_under(Event *e, PyObject *parent)
     return PyObject_CallOneArg(e->path_under, parent);
 }
 
-/* the common transition, inline: the pending phase closes at its t_exit and this one takes its place on the stack */
+/* the phase on top closes at `end` and phase e->name takes its place on the stack from `now` (the gap between goes to
+ * the parent): Attributor._pop and _push without their calls and list resizing */
 static int
-transition(Event *e, double now)
+replace_top(Event *e, double end, double now)
 {
     PyObject *stack = SLOT(e, S_STACK);
     Py_ssize_t n = PyList_GET_SIZE(stack);
     PyObject *excl = SLOT(e, S_EXCL);
-    double t_exit = as_double(SLOT(e, S_T_EXIT));
-    set_slot(e, S_PENDING, Py_NewRef(Py_False));
-    set_slot(e, S_DEPTH, Py_NewRef(one));
     PyObject *old = PyList_GET_ITEM(stack, n - 1);
-    if (e->role == INFER) {
-        double hint = as_double(SLOT(e, S_HINT));
-        if (hint > t_exit) now = hint; /* a no_grad block was entered for this call: it starts there */
-    }
-    if (dict_add_double(excl, old, t_exit - as_double(SLOT(e, S_T))) < 0) return -1;
+    if (dict_add_double(excl, old, end - as_double(SLOT(e, S_T))) < 0) return -1;
     long merged = PyLong_AsLong(SLOT(e, S_MERGED));
     if (merged) {
         if (add_long(e, S_MERGES, merged) < 0) return -1;
@@ -238,7 +236,7 @@ transition(Event *e, double now)
     }
     if (dict_add_long(SLOT(e, S_ENTERS), old, merged + 1) < 0) return -1;
     PyObject *parent = SLOT(e, S_PARENT);
-    if (dict_add_double(excl, parent, now - t_exit) < 0) return -1;
+    if (dict_add_double(excl, parent, now - end) < 0) return -1;
     if (set_double(e, S_T, now) < 0) return -1;
     PyObject *path = path_under(e, parent);
     if (path == NULL) return -1;
@@ -246,6 +244,74 @@ transition(Event *e, double now)
     if (e->role == UPDATE) set_slot(e, S_UPDATED, Py_NewRef(Py_True));
     set_slot(e, S_AUTO_NAME, Py_NewRef(e->name));
     return 0;
+}
+
+/* the common transition, inline: the pending phase closes at its t_exit and this one takes its place on the stack */
+static int
+transition(Event *e, double now)
+{
+    double t_exit = as_double(SLOT(e, S_T_EXIT));
+    set_slot(e, S_PENDING, Py_NewRef(Py_False));
+    set_slot(e, S_DEPTH, Py_NewRef(one));
+    if (e->role == INFER) {
+        double hint = as_double(SLOT(e, S_HINT));
+        if (hint > t_exit) now = hint; /* a no_grad block was entered for this call: it starts there */
+    }
+    return replace_top(e, t_exit, now);
+}
+
+/* whether the phase on top of the stack is the sticky training forward, with nothing pending above it */
+static int
+forward_on_top(Event *e)
+{
+    if (truth(SLOT(e, S_PENDING))) return 0;
+    PyObject *kinds = SLOT(e, S_KINDS);
+    Py_ssize_t n = PyList_GET_SIZE(kinds);
+    return n > 0 && PyLong_AsLong(PyList_GET_ITEM(kinds, n - 1)) == STICKY;
+}
+
+/* Attributor.enter with the training forward on top and nothing pending, for a call that is not an env's and opens
+ * no top-level phase (where memory marks act): the forward closes now and this phase takes its place. A transfer
+ * (role NEST) is handled by the caller: it is part of the forward and opens nothing. 1: done; 0: not this case */
+static int
+leave_forward(Event *e, double now)
+{
+    if (e->role == ENV || e->role == NEST) return 0;
+    PyObject *extras = SLOT(e, S_EXTRAS);
+    if (truth(extras) && !(PyLong_CheckExact(extras) && PyLong_AsLong(extras) == MEMORY_ONLY &&
+                           PyList_GET_SIZE(SLOT(e, S_STACK)) > 1))
+        return 0;
+    set_slot(e, S_DEPTH, Py_NewRef(one));
+    if (replace_top(e, now, now) < 0) return -1;
+    PyObject *kinds = SLOT(e, S_KINDS);
+    PyList_SetItem(kinds, PyList_GET_SIZE(kinds) - 1, Py_NewRef(zero)); /* AUTO */
+    return 1;
+}
+
+/* Attributor.enter_forward's pass-through: a module called with grad enabled while the training forward it would
+ * open is already open (the loss computation's second, third, ... module call) */
+static int
+in_forward(Event *e)
+{
+    if (e->forward == Py_None || truth(SLOT(e, S_FORWARD_NAMES)) || !forward_on_top(e)) return 0;
+    PyObject *stack = SLOT(e, S_STACK);
+    Py_ssize_t n = PyList_GET_SIZE(stack);
+    if (n == 0) return 0;
+    Py_ssize_t r = PyUnicode_Tailmatch(PyList_GET_ITEM(stack, n - 1), e->forward, 0, PY_SSIZE_T_MAX, 1);
+    return r < 0 ? -1 : (int)r;
+}
+
+/* fn called inside the phase on top, which it does not end (depth 1 during the call, as in the Python wrapper) */
+static PyObject *
+call_inside(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    set_slot(e, S_DEPTH, Py_NewRef(one));
+    PyObject *out = PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    set_slot(e, S_DEPTH, Py_NewRef(zero));
+    PyErr_Restore(type, value, tb);
+    return out;
 }
 
 /* whether a memory mark is still due around top-level phase `path` in this iteration (Attributor._mem_left) */
@@ -307,6 +373,11 @@ timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
              (ok = inline_ok(e)) != 0) {
         if (ok < 0 || transition(e, now) < 0) return NULL;
     }
+    else if (!pending && forward_on_top(e) && (e->role == NEST || (ok = leave_forward(e, now)) != 0)) {
+        if (e->role == NEST) /* a transfer inside the loss computation: part of the forward */
+            return call_inside(e, args, nargsf, kwnames);
+        if (ok < 0) return NULL;
+    }
     else { /* everything else: Attributor.enter */
         PyObject *now_obj = PyFloat_FromDouble(now);
         if (now_obj == NULL) return NULL;
@@ -316,14 +387,8 @@ timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         if (r == NULL) return NULL;
         int opened = truth(r);
         Py_DECREF(r);
-        if (!opened) { /* a transfer inside the training forward: part of it */
-            PyObject *out = PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
-            PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            set_slot(e, S_DEPTH, Py_NewRef(zero));
-            PyErr_Restore(type, value, tb);
-            return out;
-        }
+        if (!opened) /* a transfer inside the training forward: part of it */
+            return call_inside(e, args, nargsf, kwnames);
     }
     return finish(e, PyObject_Vectorcall(e->fn, args, nargsf, kwnames));
 }
@@ -375,8 +440,13 @@ event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         PyObject *ge = PyObject_CallNoArgs(e->grad_enabled);
         if (ge == NULL) return NULL;
         Py_DECREF(ge);
-        if (ge == Py_True) /* the training forward: the Python wrapper */
-            return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+        if (ge == Py_True) { /* the training forward: the Python wrapper, unless it is open already */
+            int inside = in_forward(e);
+            if (inside < 0) return NULL;
+            if (!inside) return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+            if (add_long(e, S_PASSTHROUGH, 1) < 0) return NULL;
+            return call_inside(e, args, nargsf, kwnames);
+        }
     }
     if (e->batch == NOT_ENV) return timed(e, args, nargsf, kwnames);
     if (nargs < 1) return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
@@ -413,16 +483,17 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"attributor", "fn", "fallback", "name", "layer", "role", "clock", "thread", "paths",
                              "path_under", "gap", "skip", "model", "batch", "grad_enabled", "dtype", "tensor_cls",
-                             "shape_like", "mark", "direct_clock", "batch_fn", "memory_marks", NULL};
+                             "shape_like", "mark", "direct_clock", "batch_fn", "memory_marks", "forward", NULL};
     PyObject *a, *fn, *fallback, *name, *layer, *role_obj, *clock, *thread, *paths, *path_under;
     PyObject *grad_enabled = Py_None, *dtype = Py_None, *tensor_cls = Py_None, *shape_like = Py_None;
-    PyObject *batch_fn = Py_None;
+    PyObject *batch_fn = Py_None, *forward = Py_None;
     long memory_marks = 8;
     double gap;
     int skip = 0, model = 0, batch = NOT_ENV, mark = NOT_MARK, direct = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUOOOO!Od|ipiOOOOipOl", kwlist, &a, &fn, &fallback, &name, &layer,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUOOOO!Od|ipiOOOOipOlO", kwlist, &a, &fn, &fallback, &name, &layer,
                                      &role_obj, &clock, &thread, &PyDict_Type, &paths, &path_under, &gap, &skip,
-                                     &model, &batch, &grad_enabled, &dtype, &tensor_cls, &shape_like, &mark, &direct, &batch_fn, &memory_marks))
+                                     &model, &batch, &grad_enabled, &dtype, &tensor_cls, &shape_like, &mark, &direct, &batch_fn, &memory_marks,
+                                     &forward))
         return NULL;
     Event *e = (Event *)type->tp_alloc(type, 0);
     if (e == NULL) return NULL;
@@ -438,11 +509,11 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     e->mark = mark;
     e->direct_clock = direct;
     e->memory_marks = memory_marks;
-    if ((model && grad_enabled == Py_None) || (skip == SKIP_CAST && !PyType_Check(dtype)) ||
+    if ((model && grad_enabled == Py_None) || (forward != Py_None && !PyUnicode_Check(forward)) || (skip == SKIP_CAST && !PyType_Check(dtype)) ||
         (skip == SKIP_NO_DATA && (tensor_cls == Py_None || shape_like == Py_None)) ||
         (batch == BATCH_CALL && !PyCallable_Check(batch_fn))) {
         PyErr_SetString(PyExc_ValueError,
-                        "Event: a module call needs grad_enabled, a skip needs its types, BATCH_CALL a batch_fn");
+                        "Event: a module call needs grad_enabled, a skip needs its types, BATCH_CALL a batch_fn, forward is a str");
         goto error;
     }
     PyTypeObject *cls = Py_TYPE(a);
@@ -457,9 +528,10 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             goto error;
         }
     }
-    if (!PyList_Check(SLOT(e, S_STACK)) || !PyDict_Check(SLOT(e, S_EXCL)) || !PyDict_Check(SLOT(e, S_ENTERS)) ||
-        !PyDict_Check(SLOT(e, S_ENV_IDS)) || !PyDict_Check(SLOT(e, S_MEM_LEFT))) {
-        PyErr_SetString(PyExc_TypeError, "Event: the attributor's stack, excl, enters, env_ids and _mem_left must be a list and dicts");
+    if (!PyList_Check(SLOT(e, S_STACK)) || !PyList_Check(SLOT(e, S_KINDS)) || !PyDict_Check(SLOT(e, S_EXCL)) ||
+        !PyDict_Check(SLOT(e, S_ENTERS)) || !PyDict_Check(SLOT(e, S_ENV_IDS)) || !PyDict_Check(SLOT(e, S_MEM_LEFT))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "Event: the attributor's stack, kinds, excl, enters, env_ids and _mem_left must be lists and dicts");
         goto error;
     }
     e->fn = Py_NewRef(fn);
@@ -475,6 +547,7 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     e->tensor_cls = Py_NewRef(tensor_cls);
     e->shape_like = Py_NewRef(shape_like);
     e->batch_fn = Py_NewRef(batch_fn);
+    e->forward = Py_NewRef(forward);
     return (PyObject *)e;
 error:
     Py_DECREF(e);
@@ -517,6 +590,7 @@ event_clear(Event *e)
     Py_CLEAR(e->tensor_cls);
     Py_CLEAR(e->shape_like);
     Py_CLEAR(e->batch_fn);
+    Py_CLEAR(e->forward);
     return 0;
 }
 

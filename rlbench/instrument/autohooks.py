@@ -236,8 +236,8 @@ def native(
     if not native_available():
         return fallback
     types: dict[str, Any] = {}
-    if model:
-        types["grad_enabled"] = _grad_enabled()
+    if model:  # the training forward it opens, or continues while open (enter_forward's pass-through, in C)
+        types.update(grad_enabled=_grad_enabled(), forward=FORWARD)
     if skip:
         import torch
 

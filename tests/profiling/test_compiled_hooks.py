@@ -67,7 +67,33 @@ def _wrapped_envs_loop() -> None:
         opt.step()
 
 
-@pytest.mark.parametrize("loop", [known_loop, _wrapped_envs_loop], ids=["vector-env-ppo-shape", "wrapped-env"])
+def _minibatch_loop(minibatches: int = 6) -> None:
+    """SB3's PPO update, shaped: several module calls per loss, ``.item()`` for logging inside the loss computation,
+    then zero_grad, backward, clipping and the step (the cases the compiled hooks take inline while the training
+    forward is open)."""
+    env = SlowEnv()
+    actor, critic = SlowNet(), SlowNet()
+    opt = torch.optim.SGD([*actor.parameters(), *critic.parameters()], lr=0.1)
+    obs, _ = env.reset(seed=0)
+    for _ in range(6):
+        for _ in range(4):
+            with torch.no_grad():
+                actor(torch.as_tensor(obs).unsqueeze(0))
+            obs, *_ = env.step(0)
+        for _ in range(minibatches):
+            x = torch.zeros(3, 4)
+            logits, values = actor(x), critic(x)
+            clipped = (logits > 0).float().mean().item()
+            loss = logits.sum() + values.sum() + clipped
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(actor.parameters(), 0.5)
+            opt.step()
+
+
+@pytest.mark.parametrize(
+    "loop", [known_loop, _wrapped_envs_loop, _minibatch_loop], ids=["vector-env-ppo-shape", "wrapped-env", "minibatches"]
+)
 def test_compiled_and_python_hooks_book_the_same_phases_merges_and_counts(monkeypatch, loop):
     compiled = _structure(monkeypatch, False, loop)
     python = _structure(monkeypatch, True, loop)
@@ -179,3 +205,25 @@ def test_memory_marks_send_only_their_own_transitions_to_python(monkeypatch):
     assert (marks, booked) == (marks_python, booked_python)
     assert marks >= 2 * 2 * MEMORY_MARKS  # a mark each side of the first occurrences of both phases
     assert enters_python >= 100 and enters_compiled <= 4 * MEMORY_MARKS
+
+
+def test_the_minibatch_cases_run_in_c_while_the_training_forward_is_open(monkeypatch):
+    # past the first module call of a loss, its other module calls, a transfer inside it and the optimizer call that
+    # ends it stay in C: Attributor.enter and enter_forward run once per minibatch at most, not once per call
+    from rlbench.instrument.attribution import Attributor
+
+    def python_calls(python: bool, minibatches: int) -> int:
+        _use_python_hooks(monkeypatch, python)
+        calls = []
+        for name in ("enter", "enter_forward"):
+            original = getattr(Attributor, name)
+            monkeypatch.setattr(Attributor, name, lambda self, *a, _f=original, **k: calls.append(1) or _f(self, *a, **k))
+        with Session(Settings(count_iteration=None, memory=False)):
+            _minibatch_loop(minibatches)
+        monkeypatch.undo()
+        return len(calls)
+
+    extra_python = python_calls(True, 7) - python_calls(True, 2)  # 30 more minibatches (6 iterations)
+    extra_compiled = python_calls(False, 7) - python_calls(False, 2)
+    assert extra_python >= 30 * 4  # two forwards, the .item(), zero_grad: each a call into the attributor
+    assert extra_compiled <= 30 * 1  # the first forward of each loss only
