@@ -157,7 +157,7 @@ def run_command(argv: list[str], t0: float) -> int:
         raise UsageError("--address names a Ray cluster: add --backend ray")
     from rlbench.report.plots import ChartWorker
 
-    charts = ChartWorker()  # imports matplotlib on the other core while this process imports torch and trains
+    charts = ChartWorker()  # imports matplotlib on idle cycles while this process imports torch and trains
     try:
         return _run(spec, config, args, argv, device_spec, charts, t0)
     finally:
