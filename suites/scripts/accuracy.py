@@ -7,10 +7,14 @@
   hand-instrumented copy under the profiler. The copy's own ``perf_counter`` timers and the automatic attribution
   measure the same run, so their shares compare without run-to-run noise. Every round uses the same seed, so op and
   sync counts per iteration must come out identical;
+* **the overhead of a whole run**: the unmodified script at the accuracy budget, plain and under the profiler's child
+  process (``python -m rlbench.profiling.bootstrap``, exactly what ``rlbench profile`` spawns), alternating, in wall
+  time: what profiling adds to the training run's own time;
 * **the hooks' overhead**: the unmodified script run in this process with and without a profiling session,
   alternating, in CPU time;
 * **the fixed cost per run**: a script that only imports torch and gymnasium, plain and under the profiler's child
-  process (``python -m rlbench.profiling.bootstrap``, exactly what ``rlbench profile`` spawns), alternating;
+  process, alternating; and the whole ``rlbench profile`` command on it, whose own work before and after the script
+  (starting, writing records and the report) adds to the command's time but not to the script's;
 * **the hooks' cost in instructions**, where valgrind is installed: the script run plain and with a session under
   cachegrind at two budgets; the difference of the two budgets' instruction counts, per agent step, leaves out
   imports, start-up and the session's fixed work. Instruction counts repeat run to run, so this figure does not
@@ -258,19 +262,39 @@ def instructions(name: str) -> dict[str, Any]:
     return {"budgets": [low, high], "counts": counts, **per, "counted": per_step(done[3][1]), "native": per_step(native)}
 
 
-def fixed_cost(tmp: Path, rounds: int) -> dict[str, list[float]]:
-    """Wall seconds of a script that only imports torch and gymnasium, plain and under the profiler's child process.
+def run_command(script: Path, args: list[str], tmp: Path) -> dict[str, float]:
+    """The whole ``rlbench profile --quiet -- python script args`` command, as a user runs it."""
+    cmd = [sys.executable, "-m", "rlbench", "profile", "--quiet", "--store", str(tmp / "store"), "--", "python"]
+    return _timed([*cmd, str(script), *args], _env())
 
-    The difference is what ``rlbench profile`` adds once per run: importing rlbench, installing the hooks, measuring
-    their costs at the end and writing the results.
+
+def fixed_cost(tmp: Path, rounds: int) -> dict[str, list[float]]:
+    """Wall seconds of a script that only imports torch and gymnasium: plain, under the profiler's child process,
+    and under the whole ``rlbench profile`` command, in rotating order.
+
+    Profiled minus plain is what the profiler adds to a run once: importing rlbench, installing the hooks, measuring
+    their costs at the end and writing the results. The command minus the child is the command's own work before the
+    script starts and after it ends (starting the CLI, fingerprints, writing records and the report).
     """
     trivial = tmp / "imports_only.py"
     trivial.write_text("import torch\nimport gymnasium\n", encoding="utf-8")
-    out: dict[str, list[float]] = {"plain": [], "profiled": []}
+    run = {"plain": lambda: run_plain(trivial, []), "profiled": lambda: run_profiled(trivial, [], tmp)}
+    run["command"] = lambda: run_command(trivial, [], tmp)
+    sides = list(run)
+    out: dict[str, list[float]] = {side: [] for side in sides}
+    for k in range(rounds):
+        for side in sides if k % 2 == 0 else sides[::-1]:
+            out[side].append(run[side]()["wall"])
+    return out
+
+
+def whole_run(script: Path, args: list[str], tmp: Path, rounds: int) -> dict[str, list[dict[str, float]]]:
+    """Wall and CPU seconds of ``script`` plain and under the profiler's child process, alternating: the overhead of a
+    whole profiled run, hooks and fixed cost together, as the training run itself feels it."""
+    out: dict[str, list[dict[str, float]]] = {"plain": [], "profiled": []}
     for k in range(rounds):
         for side in ("plain", "profiled") if k % 2 == 0 else ("profiled", "plain"):
-            value = run_plain(trivial, []) if side == "plain" else run_profiled(trivial, [], tmp)
-            out[side].append(value["wall"])
+            out[side].append(run_plain(script, args) if side == "plain" else run_profiled(script, args, tmp))
     return out
 
 
@@ -327,6 +351,11 @@ def measure(names: list[str], rounds: int, overhead_rounds: int) -> dict[str, An
             results[name]["accuracy"].append(value)
             print(f"round {k + 1}/{rounds} {name} accuracy: ok", file=sys.stderr)
     for name in names:
+        args = [*SCRIPTS[name]["args"], "--seed", str(SEED)]
+        with tempfile.TemporaryDirectory(prefix="rlbench-accuracy-") as tmp:
+            results[name]["whole"] = whole_run(HERE / SCRIPTS[name]["file"], args, Path(tmp), overhead_rounds)
+        print(f"{name} whole run: {results[name]['whole']}", file=sys.stderr)
+    for name in names:
         args = [*OVERHEAD_ARGS[name], "--seed", str(SEED)]
         results[name]["hooks"] = hooks_overhead(HERE / SCRIPTS[name]["file"], args, overhead_rounds)
         print(f"{name} hooks: {results[name]['hooks']}", file=sys.stderr)
@@ -353,6 +382,26 @@ def _version(name: str) -> str | None:
         return None
 
 
+def _install() -> str:
+    """How rlbench is installed here: a profiled run's fixed cost includes importing it, which compiles every module
+    from source where no bytecode is cached (a checkout run with ``PYTHONDONTWRITEBYTECODE=1``)."""
+    import importlib.util
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    import rlbench
+
+    root = Path(rlbench.__file__).resolve().parent
+    modules = [m for m in root.rglob("*.py") if "__pycache__" not in m.parts]
+    cached = sum(Path(importlib.util.cache_from_source(str(m))).is_file() for m in modules)
+    try:
+        raw = distribution("rlbench").read_text("direct_url.json")  # pip writes it; a checkout's egg-info has none
+        editable = bool(json.loads(raw).get("dir_info", {}).get("editable")) if raw else None
+        how = {True: "an editable install", False: "installed by pip, not editable"}.get(editable, "install unknown")
+    except PackageNotFoundError:
+        how = "not installed"
+    return f"`{root}` ({how}; {cached} of {len(modules)} modules with cached bytecode)"
+
+
 def _valgrind_version() -> str:
     done = subprocess.run(["valgrind", "--version"], capture_output=True, text=True)
     return done.stdout.strip().removeprefix("valgrind-")
@@ -376,6 +425,7 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
         f"- Software: Python {soft.get('python')}, torch {pkgs.get('torch')}, gymnasium {pkgs.get('gymnasium')}, "
         f"stable-baselines3 {pkgs.get('stable-baselines3')}, torchrl {pkgs.get('torchrl')}, tensordict "
         f"{pkgs.get('tensordict')}",
+        f"- rlbench imported from {_install()}",
         "- Scripts: `suites/scripts/` (CleanRL-style PPO, SB3 PPO, TorchRL PPO on CartPole-v1, all unmodified for "
         "rlbench) and their hand-instrumented copies in `suites/scripts/hand/` (`time.perf_counter` around the calls a "
         "person would time; each copy's docstring says where).",
@@ -417,22 +467,58 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
         "(target: ±3 pp).",
         "",
     ]
-    fixed = results.get("_fixed", {"plain": [], "profiled": []})
+    fixed = results.get("_fixed", {"plain": [], "profiled": [], "command": []})
     compiled = results.get("_hooks", {}).get("compiled", False)
     compiled_note = "" if compiled else ", **not built where this ran: both hooked columns are the Python wrappers**"
     fixed_s = statistics.median(fixed["profiled"]) - statistics.median(fixed["plain"]) if fixed["plain"] else math.nan
+    command = fixed.get("command", [])
+    command_s = statistics.median(command) - statistics.median(fixed["profiled"]) if command else math.nan
     lines += [
         "## Overhead",
         "",
-        "Two parts, each measured alternating on and off:",
+        "### A whole profiled run",
+        "",
+        "Each script, unmodified, at the accuracy budget: run plain (`python SCRIPT`) and under the profiler's child "
+        "process (`python -m rlbench.profiling.bootstrap`, what `rlbench profile` spawns: rlbench's imports, the "
+        "hooks, measuring their costs and writing the results), alternating, each a fresh process. Wall time from "
+        "spawn to exit, paired by round; the median of the paired ratios. The CPU column (user + system) is the same "
+        "runs' CPU time.",
+        "",
+        "| Script (budget) | Plain wall s, median (min–max) | Profiled wall s | **Overhead, paired median (min–max)** | "
+        "CPU overhead, paired median (min–max) |",
+        "|---|---|---|---|---|",
+    ]
+    worst_whole = -math.inf
+    for name, r in results.items():
+        if name.startswith("_") or "whole" not in r:
+            continue
+        plain, prof = r["whole"]["plain"], r["whole"]["profiled"]
+        wall = [b["wall"] / a["wall"] - 1 for a, b in zip(plain, prof)]
+        cpu = [b["cpu"] / a["cpu"] - 1 for a, b in zip(plain, prof)]
+        worst_whole = max(worst_whole, statistics.median(wall))
+        lines.append(
+            f"| {name} (`{' '.join(SCRIPTS[name]['args'])}`) | {_spread([x['wall'] for x in plain])} | "
+            f"{_spread([x['wall'] for x in prof])} | **{100 * statistics.median(wall):+.1f}%** "
+            f"({100 * min(wall):+.1f}…{100 * max(wall):+.1f}%) | {100 * statistics.median(cpu):+.1f}% "
+            f"({100 * min(cpu):+.1f}…{100 * max(cpu):+.1f}%) |"
+        )
+    if math.isfinite(worst_whole):
+        lines += ["", f"Largest median overhead of a whole run: **{100 * worst_whole:+.1f}%** (target: ≤ 3%).", ""]
+    lines += [
+        "### Its parts",
         "",
         "- **The hooks**, paid per event: the script run in one process, with and without a profiling session, "
         "alternating (CPU time, so a shared VM's steal does not count; in one process the sides share imports and "
         "caches). Paired by round; the median of the paired ratios.",
         "- **The fixed cost**, paid once per run: a script that only imports torch and gymnasium, plain and under "
         "the profiler's child process (importing rlbench, installing hooks, measuring their costs, writing results): "
-        f"median **{fixed_s * 1e3:+.0f} ms** per run over {len(fixed['plain'])} pairs "
+        f"median **{fixed_s * 1e3:+.0f} ms** per run over {len(fixed['plain'])} rounds "
         f"(plain {_spread(fixed['plain'])}, profiled {_spread(fixed['profiled'])}).",
+        "- **The command's own work**, before the script starts and after it ends (starting the CLI, fingerprints, "
+        "writing records, the report and its charts): the whole `rlbench profile --quiet` command on the same script "
+        f"took a median **{command_s:+.2f} s** more than its child process alone"
+        + (f" ({_spread(command)})" if command else "")
+        + ". It lengthens the command, not the training run.",
         "",
         f"The hooks are the compiled ones (`rlbench/instrument/_fastevent.c`){compiled_note}; the last column runs "
         "the same sessions with the Python wrappers they stand for (`RLBENCH_PURE_PYTHON_HOOKS=1`, what an install "
