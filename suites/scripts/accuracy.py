@@ -473,6 +473,7 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
     fixed_s = statistics.median(fixed["profiled"]) - statistics.median(fixed["plain"]) if fixed["plain"] else math.nan
     command = fixed.get("command", [])
     command_s = statistics.median(command) - statistics.median(fixed["profiled"]) if command else math.nan
+    whole_rounds = next((len(r["whole"]["plain"]) for r in results.values() if isinstance(r, dict) and "whole" in r), 0)
     lines += [
         "## Overhead",
         "",
@@ -480,7 +481,8 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
         "",
         "Each script, unmodified, at the accuracy budget: run plain (`python SCRIPT`) and under the profiler's child "
         "process (`python -m rlbench.profiling.bootstrap`, what `rlbench profile` spawns: rlbench's imports, the "
-        "hooks, measuring their costs and writing the results), alternating, each a fresh process. Wall time from "
+        f"hooks, measuring their costs and writing the results), alternating over {whole_rounds} rounds, each run a "
+        "fresh process. Wall time from "
         "spawn to exit, paired by round; the median of the paired ratios. The CPU column (user + system) is the same "
         "runs' CPU time.",
         "",
