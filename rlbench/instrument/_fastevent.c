@@ -492,8 +492,8 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int skip = 0, model = 0, batch = NOT_ENV, mark = NOT_MARK, direct = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUOOOO!Od|ipiOOOOipOlO", kwlist, &a, &fn, &fallback, &name, &layer,
                                      &role_obj, &clock, &thread, &PyDict_Type, &paths, &path_under, &gap, &skip,
-                                     &model, &batch, &grad_enabled, &dtype, &tensor_cls, &shape_like, &mark, &direct, &batch_fn, &memory_marks,
-                                     &forward))
+                                     &model, &batch, &grad_enabled, &dtype, &tensor_cls, &shape_like, &mark, &direct,
+                                     &batch_fn, &memory_marks, &forward))
         return NULL;
     Event *e = (Event *)type->tp_alloc(type, 0);
     if (e == NULL) return NULL;
@@ -509,11 +509,12 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     e->mark = mark;
     e->direct_clock = direct;
     e->memory_marks = memory_marks;
-    if ((model && grad_enabled == Py_None) || (forward != Py_None && !PyUnicode_Check(forward)) || (skip == SKIP_CAST && !PyType_Check(dtype)) ||
+    if ((model && grad_enabled == Py_None) || (forward != Py_None && !PyUnicode_Check(forward)) ||
+        (skip == SKIP_CAST && !PyType_Check(dtype)) ||
         (skip == SKIP_NO_DATA && (tensor_cls == Py_None || shape_like == Py_None)) ||
         (batch == BATCH_CALL && !PyCallable_Check(batch_fn))) {
-        PyErr_SetString(PyExc_ValueError,
-                        "Event: a module call needs grad_enabled, a skip needs its types, BATCH_CALL a batch_fn, forward is a str");
+        PyErr_SetString(PyExc_ValueError, "Event: a module call needs grad_enabled, a skip needs its types, "
+                                          "BATCH_CALL a batch_fn; forward is a str");
         goto error;
     }
     PyTypeObject *cls = Py_TYPE(a);
