@@ -276,7 +276,7 @@ forward_on_top(Event *e)
 static int
 leave_forward(Event *e, double now)
 {
-    if (e->role == ENV || e->role == NEST) return 0;
+    if (e->role == ENV) return 0;
     PyObject *extras = SLOT(e, S_EXTRAS);
     if (truth(extras) && !(PyLong_CheckExact(extras) && PyLong_AsLong(extras) == MEMORY_ONLY &&
                            PyList_GET_SIZE(SLOT(e, S_STACK)) > 1))

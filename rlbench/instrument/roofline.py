@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 aten = torch.ops.aten
 MATMULS = {aten.mm: "mm", aten.addmm: "addmm", aten.bmm: "bmm", aten.baddbmm: "baddbmm"}  # every overload, out= too
+_FIRST_FACTOR = {"mm": 0, "bmm": 0, "addmm": 1, "baddbmm": 1}  # where the product's factors start in the op's args
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
 CACHED_BYTES = 4 * 2**20
@@ -132,7 +133,7 @@ class OpRecorder(TorchDispatchMode):
         rec.ops += 1
         key = matmul_key(func, args)
         if key is not None:
-            typed = (*key, dtype_name(args[1] if key[0] in ("addmm", "baddbmm") else args[0]))
+            typed = (*key, dtype_name(args[_FIRST_FACTOR[key[0]]]))
             rec.matmuls[typed] = rec.matmuls.get(typed, 0) + 1
             rec.flops += matmul_flops(key[1])
         kwargs = kwargs or {}
@@ -149,7 +150,8 @@ def matmul_key(func: Any, args: tuple[Any, ...]) -> tuple[str, tuple[int, int, i
     kind = MATMULS.get(getattr(func, "overloadpacket", None))
     if kind is None:
         return None
-    a, b = (args[1], args[2]) if kind in ("addmm", "baddbmm") else (args[0], args[1])
+    first = _FIRST_FACTOR[kind]
+    a, b = args[first], args[first + 1]
     if a.dim() == 3:
         return kind, (int(a.shape[0]), int(a.shape[1]), int(a.shape[2]), int(b.shape[2]))
     return kind, (0, int(a.shape[0]), int(a.shape[1]), int(b.shape[1]))

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -278,23 +279,28 @@ def fixed_cost(tmp: Path, rounds: int) -> dict[str, list[float]]:
     """
     trivial = tmp / "imports_only.py"
     trivial.write_text("import torch\nimport gymnasium\n", encoding="utf-8")
-    run = {"plain": lambda: run_plain(trivial, []), "profiled": lambda: run_profiled(trivial, [], tmp)}
-    run["command"] = lambda: run_command(trivial, [], tmp)
-    sides = list(run)
-    out: dict[str, list[float]] = {side: [] for side in sides}
-    for k in range(rounds):
-        for side in sides if k % 2 == 0 else sides[::-1]:
-            out[side].append(run[side]()["wall"])
-    return out
+    runs = {
+        "plain": lambda: run_plain(trivial, []),
+        "profiled": lambda: run_profiled(trivial, [], tmp),
+        "command": lambda: run_command(trivial, [], tmp),
+    }
+    return {side: [t["wall"] for t in times] for side, times in _alternating(runs, rounds).items()}
 
 
 def whole_run(script: Path, args: list[str], tmp: Path, rounds: int) -> dict[str, list[dict[str, float]]]:
     """Wall and CPU seconds of ``script`` plain and under the profiler's child process, alternating: the overhead of a
     whole profiled run, hooks and fixed cost together, as the training run itself feels it."""
-    out: dict[str, list[dict[str, float]]] = {"plain": [], "profiled": []}
+    runs = {"plain": lambda: run_plain(script, args), "profiled": lambda: run_profiled(script, args, tmp)}
+    return _alternating(runs, rounds)
+
+
+def _alternating(runs: dict[str, Callable[[], dict[str, float]]], rounds: int) -> dict[str, list[dict[str, float]]]:
+    """Each run once per round, in the given order on even rounds and reversed on odd ones (drift hits all alike)."""
+    sides = list(runs)
+    out: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
     for k in range(rounds):
-        for side in ("plain", "profiled") if k % 2 == 0 else ("profiled", "plain"):
-            out[side].append(run_plain(script, args) if side == "plain" else run_profiled(script, args, tmp))
+        for side in sides if k % 2 == 0 else sides[::-1]:
+            out[side].append(runs[side]())
     return out
 
 
@@ -416,7 +422,9 @@ def environment() -> dict[str, Any]:
     }
 
 
-def _valgrind_version() -> str:
+def _valgrind_version() -> str | None:
+    if shutil.which("valgrind") is None:
+        return None
     done = subprocess.run(["valgrind", "--version"], capture_output=True, text=True)
     return done.stdout.strip().removeprefix("valgrind-")
 
