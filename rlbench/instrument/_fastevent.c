@@ -92,7 +92,7 @@ set_double(Event *e, int i, double x)
 {
     PyObject *old = SLOT(e, i);
     if (PyFloat_CheckExact(old) && Py_REFCNT(old) == 1) { /* the slot holds the only reference: nobody sees it change */
-        PyFloat_AS_DOUBLE(old) = x;
+        ((PyFloatObject *)old)->ob_fval = x; /* PyFloat_AS_DOUBLE is no lvalue from Python 3.12 */
         return 0;
     }
     PyObject *v = PyFloat_FromDouble(x);
