@@ -6,22 +6,31 @@ The public API is imported lazily, so ``import rlbench`` stays instant (no torch
 * ``rlbench.session("my-ppo")``: profile the code inside ``with`` (automatic attribution) and store its records.
 * ``rlbench.record("eval_return", values, unit="return", direction="higher")``: store a metric of your own.
 * ``rlbench.benchmark``: declare a benchmark function for ``rlbench run`` (in ``./suites/`` or an entry point).
+* ``rlbench.BenchmarkSpec`` / ``rlbench.RunContext``: declare a benchmark with its own config dataclass.
 * ``rlbench.load(path)``: stored records as a tidy pandas DataFrame.
 
 The ``rlbench`` command runs benchmarks, profiles scripts (``rlbench profile -- python train.py``) and renders reports.
+The SB3 callback is ``rlbench.profiling.sb3.RlbenchCallback``.
 """
 
 from __future__ import annotations
 
+import sys
 from importlib import import_module
+from importlib.abc import MetaPathFinder
+from importlib.machinery import ModuleSpec
+from importlib.util import spec_from_file_location
+from pathlib import Path
 from typing import Any
 
 _LAZY = {
-    "phase": ("rlbench.instrument.attribution", "phase"),
+    "phase": ("rlbench.profiling.attribution", "phase"),
     "session": ("rlbench.profiling.session", "session"),
     "record": ("rlbench.profiling.session", "record"),
-    "benchmark": ("rlbench.userbench", "benchmark"),
-    "load": ("rlbench.store", "load"),
+    "benchmark": ("rlbench.run.userbench", "benchmark"),
+    "BenchmarkSpec": ("rlbench.run.registry", "BenchmarkSpec"),
+    "RunContext": ("rlbench.run.registry", "RunContext"),
+    "load": ("rlbench.results.store", "load"),
 }
 
 __all__ = sorted(_LAZY)
@@ -38,3 +47,26 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
+
+
+class _CheckoutSuites(MetaPathFinder):
+    """``rlbench.suites`` from a source checkout's top-level ``suites/`` folder.
+
+    An install maps ``suites/`` to ``rlbench.suites``. When Python imports this package from a checkout instead (the
+    checkout's root is first on ``sys.path``: ``pytest suites/micro/...`` or ``python -m ...`` run from the root), the
+    checkout's ``rlbench/`` has no ``suites`` inside it; this finder, asked last, gives the checkout's own ``suites/``
+    so the checkout runs its own suites with its own rlbench.
+    """
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
+        if fullname != "rlbench.suites":
+            return None
+        package = Path(__file__).resolve().parent
+        suites = package.parent / "suites"
+        if not (suites / "__init__.py").is_file() or not (package.parent / "pyproject.toml").is_file():
+            return None
+        return spec_from_file_location(fullname, suites / "__init__.py", submodule_search_locations=[str(suites)])
+
+
+if not any(isinstance(f, _CheckoutSuites) for f in sys.meta_path):
+    sys.meta_path.append(_CheckoutSuites())

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlbench.errors import UsageError
-from rlbench.metrics import ENV_STEPS, EVAL_RETURN, EVAL_S, INIT_S, SPS, TRAIN_S, WALL_S, Metric
-from rlbench.options import option
-from rlbench.registry import BenchmarkSpec, RunContext
+from rlbench.core.errors import UsageError
+from rlbench.core.options import check_choices, option
+from rlbench.results.metrics import ENV_STEPS, EVAL_RETURN, EVAL_S, INIT_S, SPS, TRAIN_S, WALL_S, Metric
+from rlbench.run.registry import BenchmarkSpec, RunContext
 
 
 @dataclass
@@ -37,6 +37,7 @@ class SB3SACConfig:
         Raises:
             UsageError: On a non-positive size or a missing stable-baselines3.
         """
+        check_choices(self)  # any field that declares its values (none today)
         for name in ("total_steps", "batch_size", "threads"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")

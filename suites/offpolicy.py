@@ -14,9 +14,9 @@ from typing import Any
 
 from rlbench.suites.ppo import check_env
 
-from rlbench.metrics import BASELINE, FIRST_UPDATE_S, UPDATES, VARIANT, Metric, counter_metrics, training_metrics
-from rlbench.registry import BenchmarkSpec, RunContext
-from rlbench.variants import variant_configs
+from rlbench.core.variants import variant_configs
+from rlbench.results.metrics import BASELINE, FIRST_UPDATE_S, UPDATES, VARIANT, Metric, counter_metrics, training_metrics
+from rlbench.run.registry import BenchmarkSpec, RunContext
 
 
 def offpolicy_metrics(result: Any, overhead: dict[str, float], counts: dict[str, int] | None = None) -> list[Metric]:
@@ -93,6 +93,7 @@ BENCHMARKS = [
         run=run_offpolicy,
         version=1,
         check=check_env,
+        report="offpolicy",
     ),
     BenchmarkSpec(
         name="ddpg-pendulum",
@@ -101,5 +102,6 @@ BENCHMARKS = [
         run=run_offpolicy,
         version=1,
         check=check_env,
+        report="offpolicy",
     ),
 ]

@@ -13,10 +13,10 @@ wait / sync / idle split and its spans (the timeline), and the greedy reward bef
 
 from __future__ import annotations
 
+from rlbench.core.variants import variant_configs
 from rlbench.engines.base import PipelineConfig, PipelineRun
-from rlbench.metrics import EVAL_RETURN, VARIANT, Metric
-from rlbench.registry import BenchmarkSpec, RunContext
-from rlbench.variants import variant_configs
+from rlbench.results.metrics import EVAL_RETURN, VARIANT, Metric
+from rlbench.run.registry import BenchmarkSpec, RunContext
 
 SPANS_KEPT = 4000  # per actor, for the timeline figure
 

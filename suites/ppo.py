@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from rlbench.metrics import (
+from rlbench.results.metrics import (
     STEPS_TO_THRESHOLD,
     THRESHOLD_REACHED,
     TIME_TO_THRESHOLD_S,
@@ -13,7 +13,7 @@ from rlbench.metrics import (
     counter_metrics,
     training_metrics,
 )
-from rlbench.registry import BenchmarkSpec, RunContext
+from rlbench.run.registry import BenchmarkSpec, RunContext
 
 
 def ppo_metrics(result: Any, overhead: dict[str, float], counts: dict[str, dict[str, int]] | None = None) -> list[Metric]:

@@ -15,12 +15,12 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from rlbench.errors import UsageError
-from rlbench.metrics import Metric
-from rlbench.options import option
-from rlbench.registry import BenchmarkSpec, RunContext
+from rlbench.core.errors import UsageError
+from rlbench.core.options import check_choices, option
+from rlbench.results.metrics import Metric
+from rlbench.run.registry import BenchmarkSpec, RunContext
 
 PEAK_BF16 = "roofline/peak_gflops_bf16"
 CACHE_GBPS = "roofline/cache_gbps"
@@ -31,14 +31,16 @@ PHASES = ("update/sample", "update/target", "update/critic", "update/actor", "up
 class RooflineConfig:
     """The update to measure, as ``sac-pendulum`` / ``ddpg-pendulum`` would run it."""
 
-    algo: str = option("sac or ddpg", default="sac")
+    algo: Literal["sac", "ddpg"] = option("the off-policy algorithm whose update is measured", default="sac")
     env: str = option("env whose observation and action sizes shape the networks", default="Pendulum-v1")
     batch_size: int = option("transitions per update", default=256)
     hidden: tuple[int, ...] = option("hidden layer sizes of actor and critics", default=(256, 256))
-    critics: str = option("critic layout: ensemble or separate (as the training benchmark)", default="ensemble")
-    gradients: str = option("auto, manual or autograd (as the training benchmark)", default="auto")
-    precision: str = option(
-        "auto, fp32 or bf16 (as the training benchmark: auto is bf16 on CPUs with AVX512-BF16 or AMX)", default="auto"
+    # the values of the training benchmark's fields of the same names (tests/test_options.py keeps them equal; its
+    # constants are not imported here: they import torch, and `rlbench list` stays instant)
+    critics: Literal["ensemble", "separate"] = option("critic layout (as the training benchmark)", default="ensemble")
+    gradients: Literal["auto", "manual", "autograd"] = option("update gradients (as the training benchmark)", default="auto")
+    precision: Literal["auto", "fp32", "bf16"] = option(
+        "update precision (as the training benchmark: auto is bf16 on CPUs with AVX512-BF16 or AMX)", default="auto"
     )
     threads: int = option("torch intra-op threads", default=2)
     updates: int = option("timed updates", default=300)
@@ -48,12 +50,7 @@ class RooflineConfig:
 
     def validate(self) -> None:
         """Raise :class:`UsageError` on a setting that cannot run."""
-        if self.algo not in ("sac", "ddpg"):
-            raise UsageError(f"--algo must be sac or ddpg, got {self.algo!r}")
-        from rlbench.components.offpolicy.update import PRECISIONS
-
-        if self.precision not in PRECISIONS:
-            raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        check_choices(self)  # --algo, --critics, --gradients and --precision among their declared values
         if min(self.batch_size, self.updates, self.threads) < 1 or self.warmup < 0 or not self.hidden:
             raise UsageError("--batch-size, --updates and --threads must be at least 1, --warmup 0 or more")
 

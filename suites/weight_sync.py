@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlbench.core.options import check_choices, option
 from rlbench.engines.weight_sync import LOCAL, RAY, measure_local, measure_ray
-from rlbench.metrics import TIME_CALL, Metric
-from rlbench.options import option
-from rlbench.registry import BenchmarkSpec, RunContext
+from rlbench.results.metrics import TIME_CALL, Metric
+from rlbench.run.registry import BenchmarkSpec, RunContext
 
 GROUP = "weight-sync"
 MONARCH = ("monarch-rdma",)
@@ -36,8 +36,9 @@ class WeightSyncConfig:
     seed: int = option("seed of the payload", default=0)
 
     def validate(self) -> None:
-        from rlbench.errors import UsageError
+        from rlbench.core.errors import UsageError
 
+        check_choices(self)  # any field that declares its values (none today)
         unknown = sorted(set(self.strategies) - set(LOCAL + RAY + MONARCH))
         if unknown:
             raise UsageError(f"unknown --strategies {', '.join(unknown)}; choose from {', '.join(LOCAL + RAY + MONARCH)}")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlbench.calibration import CONDITIONS, one_comparison
-from rlbench.gate import Threshold
+from rlbench.analysis.calibration import CONDITIONS, one_comparison
+from rlbench.analysis.gate import Threshold
 from rlbench.report.calibration import render
 
 
@@ -30,7 +30,7 @@ def test_a_hog_on_one_side_only_is_refused_not_an_alarm(monkeypatch: pytest.Monk
     The hog and the load probe are simulated, so the outcome does not depend on what else this machine is doing
     (tests/instrument/test_machine_load.py checks the real probe).
     """
-    from rlbench import calibration
+    from rlbench.analysis import calibration
     from rlbench.instrument.machine_load import MachineLoad
 
     state = {"hog": False, "started": 0, "stopped": 0}

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rlbench.analysis.compare import bootstrap_paired, bootstrap_ratio, compare, mismatches
+from rlbench.analysis.gate import Threshold, evaluate
 from rlbench.cli import main
-from rlbench.compare import bootstrap_paired, bootstrap_ratio, compare, mismatches
-from rlbench.errors import DataError, UsageError
-from rlbench.gate import Threshold, evaluate
-from rlbench.records import Record
-from rlbench.store import RunWriter
+from rlbench.core.errors import DataError, UsageError
+from rlbench.results.records import Record
+from rlbench.results.store import RunWriter
 
 FP = {"machine": {"id": "m1"}, "software": {"python": "3.11", "packages": {"torch": "2.13"}, "torch_threads": 1}}
 
@@ -143,7 +143,7 @@ def test_mismatch_refused_unless_allowed(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def read(path: Path) -> list[Record]:
-    from rlbench.store import read_records
+    from rlbench.results.store import read_records
 
     return read_records(path)
 
@@ -246,7 +246,7 @@ def test_a_verdict_the_load_difference_could_explain_is_refused() -> None:
 
 
 def test_faster_on_a_quieter_candidate_is_not_a_verdict_either() -> None:
-    from rlbench.gate import refuse_if_busy
+    from rlbench.analysis.gate import refuse_if_busy
 
     base, cand = _timed_side("r1", 1.0, 0.7), _timed_side("r2", 0.8, 0.0)
     results = compare(base, cand)
@@ -256,7 +256,7 @@ def test_faster_on_a_quieter_candidate_is_not_a_verdict_either() -> None:
 
 
 def test_drifting_and_bimodal_samples_are_flagged() -> None:
-    from rlbench.compare import bimodality, drift, sample_flags
+    from rlbench.analysis.compare import bimodality, drift, sample_flags
 
     rng = np.random.default_rng(0)
     steady = 1.0 + 0.01 * rng.standard_normal(40)
@@ -275,7 +275,7 @@ def test_drifting_and_bimodal_samples_are_flagged() -> None:
 
 
 def test_several_runs_per_side_are_merged_by_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from rlbench.store import RunWriter
+    from rlbench.results.store import RunWriter
 
     store = tmp_path / "s"
 

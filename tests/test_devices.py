@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlbench.devices import available_devices, resolve_device, validate_device_string
-from rlbench.errors import UsageError
+from rlbench.core.devices import available_devices, resolve_device, validate_device_string
+from rlbench.core.errors import UsageError
 
 
 @pytest.mark.parametrize("spec", ["auto", "cpu", "cuda", "cuda:0", "cuda:1", "cuda:12", "mps"])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlbench import fingerprint as fpmod
+from rlbench.results import fingerprint as fpmod
 
 
 def test_machine_fingerprint_fields_and_id() -> None:

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rlbench.analysis.interop import from_pytest_benchmark, to_github_action, to_pytest_benchmark
 from rlbench.cli import main
-from rlbench.errors import DataError
-from rlbench.interop import from_pytest_benchmark, to_github_action, to_pytest_benchmark
-from rlbench.records import Record
-from rlbench.store import read_records
+from rlbench.core.errors import DataError
+from rlbench.results.records import Record
+from rlbench.results.store import read_records
 
 
 def _records() -> list[Record]:

@@ -8,7 +8,7 @@ import pytest
 
 from rlbench.instrument.callbacks import IterationInfo
 from rlbench.instrument.timers import estimate_overhead_s
-from rlbench.metrics import (
+from rlbench.results.metrics import (
     ITER_TIME,
     LAYERS,
     TIME,

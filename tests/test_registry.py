@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from rlbench import registry
-from rlbench.errors import UsageError
-from rlbench.metrics import Metric
-from rlbench.registry import ENTRY_POINT_GROUP, BenchmarkSpec
+from rlbench.core.errors import UsageError
+from rlbench.results.metrics import Metric
+from rlbench.run import registry
+from rlbench.run.registry import ENTRY_POINT_GROUP, BenchmarkSpec
 
 BUILT_INS = {
     "ppo-cartpole": "rlbench.suites.ppo",
@@ -170,9 +170,10 @@ def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
 
 
+@pytest.mark.slow
 def test_listing_benchmarks_never_imports_torch(tmp_path: Path) -> None:
     proc = _python(
-        "import rlbench; import rlbench.registry; specs = rlbench.registry.all_specs(); import sys; "
+        "import rlbench; import rlbench.run.registry; specs = rlbench.run.registry.all_specs(); import sys; "
         "print('torch' in sys.modules, len(specs))",
         tmp_path,
     )
@@ -181,6 +182,7 @@ def test_listing_benchmarks_never_imports_torch(tmp_path: Path) -> None:
     assert imported == "False" and int(count) >= len(BUILT_INS)
 
 
+@pytest.mark.slow
 def test_rlbench_list_json_never_imports_torch(tmp_path: Path) -> None:
     code = (
         "import contextlib, io, json, sys\n"
@@ -206,12 +208,12 @@ def test_rlbench_list_json_never_imports_torch(tmp_path: Path) -> None:
     )
     assert cmd.returncode == 0
     assert {b["name"] for b in json.loads(cmd.stdout)} >= set(BUILT_INS)
-    assert "rlbench.registry" in cmd.stderr  # the trace is there ...
+    assert "rlbench.run.registry" in cmd.stderr  # the trace is there ...
     assert "torch" not in cmd.stderr  # ... and torch is not in it
 
 
 DECORATED = """
-from rlbench.userbench import benchmark
+from rlbench.run.userbench import benchmark
 import mypkg
 
 
@@ -233,8 +235,8 @@ def not_a_benchmark(y=1):
 LISTED = """
 from dataclasses import dataclass
 
-from rlbench.metrics import Metric
-from rlbench.registry import BenchmarkSpec
+from rlbench.results.metrics import Metric
+from rlbench.run.registry import BenchmarkSpec
 
 
 @dataclass
@@ -312,7 +314,7 @@ def test_an_entry_point_name_resolves_without_importing_the_project(project) -> 
 
 
 def test_user_benchmark_colliding_with_an_existing_name_is_reported_first_wins(project) -> None:
-    clash = "from rlbench.userbench import benchmark\n\n@benchmark(name={!r})\ndef f():\n    return {{}}\n"
+    clash = "from rlbench.run.userbench import benchmark\n\n@benchmark(name={!r})\ndef f():\n    return {{}}\n"
     project({"suites/a.py": clash.format("ppo-cartpole"), "suites/b.py": LISTED, "suites/c.py": clash.format("listed-bench")})
     assert registry.get_spec("ppo-cartpole").source == "rlbench.suites.ppo"
     assert registry.get_spec("listed-bench").source == "./suites/b.py"
@@ -347,7 +349,7 @@ def test_rlbench_own_suites_directory_is_not_a_user_suite_dir(tmp_path: Path) ->
 
 
 def test_decorated_functions_in_entry_point_modules(plugins) -> None:
-    from rlbench.userbench import benchmark
+    from rlbench.run.userbench import benchmark
 
     @benchmark(name="ep-decorated")
     def ep_fn(n: int = 1) -> dict:
@@ -370,7 +372,7 @@ def test_is_pytest_benchmark_file(tmp_path: Path) -> None:
         "test_a.py": "",
         "a_test.py": "",
         "b.py": "import pytest\n\ndef test_speed(benchmark, n):\n    benchmark(sum, [1])\n",
-        "c.py": "from rlbench.userbench import benchmark\n\n@benchmark\ndef c(n: int = 1):\n    return {}\n",
+        "c.py": "from rlbench.run.userbench import benchmark\n\n@benchmark\ndef c(n: int = 1):\n    return {}\n",
     }
     for name, text in cases.items():
         (tmp_path / name).write_text(text)
@@ -394,7 +396,7 @@ def test_file_and_module_targets(project) -> None:
         {
             **MYPKG,
             "suites/decorated.py": DECORATED,
-            "bench/only.py": "from rlbench.userbench import benchmark\n\n@benchmark\ndef solo(k: int = 2):\n    return {}\n",
+            "bench/only.py": "from rlbench import benchmark\n\n@benchmark\ndef solo(k: int = 2):\n    return {}\n",
             "bench/several.py": SEVERAL,
             "mypkg/benches.py": LISTED,
             "mypkg/multi.py": SEVERAL,

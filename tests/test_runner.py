@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.errors import UsageError
-from rlbench.metrics import Metric
-from rlbench.records import definition_hash
-from rlbench.registry import BenchmarkSpec, RunContext
-from rlbench.runner import params_of, run_benchmark, to_records
-from rlbench.store import RunWriter, read_records
+from rlbench.core.errors import UsageError
+from rlbench.results.metrics import Metric
+from rlbench.results.records import definition_hash
+from rlbench.results.store import RunWriter, read_records
+from rlbench.run.registry import BenchmarkSpec, RunContext
+from rlbench.run.runner import params_of, run_benchmark, to_records
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,11 @@ def test_to_records_one_per_metric_with_the_definition_hash() -> None:
         assert r.meta["command"] == "test"
     assert recs[0].params == {"size": 9, "hidden": [8, 8], "name": "x"}
     assert recs[1].params == {"size": 9, "hidden": [8, 8], "name": "x", "impl": "numpy"}  # the metric's case parameters
-    assert recs[0].meta == {"command": "test", "note": "m"} and recs[1].samples == [0.1, 0.2] and recs[1].x == [1.0, 2.0]
+    assert (
+        recs[0].meta == {"command": "test", "note": "m", "report": "training"}
+        and recs[1].samples == [0.1, 0.2]
+        and recs[1].x == [1.0, 2.0]
+    )
     assert (recs[0].unit, recs[0].direction, recs[0].samples) == ("steps/s", "higher", [103.0])
     # the hash names the definition: a new version is a different benchmark
     bumped = to_records(_spec(spec.run, version=2), cfg, _metrics(cfg), "r", 0, "cpu", fp, {})

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rlbench.stats import amdahl_bound, median, quantile, summarize
+from rlbench.analysis.stats import amdahl_bound, median, quantile, summarize
 
 
 def test_quantiles_match_numpy_linear_method() -> None:

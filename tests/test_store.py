@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.errors import DataError, StoreError
-from rlbench.records import SCHEMA_VERSION, Record, definition_hash, from_dict
-from rlbench.store import RunWriter, load, read_records
+from rlbench.core.errors import DataError, StoreError
+from rlbench.results.records import SCHEMA_VERSION, Record, definition_hash, from_dict
+from rlbench.results.store import RunWriter, load, read_records
 
 
 def _record(run_id: str = "r1", metric: str = "sps", repeat: int = 0, samples: list[float] | None = None) -> Record:
@@ -118,3 +118,25 @@ def test_definition_hash_is_stable_and_sensitive() -> None:
     assert a == definition_hash("ppo-cartpole", 1, {"num_envs": 8})
     assert a != definition_hash("ppo-cartpole", 2, {"num_envs": 8})
     assert a != definition_hash("ppo-cartpole", 1, {"num_envs": 16})
+
+
+def test_an_archived_run_reads_like_the_plain_one(tmp_path: Path) -> None:
+    """A run file compressed with xz (``.jsonl.xz``, how reports/ keeps its records) is read by file, by store and by
+    run id; a corrupt archive is a one-line DataError naming the file."""
+    import lzma
+
+    from rlbench.results.store import read_run
+
+    w = RunWriter(tmp_path / "plain", "20260101T000000Z-aaaaaa")
+    w.write([_record(run_id=w.run_id), _record(run_id=w.run_id, metric="time/update")])
+    archive = tmp_path / "st" / "20260101T000000Z-aaaaaa.jsonl.xz"
+    archive.parent.mkdir()
+    archive.write_bytes(lzma.compress(w.path.read_bytes()))
+    assert read_records(archive) == read_records(w.path)
+    assert read_run(tmp_path / "st") == read_run(w.path)
+    assert read_run(tmp_path / "st", "20260101T000000Z-aa") == read_run(w.path)
+    bad = tmp_path / "bad" / "20260101T000000Z-bbbbbb.jsonl.xz"
+    bad.parent.mkdir()
+    bad.write_bytes(b"not xz at all")
+    with pytest.raises(DataError, match=r"cannot read .*bbbbbb\.jsonl\.xz"):
+        read_records(bad)

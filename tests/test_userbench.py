@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from rlbench.cli.run import build_run_parser
-from rlbench.errors import UsageError
-from rlbench.metrics import Metric
-from rlbench.registry import SPEC_ATTRIBUTE, BenchmarkSpec, RunContext
-from rlbench.userbench import arg_docs, benchmark
+from rlbench.core.errors import UsageError
+from rlbench.results.metrics import Metric
+from rlbench.run.registry import SPEC_ATTRIBUTE, BenchmarkSpec, RunContext
+from rlbench.run.userbench import arg_docs, benchmark
 
 
 @benchmark

@@ -7,8 +7,8 @@ from typing import ClassVar
 
 import pytest
 
-from rlbench.errors import UsageError
-from rlbench.variants import BASELINE, variant_configs
+from rlbench.core.errors import UsageError
+from rlbench.core.variants import BASELINE, variant_configs
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ import numpy as np
 import torch
 
 from rlbench.components.envs import make_vec_env
-from rlbench.errors import UsageError
+from rlbench.core.errors import UsageError
 from rlbench.instrument.callbacks import Callback, CallbackList
 from rlbench.instrument.sync import device_sync
 from rlbench.instrument.timers import PhaseTimer
-from rlbench.metrics import WARMUP
+from rlbench.results.metrics import WARMUP
 
 
 @dataclass

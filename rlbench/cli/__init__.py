@@ -20,7 +20,7 @@ import warnings
 _T0 = time.perf_counter()  # set as soon as the CLI module loads, before torch is imported
 
 from rlbench.cli.parser import Parser  # noqa: E402
-from rlbench.errors import RlbenchError, Terminated  # noqa: E402
+from rlbench.core.errors import RlbenchError, Terminated  # noqa: E402
 
 USAGE_EPILOG = """examples:
   rlbench profile -- python train.py     (where your own training script's time goes)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from rlbench.cli.parser import Parser, prepare_output, write_output
-from rlbench.errors import UsageError
+from rlbench.core.errors import UsageError
 
 
 def build_ab_parser() -> Parser:
@@ -59,9 +59,9 @@ def ab_command(argv: list[str]) -> int:
     cut = argv.index("--")
     args = build_ab_parser().parse_args(argv[:cut])
     run_argv = argv[cut + 1 :]
-    from rlbench.ab import run_ab, split_run_args
-    from rlbench.compare import compare, mismatches
-    from rlbench.gate import Threshold, evaluate
+    from rlbench.analysis.ab import run_ab, split_run_args
+    from rlbench.analysis.compare import compare, mismatches
+    from rlbench.analysis.gate import Threshold, evaluate
     from rlbench.report.comparison import gate_markdown
 
     split_run_args(run_argv)  # validate before any checkout
@@ -88,7 +88,7 @@ def ab_command(argv: list[str]) -> int:
     )
     diffs = [d for d in mismatches(result.base, result.head) if not d.startswith("machine")]
     if diffs and not args.allow_mismatch:
-        from rlbench.errors import DataError
+        from rlbench.core.errors import DataError
 
         raise DataError("the revisions' records differ in " + "; ".join(diffs) + " (pass --allow-mismatch to compare anyway)")
     notes = [
@@ -102,7 +102,7 @@ def ab_command(argv: list[str]) -> int:
         write_output(report, comparison_markdown(results, result.base, result.head, notes, args.min_effect), "--report")
     if thresholds:
         outcome = evaluate(result.base, result.head, thresholds, learning_drop=drop, allow_busy=args.allow_busy)
-        from rlbench.compare import sample_flags
+        from rlbench.analysis.compare import sample_flags
 
         notes = notes + sample_flags([c.result for c in outcome.checks])
         text = gate_markdown(outcome, notes)

@@ -23,9 +23,9 @@ def build_calibrate_parser(p: argparse.ArgumentParser) -> None:
 
 def calibrate_command(args: argparse.Namespace) -> int:
     """Run the calibration and write its report (markdown, and the raw results as JSON beside it)."""
-    from rlbench.calibration import calibrate
-    from rlbench.fingerprint import machine_fingerprint
+    from rlbench.analysis.calibration import calibrate
     from rlbench.report.calibration import render
+    from rlbench.results.fingerprint import machine_fingerprint
 
     out = prepare_output(args.out, "--out")
     data = calibrate(args.comparisons, args.rounds, args.threshold, args.ppo_steps, args.gae_calls, args.hog_comparisons)

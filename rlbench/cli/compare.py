@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from rlbench.cli.parser import prepare_output, write_output
-from rlbench.errors import DataError, UsageError
-from rlbench.records import Record
+from rlbench.core.errors import DataError, UsageError
+from rlbench.results.records import Record
 
 
 def add_side_arguments(p: argparse.ArgumentParser, cand_optional: bool = False) -> None:
@@ -67,7 +67,7 @@ def load_side(spec: str, store: str) -> list[Record]:
 
 
 def _load_run(spec: str, store: str) -> list[Record]:
-    from rlbench.store import read_run
+    from rlbench.results.store import read_run
 
     path = Path(spec)
     if path.exists():
@@ -79,7 +79,7 @@ def _load_run(spec: str, store: str) -> list[Record]:
 
 def load_pair(args: argparse.Namespace) -> tuple[list[Record], list[Record], list[str]]:
     """Both sides, plus the notes to print on top; refuses mismatched records unless allowed."""
-    from rlbench.compare import load_check, mismatches
+    from rlbench.analysis.compare import load_check, mismatches
 
     base, cand = load_side(args.base, args.store), load_side(args.cand, args.store)
     diffs = mismatches(base, cand)
@@ -94,7 +94,7 @@ def load_pair(args: argparse.Namespace) -> tuple[list[Record], list[Record], lis
 
 def compare_command(args: argparse.Namespace) -> int:
     """Compare two runs; print a table, write ``--report``, or print ``--json``."""
-    from rlbench.compare import compare
+    from rlbench.analysis.compare import compare
 
     if not 0.0 <= args.min_effect < 1.0:
         raise UsageError(f"--min-effect must be a fraction in [0, 1), got {args.min_effect}")
@@ -110,10 +110,10 @@ def compare_command(args: argparse.Namespace) -> int:
     results = compare(base, cand, min_effect=args.min_effect, metrics=metrics, ignore_params=tuple(args.ignore_param))
     if not results:
         raise DataError("no case (benchmark, parameters, metric) is present on both sides: nothing to compare")
-    from rlbench.gate import refuse_if_busy
+    from rlbench.analysis.gate import refuse_if_busy
 
     refuse_if_busy(base, cand, [r for r in results if r.verdict != "no change"], args.allow_busy)
-    from rlbench.compare import sample_flags
+    from rlbench.analysis.compare import sample_flags
 
     notes = notes + sample_flags(results)
     if args.report:
@@ -152,7 +152,7 @@ def split_by(records: list[Record], param: str, against: str | None) -> tuple[st
 
 def compare_by_command(args: argparse.Namespace) -> int:
     """``compare RUN --by PARAM``: every group of one run against the baseline group, case by case."""
-    from rlbench.compare import compare, sample_flags
+    from rlbench.analysis.compare import compare, sample_flags
 
     if args.cand is not None:
         raise UsageError(f"--by compares the groups of ONE run; drop {args.cand!r} (or drop --by to compare two runs)")
@@ -192,7 +192,7 @@ def compare_by_command(args: argparse.Namespace) -> int:
 
 def gate_command(args: argparse.Namespace) -> int:
     """Gate a candidate against a baseline: exit 0 pass, 1 regression, 2 error."""
-    from rlbench.gate import Threshold, evaluate
+    from rlbench.analysis.gate import Threshold, evaluate
     from rlbench.report.comparison import gate_markdown
 
     if not args.fail:
@@ -204,7 +204,7 @@ def gate_command(args: argparse.Namespace) -> int:
     outcome = evaluate(
         base, cand, thresholds, learning_drop=drop, ignore_params=tuple(args.ignore_param), allow_busy=args.allow_busy
     )
-    from rlbench.compare import sample_flags
+    from rlbench.analysis.compare import sample_flags
 
     notes = notes + sample_flags([c.result for c in outcome.checks])
     text = gate_markdown(outcome, notes)

@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 from rlbench.cli.parser import prepare_output, write_output
-from rlbench.errors import DataError, UsageError
+from rlbench.core.errors import DataError, UsageError
 
 
 def export_command(args: argparse.Namespace) -> int:
     """Write the latest run of ``args.records`` in the chosen format."""
-    from rlbench.interop import to_github_action, to_pytest_benchmark
-    from rlbench.store import read_run
+    from rlbench.analysis.interop import to_github_action, to_pytest_benchmark
+    from rlbench.results.store import read_run
 
     output = prepare_output(args.output, "--output")
     records = read_run(args.records)
@@ -36,8 +36,8 @@ def export_command(args: argparse.Namespace) -> int:
 
 def import_command(args: argparse.Namespace) -> int:
     """Add a pytest-benchmark JSON file to the store as one run."""
-    from rlbench.interop import from_pytest_benchmark
-    from rlbench.store import RunWriter
+    from rlbench.analysis.interop import from_pytest_benchmark
+    from rlbench.results.store import RunWriter
 
     path = Path(args.file)
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from rlbench.registry import all_specs, display_path, load_errors, user_pytest_files
+from rlbench.run.registry import all_specs, display_path, load_errors, user_pytest_files
 
 PYTEST_FILE_SUMMARY = "pytest-benchmark file: its benchmarks timed as a micro-benchmark"
 

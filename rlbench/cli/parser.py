@@ -8,22 +8,12 @@ import math
 import os
 import sys
 import typing
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, NoReturn
 
-from rlbench.errors import UsageError
-
-CHOICES = {
-    "activation": ("tanh", "relu"),
-    "init": ("torch", "orthogonal"),
-    "inference": ("auto", "numpy", "torch"),
-    "optimizer": ("lean", "torch"),
-    "network": ("fused", "separate"),
-    "gradients": ("auto", "manual", "autograd"),
-    "engine": ("local", "ray", "monarch"),
-    "weight_sync": ("auto", "shm", "store", "gloo", "rdma"),
-}
+from rlbench.core.errors import UsageError
+from rlbench.core.options import choices_type, field_choices
 
 
 class Parser(argparse.ArgumentParser):
@@ -69,23 +59,37 @@ def _int(text: str) -> int:
 
 
 def add_config_options(parser: argparse.ArgumentParser, config: Any) -> None:
-    """Add ``--field-name`` for every field of ``config`` (a dataclass instance), help from field metadata."""
+    """Add ``--field-name`` for every field of ``config`` (a dataclass instance), help from field metadata.
+
+    A field that declares its allowed values (a ``Literal[...]`` annotation or ``option(..., choices=...)``, see
+    :mod:`rlbench.core.options`) gets them as the option's ``choices`` and in its help; nothing here knows any field
+    by name.
+    """
     hints = typing.get_type_hints(type(config))
     group = parser.add_argument_group("benchmark parameters (defaults shown)")
     for f in fields(config):
-        default = getattr(config, f.name) if f.default is MISSING else f.default
-        if f.default is MISSING and f.default_factory is not MISSING:  # type: ignore[misc]
-            default = f.default_factory()  # type: ignore[misc]
+        default = getattr(config, f.name)  # the benchmark's own setting (its config factory's), not the class default
         flag = "--" + f.name.replace("_", "-")
         text = f.metadata.get("help", "")
         hint = hints.get(f.name)
-        if hint is bool:
+        choices = field_choices(f, hint)
+        allowed = f"one of: {', '.join(map(str, choices))}; " if choices is not None else ""
+        kind = _value_type(hint, choices)
+        if kind is bool:
             group.add_argument(
                 flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=f"{text} (default: {default})"
             )
-        elif isinstance(default, tuple) and typing.get_args(hint)[:1] == (str,):
-            group.add_argument(flag, dest=f.name, action="append", default=None, metavar="VALUE", help=f"{text} (repeatable)")
-        elif isinstance(default, tuple):
+        elif isinstance(default, tuple) and (typing.get_args(hint)[:1] == (str,) or _value_type(None, choices) is str):
+            group.add_argument(  # a repeatable option of words (each one of the choices, if declared)
+                flag,
+                dest=f.name,
+                action="append",
+                choices=choices,
+                default=None,
+                metavar="VALUE",
+                help=f"{text} ({allowed}repeatable)",
+            )
+        elif isinstance(default, tuple):  # comma-separated integers (declared choices: checked by validate())
             group.add_argument(
                 flag,
                 dest=f.name,
@@ -94,20 +98,41 @@ def add_config_options(parser: argparse.ArgumentParser, config: Any) -> None:
                 metavar="N,N",
                 help=f"{text} (default: {','.join(map(str, default)) or 'none'})",
             )
-        elif hint is int:
-            group.add_argument(flag, dest=f.name, type=_int, default=None, metavar="N", help=f"{text} (default: {default:,})")
-        elif hint is float:
+        elif kind is int:
+            group.add_argument(
+                flag,
+                dest=f.name,
+                type=_int,
+                choices=choices,
+                default=None,
+                metavar="N",
+                help=f"{text} ({allowed}default: {default:,})",
+            )
+        elif kind is float:
             shown = "env's threshold" if isinstance(default, float) and math.isnan(default) else default
-            group.add_argument(flag, dest=f.name, type=_float, default=None, metavar="X", help=f"{text} (default: {shown})")
+            group.add_argument(
+                flag,
+                dest=f.name,
+                type=_float,
+                choices=choices,
+                default=None,
+                metavar="X",
+                help=f"{text} ({allowed}default: {shown})",
+            )
         else:
             group.add_argument(
                 flag,
                 dest=f.name,
                 default=None,
-                choices=CHOICES.get(f.name),
+                choices=choices,
                 metavar=f.name.upper(),
-                help=f"{text} (default: {default})",
+                help=f"{text} ({allowed}default: {default})",
             )
+
+
+def _value_type(hint: Any, choices: tuple[Any, ...] | None) -> Any:
+    """The type a field's command-line text converts to: that of its declared values if it has them, else its hint."""
+    return hint if choices is None else choices_type(choices)
 
 
 def config_overrides(args: argparse.Namespace, config: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.cli.parser import Parser
-from rlbench.errors import UsageError
+from rlbench.core.errors import UsageError
 
 DESCRIPTION = """\
 Run your training script unmodified and attribute its wall time to phases, automatically:
@@ -119,7 +119,7 @@ def profile_command(argv: list[str], t0: float) -> int:
     if args.sync:
         _check_sync_device()
     from rlbench.cli.parser import prepare_output
-    from rlbench.store import RunWriter
+    from rlbench.results.store import RunWriter
 
     writer = RunWriter(args.store)
     report_path = Path(args.report) if args.report else writer.store / f"{writer.run_id}.md"
@@ -169,14 +169,12 @@ def profile_command(argv: list[str], t0: float) -> int:
             log = f"; its output is in {outcome.logs[-1]}" if outcome.logs else ""
             print(f"rlbench: error: {target.name} {outcome.error}; {saved}{log}", file=sys.stderr)
             return 1
-        from rlbench.cli.report import write_report
+        from rlbench.report.kinds import render_run
 
-        write_report(outcome.records_path, report_path, run_id=writer.run_id, worker=charts)
+        rendered = render_run(outcome.records_path, report_path, run_id=writer.run_id, worker=charts)
     finally:
         charts.close()
-    from rlbench.cli.run import summarize_outcome
-
-    summary: dict[str, Any] = summarize_outcome(outcome.metrics)
+    summary: dict[str, Any] = rendered.summary()
     summary.update(
         {
             "benchmark": target.name,
@@ -192,9 +190,9 @@ def profile_command(argv: list[str], t0: float) -> int:
     if args.json:
         print(json.dumps(summary, allow_nan=False, default=str))
     elif not args.quiet:
-        from rlbench.report.summary import print_summary
+        from rlbench.report.kinds import renderer
 
-        print_summary(summary)
+        renderer(rendered.kind).print_summary(summary)
     return 0
 
 

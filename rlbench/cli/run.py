@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import shlex
 import sys
@@ -13,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.cli.parser import Parser, add_config_options, config_overrides
-from rlbench.errors import UsageError
-from rlbench.metrics import PROFILE_SELF_S, STARTUP_S, Metric
-from rlbench.registry import BenchmarkSpec, all_specs, display_path, user_pytest_files
+from rlbench.core.errors import UsageError
+from rlbench.core.options import run_setting
+from rlbench.results.metrics import PROFILE_SELF_S, STARTUP_S, Metric
+from rlbench.run.registry import BenchmarkSpec, all_specs, display_path, user_pytest_files
 
 
 def _run_help() -> str:
@@ -104,7 +104,7 @@ def check_common_options(config: Any, repeats: int) -> None:
     seed = getattr(config, "seed", 0)
     if not 0 <= seed <= MAX_SEED - repeats:
         raise UsageError(f"--seed must lie in [0, {MAX_SEED - repeats}] (repeats use seed..seed+{repeats - 1}), got {seed}")
-    threads, cores = getattr(config, "threads", 1), os.cpu_count() or 1
+    threads, cores = run_setting(config, "threads", 1), os.cpu_count() or 1
     if threads > cores:
         raise UsageError(
             f"--threads {threads} exceeds this machine's {cores} cores: more threads than cores measures contention, "
@@ -134,7 +134,7 @@ def run_command(argv: list[str], t0: float) -> int:
         return 0
     if argv[0].startswith("-"):
         raise UsageError("missing BENCHMARK: `rlbench run BENCHMARK [options]` (see `rlbench list`)")
-    from rlbench.runner import resolve_run_target
+    from rlbench.run.runner import resolve_run_target
 
     spec = resolve_run_target(argv[0])
     defaults = spec.config_factory()
@@ -147,9 +147,9 @@ def run_command(argv: list[str], t0: float) -> int:
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
     check_common_options(config, args.repeats)
-    from rlbench.devices import validate_device_string
+    from rlbench.core.devices import validate_device_string
 
-    device_spec = getattr(config, "device", "auto")
+    device_spec = run_setting(config, "device", "auto")
     validate_device_string(device_spec)
     if args.backend == "ray" and args.profile:
         raise UsageError("--profile records this process only: drop it with --backend ray, or run with --backend local")
@@ -165,7 +165,7 @@ def run_command(argv: list[str], t0: float) -> int:
 
 
 def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_spec: str, charts: Any, t0: float) -> int:
-    from rlbench.devices import resolve_device
+    from rlbench.core.devices import resolve_device
 
     if spec.check is not None:
         spec.check(config)  # what needs imports (env ids, optional libraries), before the device is opened
@@ -173,8 +173,8 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
         return _run_on_ray(spec, config, args, argv, device_spec, charts, t0)
     device = resolve_device(device_spec)  # imports torch
 
-    from rlbench.runner import run_benchmark
-    from rlbench.store import RunWriter
+    from rlbench.results.store import RunWriter
+    from rlbench.run.runner import run_benchmark
 
     writer = RunWriter(args.store)
     report_path = Path(args.report) if args.report else writer.store / f"{writer.run_id}.md"
@@ -183,7 +183,7 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
     command = "rlbench run " + " ".join(shlex.quote(a) for a in argv)
     profiler = None
     if args.profile:
-        from rlbench.instrument.profiler import make_profiler
+        from rlbench.instrument.sampling import make_profiler
 
         profiler = make_profiler()
 
@@ -222,9 +222,9 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
         return 1
 
     if profiler is not None:
-        from rlbench.fingerprint import fingerprint
-        from rlbench.instrument.profiler import top_frames, write_html
-        from rlbench.runner import to_records
+        from rlbench.instrument.sampling import top_frames, write_html
+        from rlbench.results.fingerprint import fingerprint
+        from rlbench.run.runner import to_records
 
         html = write_html(profiler, report_path.with_name(report_path.stem + "-profile.html"))
         names, secs, total = top_frames(profiler)
@@ -247,29 +247,10 @@ def _finish(
     extra: dict[str, Any] | None = None,
 ) -> int:
     """Write the report of a finished run and print its summary (``--json``: one JSON object); returns 0."""
-    from rlbench.cli.report import write_report
+    from rlbench.report.kinds import render_run, renderer
 
-    write_report(records_path, report_path, run_id=run_id, worker=charts)
-    if spec.report == "micro":
-        summary = summarize_micro(metrics)
-    elif spec.report == "transports":
-        from rlbench.report.format import finite
-        from rlbench.report.transports import summary_rows
-        from rlbench.store import read_records
-
-        rows = summary_rows([r for r in read_records(records_path) if r.run_id == run_id])
-        summary = finite({"cases": rows})
-    elif spec.report == "peers":
-        from rlbench.report.peers import summary as peers_summary
-        from rlbench.store import read_records
-
-        summary = peers_summary([r for r in read_records(records_path) if r.run_id == run_id])
-    elif spec.report == "roofline":
-        from rlbench.report.roofline import summary as roofline_summary
-
-        summary = roofline_summary(metrics)
-    else:
-        summary = summarize_outcome(metrics)
+    rendered = render_run(records_path, report_path, run_id=run_id, worker=charts)
+    summary = rendered.summary()
     summary.update(
         {
             "benchmark": spec.name,
@@ -285,31 +266,15 @@ def _finish(
     if args.json:
         print(json.dumps(summary, allow_nan=False, default=_json_default))
     elif not args.quiet:
-        from rlbench.report.summary import (
-            print_micro_summary,
-            print_peers_summary,
-            print_pipeline_summary,
-            print_roofline_summary,
-            print_summary,
-            print_transports_summary,
-        )
-
-        printers = {
-            "micro": print_micro_summary,
-            "transports": print_transports_summary,
-            "pipeline": print_pipeline_summary,
-            "roofline": print_roofline_summary,
-            "peers": print_peers_summary,
-        }
-        printers.get(spec.report, print_summary)(summary)
+        renderer(rendered.kind).print_summary(summary)
     return 0
 
 
 def _run_on_ray(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_spec: str, charts: Any, t0: float) -> int:
-    """``--backend ray``: every case a Ray task (:mod:`rlbench.fanout`), records streamed in, then the same report."""
+    """``--backend ray``: every case a Ray task (:mod:`rlbench.run.fanout`), records streamed in, then the same report."""
     from rlbench.cli.progress import CaseProgress
-    from rlbench.fanout import fan_out
-    from rlbench.store import RunWriter
+    from rlbench.results.store import RunWriter
+    from rlbench.run.fanout import fan_out
 
     writer = RunWriter(args.store)
     report_path = Path(args.report) if args.report else writer.store / f"{writer.run_id}.md"
@@ -353,40 +318,3 @@ def _run_on_ray(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], de
 
 def _json_default(v: Any) -> Any:
     return str(v)
-
-
-def summarize_outcome(per_repeat: list[list[Metric]]) -> dict[str, Any]:
-    """Median over repeats of each scalar metric (a repeat's value: its single sample or mean)."""
-    from rlbench.stats import median
-
-    values: dict[str, list[float]] = {}
-    for metrics in per_repeat:
-        for m in metrics:
-            if m.params.get("variant", "baseline") != "baseline":
-                continue  # what-if variants are compared in the report; the summary is the baseline's
-            if m.x is not None or m.name.startswith(("iter_time/", "diag/")):
-                continue
-            xs = [v for v in m.samples if math.isfinite(v)]
-            if xs:
-                values.setdefault(m.name, []).append(sum(xs) / len(xs))
-    out: dict[str, Any] = {}
-    for k, vs in values.items():
-        med = median(vs)
-        out[k] = med if math.isfinite(med) else None
-    return out
-
-
-def summarize_micro(per_repeat: list[list[Metric]]) -> dict[str, Any]:
-    """Median seconds per call of every (group, op, size, impl) case, pooled over repeats."""
-    from rlbench.stats import median
-
-    pooled: dict[tuple[str, ...], list[float]] = {}
-    for metrics in per_repeat:
-        for m in metrics:
-            if m.name != "time/call":
-                continue
-            p = m.params
-            key = (str(p.get("group")), str(p.get("op", "call")), str(p.get("size")), str(p.get("impl")))
-            pooled.setdefault(key, []).extend(v for v in m.samples if math.isfinite(v))
-    cases = [{"group": g, "op": o, "size": s, "impl": i, "median_s": median(v)} for (g, o, s, i), v in pooled.items()]
-    return {"cases": cases}

@@ -15,7 +15,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from rlbench.errors import UsageError
+from rlbench.core.errors import UsageError
 
 ENGINES = {
     "local": ("rlbench.engines.local", None),

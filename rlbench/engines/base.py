@@ -9,18 +9,18 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from rlbench.components.pipeline.timeline import Timeline
-from rlbench.errors import UsageError
-from rlbench.options import option
+from rlbench.core.errors import UsageError
+from rlbench.core.options import check_choices, option
 
 
 @dataclass
 class PipelineConfig:
     """The generator / scorer / learner pipeline (``rlbench run grpo-pipeline``); field help is the CLI's help."""
 
-    engine: str = option(
+    engine: Literal["local", "ray", "monarch"] = option(
         "where the roles run: local (processes on this machine), ray (rlbench[ray]) or monarch (experimental, "
         "rlbench[monarch])",
         default="local",
@@ -46,7 +46,7 @@ class PipelineConfig:
         "staler slices)",
         default=4,
     )
-    weight_sync: str = option(
+    weight_sync: Literal["auto", "shm", "store", "gloo", "rdma"] = option(
         "how weights reach the generators: auto (shm on local, store on ray), shm (shared memory, local), "
         "store (Ray object store, flat NumPy), gloo (torch.distributed broadcast, local), rdma (Monarch RDMABuffer)",
         default="auto",
@@ -63,7 +63,8 @@ class PipelineConfig:
     standard_what_ifs: ClassVar[tuple[str, ...]] = ("generators=1", "generators=4")
 
     def validate(self) -> None:
-        """Raise :class:`~rlbench.errors.UsageError` on a setting the pipeline cannot run."""
+        """Raise :class:`~rlbench.core.errors.UsageError` on a setting the pipeline cannot run."""
+        check_choices(self)  # --engine and --weight-sync among their declared values
         if min(self.generators, self.updates, self.slices_per_update, self.queue_size, self.batch_states, self.replay) < 1:
             raise UsageError("generators, updates, slices_per_update, queue_size, batch_states and replay must be >= 1")
         if self.group_size < 2:
@@ -76,7 +77,7 @@ class PipelineConfig:
                 f"choose from {', '.join(WEIGHT_SYNCS.get(self.engine, ()))}"
             )
         if self.what_if:
-            from rlbench.variants import variant_configs
+            from rlbench.core.variants import variant_configs
 
             variant_configs(self)  # parses and validates every variant now, before anything runs
 

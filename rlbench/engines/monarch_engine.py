@@ -1,6 +1,6 @@
 """The Monarch engine (experimental, extra ``rlbench[monarch]``): the reference design as its authors wrote it.
 
-As in ../shared/reference/monarch-distributed-ppo.txt, the roles are Monarch actors on process meshes of this host:
+As in Monarch's own distributed-PPO example, the roles are Monarch actors on process meshes of this host:
 the generators on one mesh, the trajectory and scored queues (``QueueActor``, async endpoints) and the scorer on
 another; the learner runs in the driver. Weights travel through an ``RDMABuffer`` over the learner's publish board
 (``--weight-sync rdma``): after each update the learner writes the flat weights between two copies of the version

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rlbench.children import signal_handlers_kept
+from rlbench.core.children import signal_handlers_kept
 from rlbench.engines.base import PipelineConfig, PipelineError, PipelineRun, now, policy_hidden, sync_strategy
 from rlbench.engines.loops import (
     generator_loop,

@@ -1,1 +1,1 @@
-"""Integrations with RL libraries for users who call them from their own code (``rlbench profile`` needs none)."""
+"""Deprecated package, kept for one release: the SB3 callback is ``rlbench.profiling.sb3.RlbenchCallback``."""

@@ -39,8 +39,8 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def _pyinstrument_metrics(profiler: Any, html: Path) -> list[Any]:
-    from rlbench.instrument.profiler import top_frames, write_html
-    from rlbench.metrics import PROFILE_SELF_S, Metric
+    from rlbench.instrument.sampling import top_frames, write_html
+    from rlbench.results.metrics import PROFILE_SELF_S, Metric
 
     write_html(profiler, html)
     names, secs, total = top_frames(profiler)
@@ -61,7 +61,7 @@ def main(spec_path: str) -> int:
     session = Session(settings)
     profiler = None
     if spec.get("pyinstrument"):
-        from rlbench.instrument.profiler import make_profiler
+        from rlbench.instrument.sampling import make_profiler
 
         profiler = make_profiler()
     target, args = spec["target"], spec["args"]

@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlbench.children import child_pythonpath, die_with_parent, end_child, remove_orphan_dirs, signals_deferred
-from rlbench.errors import StoreError, UsageError, interrupt_exit_code
-from rlbench.fingerprint import fingerprint, git_fingerprint
+from rlbench.core.children import child_pythonpath, die_with_parent, end_child, remove_orphan_dirs, signals_deferred
+from rlbench.core.errors import StoreError, UsageError, interrupt_exit_code
 from rlbench.instrument.machine_load import LoadProbe
-from rlbench.metrics import Metric, load_metrics
 from rlbench.profiling.results import metric_from_dict
 from rlbench.profiling.session import Settings
-from rlbench.records import definition_hash, metric_records
-from rlbench.store import RunWriter, utc_now
+from rlbench.results.fingerprint import fingerprint, git_fingerprint
+from rlbench.results.metrics import Metric, load_metrics
+from rlbench.results.records import definition_hash, metric_records
+from rlbench.results.store import RunWriter, utc_now
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 PROFILE_VERSION = 1
@@ -171,7 +171,7 @@ def check_options(opts: Options) -> None:
 
 @dataclass
 class ProfileOutcome:
-    """What a profile produced (mirrors :class:`rlbench.runner.RunOutcome`)."""
+    """What a profile produced (mirrors :class:`rlbench.run.runner.RunOutcome`)."""
 
     run_id: str
     records_path: Path
@@ -241,7 +241,7 @@ def run_profile(
                     seed=seed if opts.seed_arg else None,
                     device=device,
                     fingerprint=fp,
-                    meta={**(meta or {}), "kind": "profile", "repeats": opts.repeats},
+                    meta={**(meta or {}), "kind": "profile", "report": "profile", "repeats": opts.repeats},
                 )
                 with signals_deferred():
                     try:

@@ -13,8 +13,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from rlbench.instrument.attribution import Attribution, IterationMark
-from rlbench.metrics import (
+from rlbench.profiling.attribution import Attribution, IterationMark
+from rlbench.results.metrics import (
     CUDA_MEM,
     ENV_STEPS,
     ITERATIONS,

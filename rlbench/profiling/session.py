@@ -21,11 +21,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlbench.instrument.attribution import INFER, Attribution, Attributor, activate
-from rlbench.metrics import Metric
+from rlbench.profiling.attribution import INFER, Attribution, Attributor, activate
 from rlbench.profiling.results import attribution_metrics
+from rlbench.results.metrics import Metric
+
+if TYPE_CHECKING:
+    from rlbench.profiling.autohooks import Hooks
 
 STORE_ENV = "RLBENCH_STORE"
 
@@ -76,6 +79,22 @@ def _sync_fn(settings: Settings) -> Callable[[], None] | None:
     return None
 
 
+def install_hooks(a: Attributor, libraries: bool = True) -> Hooks:
+    """Install every automatic hook for ``a``: gymnasium's and torch's, and with ``libraries`` the labels of
+    Stable-Baselines3 and TorchRL (now if imported, else when they are). Pass the result to ``autohooks.uninstall``."""
+    from rlbench.profiling.autohooks import install, uninstall
+    from rlbench.profiling.libraries import install_labels
+
+    h = install(a)
+    if libraries:
+        try:
+            h.import_hook = install_labels(h)
+        except BaseException:
+            uninstall(h)
+            raise
+    return h
+
+
 class Session:
     """Automatic attribution of everything run between :meth:`start` and :meth:`stop` (or inside ``with``)."""
 
@@ -95,7 +114,7 @@ class Session:
         Raises:
             RuntimeError: If another session is active in this process (sessions do not nest).
         """
-        from rlbench.instrument.autohooks import install, native_available
+        from rlbench.profiling.autohooks import native_available
 
         if Session.current is not None:
             raise RuntimeError("rlbench: a profiling session is already active in this process; sessions do not nest")
@@ -103,7 +122,7 @@ class Session:
         self.attributor = Attributor(
             sync=_sync_fn(s), trace_limit=s.trace_limit, count_iteration=s.count_iteration, memory=s.memory
         )
-        self.hooks = install(self.attributor, libraries=s.libraries)
+        self.hooks = install_hooks(self.attributor, libraries=s.libraries)
         self.hooks_kind = "compiled" if native_available() else "python"
         activate(self.attributor)
         Session.current = self
@@ -111,7 +130,7 @@ class Session:
 
     def stop(self) -> Outcome:
         """Stop attributing, remove the hooks, and measure what they cost per event."""
-        from rlbench.instrument.autohooks import uninstall
+        from rlbench.profiling.autohooks import uninstall
 
         assert self.attributor is not None, "stop() before start()"
         try:
@@ -151,12 +170,12 @@ def measure_costs(settings: Settings, n: int = 1_000, repeats: int = 5) -> dict[
 
     ``event_us``: one automatic phase opened and closed by a hooked call at top level (wrapper, clock reads,
     booking); ``merge_us``: a hooked call that continues the phase its previous call left (see
-    :data:`~rlbench.instrument.attribution.MERGE_GAP_S`); ``passthrough_us``: a hooked call nested in an open phase,
+    :data:`~rlbench.profiling.attribution.MERGE_GAP_S`); ``passthrough_us``: a hooked call nested in an open phase,
     which passes straight through; ``mark_us``: one peak-RSS reading.
     """
     import resource
 
-    from rlbench.instrument.autohooks import event_wrapper
+    from rlbench.profiling.autohooks import event_wrapper
 
     scratch = Attributor(count_iteration=None, memory=False, trace_limit=n * 2 if settings.trace_limit else 0)
 
@@ -274,16 +293,16 @@ class _Standalone:
     instance: _Standalone | None = None
 
     def __init__(self) -> None:
-        from rlbench.fingerprint import fingerprint
-        from rlbench.store import RunWriter
+        from rlbench.results.fingerprint import fingerprint
+        from rlbench.results.store import RunWriter
 
         self.writer = RunWriter(os.environ.get(STORE_ENV) or ".rlbench")
         self.fp = fingerprint()
         self.benchmark = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
 
     def write(self, metrics: list[Metric]) -> None:
-        from rlbench.records import definition_hash, metric_records
-        from rlbench.store import utc_now
+        from rlbench.results.records import definition_hash, metric_records
+        from rlbench.results.store import utc_now
 
         params = {"script": self.benchmark}
         self.writer.write(
@@ -340,9 +359,9 @@ class RecordingSession(Session):
         outcome = self.stop()
         if exc_type is not None:  # the training raised: keep nothing half-measured, let the exception through
             return
-        from rlbench.fingerprint import fingerprint, git_fingerprint
-        from rlbench.records import definition_hash, metric_records
-        from rlbench.store import RunWriter, utc_now
+        from rlbench.results.fingerprint import fingerprint, git_fingerprint
+        from rlbench.results.records import definition_hash, metric_records
+        from rlbench.results.store import RunWriter, utc_now
 
         writer = RunWriter(self.store)
         fp = fingerprint()
@@ -361,7 +380,7 @@ class RecordingSession(Session):
                 seed=self.seed,
                 device="cuda" if self.settings.sync else "cpu",
                 fingerprint=fp,
-                meta={"command": " ".join(sys.argv), "kind": "profile"},
+                meta={"command": " ".join(sys.argv), "kind": "profile", "report": "profile"},
             )
         )
         self.records_path = writer.path

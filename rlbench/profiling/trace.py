@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from rlbench.instrument.attribution import Attribution
+from rlbench.profiling.attribution import Attribution
 
 
 def chrome_trace(r: Attribution, pid: int = 0) -> dict[str, object]:

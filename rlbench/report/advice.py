@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rlbench.metrics import LAYERS, TIMER_OVERHEAD_S, TRAIN_S, WARMUP_S
+from rlbench.analysis.stats import amdahl_bound
 from rlbench.report.data import RunData
 from rlbench.report.format import fmt, fmt_s, md_table, pct
 from rlbench.report.phases import Breakdown, layer_of, per_event_us
-from rlbench.stats import amdahl_bound
+from rlbench.results.metrics import LAYERS, TIMER_OVERHEAD_S, TRAIN_S, WARMUP_S
 
 MIN_SHARE = {"advantage": 0.02}  # a layer needs this share of steady time to be reported (default 5%)
 

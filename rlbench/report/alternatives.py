@@ -12,10 +12,10 @@ import math
 import re
 from statistics import median
 
-from rlbench.metrics import ENV_STEPS, LEGACY_TIME_CALL, TIME_CALL
-from rlbench.records import Record
 from rlbench.report.data import RunData
 from rlbench.report.format import fmt, fmt_s
+from rlbench.results.metrics import ENV_STEPS, LEGACY_TIME_CALL, TIME_CALL
+from rlbench.results.records import Record
 
 REFERENCE = "reference"  # gymnasium's SyncVectorEnv in the envs micro-benchmark
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rlbench.compare import CaseResult
-from rlbench.gate import GateOutcome
-from rlbench.records import Record
+from rlbench.analysis.compare import CaseResult
+from rlbench.analysis.gate import GateOutcome
+from rlbench.results.records import Record
 
 
 def fmt_value(v: float) -> str:

@@ -1,6 +1,6 @@
 """Access to one run's records, shaped for reports (per-repeat values, medians, phase trees).
 
-:func:`select_run` is re-exported from :mod:`rlbench.store`, where run selection lives.
+:func:`select_run` is re-exported from :mod:`rlbench.results.store`, where run selection lives.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlbench.records import Record
-from rlbench.stats import Summary, median, summarize
-from rlbench.store import select_run
+from rlbench.analysis.stats import Summary, median, summarize
+from rlbench.results.records import Record
+from rlbench.results.store import select_run
 
 __all__ = ["RunData", "select_run"]
 

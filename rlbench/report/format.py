@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rlbench.stats import Summary
+from rlbench.analysis.stats import Summary
 
 
 def fmt(v: float | None, digits: int = 2) -> str:

@@ -11,10 +11,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from rlbench.metrics import LEGACY_TIME_CALL, TIME_CALL
-from rlbench.records import Record
-from rlbench.report.format import md_table, provenance
-from rlbench.stats import summarize
+from rlbench.analysis.stats import median, summarize
+from rlbench.report.format import fmt_s, md_table, provenance
+from rlbench.report.summary import console_footer
+from rlbench.results.metrics import LEGACY_TIME_CALL, TIME_CALL
+from rlbench.results.records import Record
 
 REFERENCE = "reference"
 
@@ -94,7 +95,7 @@ def _against_peers(stats: dict[str, dict[str, Any]], sizes: list[str], peers: se
     ]
 
 
-def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, list[ScalingChart]]:
+def render(records: list[Record], chart_stem: str | None = None, context: Any = None) -> tuple[str, list[ScalingChart]]:
     """Markdown of a micro-benchmark run and its scaling charts (one per group and operation)."""
     cells: dict[tuple[str, str], dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(dict))
     elements: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
@@ -153,3 +154,36 @@ def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, l
             charts.append(ScalingChart(suffix, f"{title}: time per call vs size", chart_lines))
             lines += ["", f"![{title} scaling]({chart_stem}{suffix})"]
     return "\n".join(lines) + "\n", charts
+
+
+def summary(records: list[Record]) -> dict[str, Any]:
+    """Median seconds per call of every (group, op, size, impl) case, pooled over repeats."""
+    pooled: dict[tuple[str, ...], list[float]] = {}
+    for r in records:
+        if r.metric not in (TIME_CALL, LEGACY_TIME_CALL):
+            continue
+        p = r.params
+        key = (str(p.get("group")), str(p.get("op", "call")), str(p.get("size")), str(p.get("impl")))
+        pooled.setdefault(key, []).extend(v for v in r.samples if math.isfinite(v))
+    cases = [{"group": g, "op": o, "size": s, "impl": i, "median_s": median(v)} for (g, o, s, i), v in pooled.items() if v]
+    return {"cases": cases}
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """Per group and size, the fastest implementation and its median time."""
+    from rich.console import Console
+    from rich.table import Table
+
+    best: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for c in summary["cases"]:
+        key = (c["group"], c["op"], c["size"])
+        if key not in best or c["median_s"] < best[key]["median_s"]:
+            best[key] = c
+    table = Table(title=f"{summary['benchmark']}: fastest implementation per size (medians)")
+    for col in ("Group", "Size", "Fastest", "Median per call"):
+        table.add_column(col, justify="right" if col == "Median per call" else "left")
+    for (group, op, size), c in sorted(best.items()):
+        table.add_row(group if op == "call" else f"{group} {op}", size, c["impl"], fmt_s(c["median_s"]))
+    console = Console()
+    console.print(table)
+    console_footer(console, summary)

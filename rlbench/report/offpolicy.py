@@ -11,19 +11,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from rlbench.compare import bootstrap_paired
-from rlbench.metrics import BASELINE, EVAL_RETURN, FIRST_UPDATE_S, SPS, SPS_STEADY, UPDATES, VARIANT
-from rlbench.records import Record
+from rlbench.analysis.compare import bootstrap_paired
+from rlbench.analysis.stats import median
 from rlbench.report import training
 from rlbench.report.advice import bottlenecks_section, findings
 from rlbench.report.charts import Chart
 from rlbench.report.data import RunData
 from rlbench.report.format import fmt, fmt_s, md_table, pct, renumber_sections
 from rlbench.report.phases import Breakdown, breakdown, children, layer_table, phase_chart, phase_table
-from rlbench.stats import median
+from rlbench.report.summary import scalar_summary
+from rlbench.results.metrics import BASELINE, EVAL_RETURN, FIRST_UPDATE_S, SPS, SPS_STEADY, UPDATES, VARIANT
+from rlbench.results.records import Record
 
 
 def _variant(r: Record) -> str:
@@ -173,7 +175,7 @@ def _counters(d: RunData) -> list[str]:
     ]
 
 
-def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, list[Chart]]:
+def render(records: list[Record], chart_stem: str | None = None, context: Any = None) -> tuple[str, list[Chart]]:
     """Markdown of the report for one run's records, and the charts it links to.
 
     Args:
@@ -201,3 +203,11 @@ def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, l
     ]
     text = "\n\n".join("\n".join(s) for s in sections if s) + "\n"
     return renumber_sections(text), [chart] if chart.bars else []
+
+
+def summary(records: list[Record]) -> dict[str, Any]:
+    """Median over repeats of each scalar metric of the setting as given (what ``--json`` prints)."""
+    return scalar_summary(records)
+
+
+print_summary = training.print_summary  # the same headline table as an on-policy run

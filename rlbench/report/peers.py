@@ -14,8 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from rlbench.compare import bootstrap_ratio
-from rlbench.metrics import (
+from rlbench.analysis.compare import bootstrap_ratio
+from rlbench.analysis.stats import median
+from rlbench.report.format import finite, fmt, fmt_s, md_table, pct, provenance
+from rlbench.report.summary import console_footer
+from rlbench.results.metrics import (
     ENV_STEPS,
     EVAL_RETURN,
     INIT_S,
@@ -28,16 +31,9 @@ from rlbench.metrics import (
     THRESHOLD_REACHED,
     TIME_TO_THRESHOLD_S,
 )
-from rlbench.records import Record
-from rlbench.report.format import finite, fmt, fmt_s, md_table, pct, provenance
-from rlbench.stats import median
+from rlbench.results.records import Record
 
 BASE = "rlbench"
-
-
-def is_peers(records: list[Record]) -> bool:
-    """Whether a run's records come from ``rlbench run peers``."""
-    return any(r.benchmark == "peers" and "impl" in r.params for r in records)
 
 
 def _by_impl(records: list[Record]) -> dict[str, list[Record]]:
@@ -166,7 +162,7 @@ def _learned_bar(records: list[Record]) -> float:
     return 450.0 if p.get("algo") == "ppo" else -200.0
 
 
-def render(records: list[Record]) -> str:
+def render(records: list[Record], chart_stem: str | None = None, context: Any = None) -> tuple[str, list[Any]]:
     """The peers report's markdown."""
     first = next(r for r in records if r.metric == SPS)
     algo = first.params.get("algo", "?")
@@ -253,7 +249,7 @@ def render(records: list[Record]) -> str:
     notes = [(r["impl"], n) for r in table for n in r["notes"]]
     if notes:
         lines += ["", "## Departures from the setting", "", *[f"- {impl}: {n}" for impl, n in notes]]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", []  # no charts
 
 
 def _seed_table(records: list[Record], impls: list[str]) -> str:
@@ -276,3 +272,28 @@ def _seed_table(records: list[Record], impls: list[str]) -> str:
             for s in seeds
         ],
     )
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """Per implementation: SPS, rlbench's speed-up over it with its interval, and whether it learned."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{summary['benchmark']}: {summary['algo']}, seeds interleaved")
+    for col in ("Implementation", "SPS", "rlbench ÷ this", "95% CI", "Eval return", "Learned"):
+        table.add_column(col, justify="left" if col == "Implementation" else "right")
+    for r in summary["impls"]:
+        ci = f"{fmt(r['ratio_low'], 2)} – {fmt(r['ratio_high'], 2)}" if r["ratio"] is not None else "–"
+        table.add_row(
+            r["impl"],
+            fmt(r["sps"], 0),
+            f"{fmt(r['ratio'], 2)}×" if r["ratio"] is not None else "–",
+            ci,
+            fmt(r["eval_return"], 1),
+            "yes" if r["learned"] else "[red]no[/]",
+        )
+    console = Console()
+    console.print(table)
+    for f in summary["flags"]:
+        console.print(f"[bold red]{f}[/]")
+    console_footer(console, summary)

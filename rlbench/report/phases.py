@@ -3,7 +3,7 @@
 Nothing here knows which code produced the records. Phases are the run's ``time/<phase>`` metrics; a phase with
 no recorded child is a *leaf*, and leaves partition the timed part of the steady state (the rest is
 "Python/other"). Each phase's layer comes from its record (``meta["layer"]``), or, for records written before
-phases carried one, from :func:`rlbench.metrics.guess_layer`.
+phases carried one, from :func:`rlbench.results.metrics.guess_layer`.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rlbench.metrics import ENV_STEPS, ITER_TIME, ITERATIONS, LAYERS, TIME, TRAIN_S, WARMUP, WARMUP_S, guess_layer
+from rlbench.analysis.stats import median, summarize
 from rlbench.report.charts import Bar, Chart
 from rlbench.report.data import RunData
 from rlbench.report.format import fmt, md_table, pct
-from rlbench.stats import median, summarize
+from rlbench.results.metrics import ENV_STEPS, ITER_TIME, ITERATIONS, LAYERS, TIME, TRAIN_S, WARMUP, WARMUP_S, guess_layer
 
 OTHER = "Python/other"
 
@@ -78,7 +78,7 @@ def per_event_us(d: RunData, phase: str) -> float:
 
 
 def layer_seconds(d: RunData, b: Breakdown) -> dict[str, float]:
-    """Steady-state seconds per layer (leaf phases summed), in :data:`~rlbench.metrics.LAYERS` order."""
+    """Steady-state seconds per layer (leaf phases summed), in :data:`~rlbench.results.metrics.LAYERS` order."""
     out = dict.fromkeys(LAYERS, 0.0)
     for phase, s in b.leaf_s.items():
         out[layer_of(d, phase)] += s

@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from typing import Any
 
-from rlbench.metrics import BASELINE, VARIANT
-from rlbench.records import Record
+from rlbench.analysis.stats import quantile, summarize
 from rlbench.report.charts import Bar, Chart, Lane, TimelineChart
 from rlbench.report.format import fmt, fmt_s, md_table, pct
-from rlbench.stats import quantile, summarize
+from rlbench.report.summary import console_footer, scalar_summary
+from rlbench.results.metrics import BASELINE, VARIANT
+from rlbench.results.records import Record
 
 SAMPLES_PER_S = "pipeline/samples_per_s"
-
-
-def is_pipeline(records: list[Record]) -> bool:
-    """Whether the records are a pipeline run's."""
-    return any(r.metric == SAMPLES_PER_S for r in records)
 
 
 def _by(records: list[Record], metric: str) -> list[Record]:
@@ -37,7 +34,9 @@ def _pooled(records: list[Record], metric: str) -> list[float]:
     return [v for r in _by(records, metric) for v in r.samples if math.isfinite(v)]
 
 
-def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, list[Chart | TimelineChart]]:
+def render(
+    records: list[Record], chart_stem: str | None = None, context: Any = None
+) -> tuple[str, list[Chart | TimelineChart]]:
     """Markdown of one pipeline run and its charts (timeline of the first repeat, lag histogram).
 
     With what-if variants, every section is about the baseline and a table compares the variants to it.
@@ -255,3 +254,40 @@ def _learning(records: list[Record]) -> list[str]:
         "",
         md_table(["Repeat", "Before", "After"], rows),
     ]
+
+
+def summary(records: list[Record]) -> dict[str, Any]:
+    """Median over repeats of each scalar metric of the setting as given (what ``--json`` prints)."""
+    return scalar_summary(records)
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """Throughput, each stage's capacity (the lowest bounds the pipeline), weight sync, lag and learning."""
+    from rich.console import Console
+    from rich.table import Table
+
+    def get(key: str) -> float | None:
+        v = summary.get(key)
+        return v if isinstance(v, (int, float)) else None
+
+    caps = {s: get(f"pipeline/capacity/{s}") for s in ("generators", "scorer", "learner")}
+    known = {s: v for s, v in caps.items() if v is not None}
+    bound = min(known, key=lambda s: known[s]) if known else "–"
+    table = Table(title=f"{summary['benchmark']} ({summary['repeats']} repeat(s), baseline medians)")
+    table.add_column("Metric")
+    table.add_column("Value", justify="right")
+    rows = [
+        ("Samples/s reached", fmt(get("pipeline/samples_per_s"), 0)),
+        ("Learner updates/s", fmt(get("pipeline/updates_per_s"), 1)),
+        ("Slices generated/s", fmt(get("pipeline/trajectories_per_s"), 1)),
+        *((f"Capacity: {s} (samples/s)", fmt(v, 0)) for s, v in caps.items()),
+        ("Bounding stage", bound),
+        ("Weight sync, mean latency", fmt_s(get("pipeline/weight_sync_s"))),
+        ("Policy lag, mean (versions)", fmt(get("pipeline/policy_lag"), 2)),
+        ("Greedy reward after training", fmt(get("pipeline/greedy_reward"), 3)),
+    ]
+    for k, v in rows:
+        table.add_row(k, v)
+    console = Console()
+    console.print(table)
+    console_footer(console, summary)

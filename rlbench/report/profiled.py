@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import math
 
-from rlbench.metrics import (
+from rlbench.report.data import RunData
+from rlbench.report.format import fmt, fmt_s, md_table, pct
+from rlbench.report.phases import Breakdown
+from rlbench.results.metrics import (
     COUNTERS,
     CUDA_MEM,
     DIAG,
@@ -24,9 +27,6 @@ from rlbench.metrics import (
     PROFILE_PASSTHROUGH_US,
     TIME,
 )
-from rlbench.report.data import RunData
-from rlbench.report.format import fmt, fmt_s, md_table, pct
-from rlbench.report.phases import Breakdown
 
 KNOWN_PREFIXES = (
     TIME, ITER_TIME, DIAG, MACHINE, MEM, CUDA_MEM, LIMITS, "profile/", "timer/", "train/", *(f"{c}/" for c in COUNTERS)
@@ -106,7 +106,7 @@ def limits_section(d: RunData) -> list[str]:
     ctx = d.by_metric[f"{LIMITS}dispatch_us"][0].meta
     phases = sorted(
         {m[len("ops/") :] for m in d.by_metric if m.startswith("ops/") and m != "ops/iteration"},
-        key=lambda p: -d.med(f"flops/{p}") if d.has(f"flops/{p}") else 0.0,
+        key=lambda p: (-d.med(f"flops/{p}") if d.has(f"flops/{p}") else 0.0, p),  # name breaks ties: same order each run
     )
     rows = []
     for phase in phases:

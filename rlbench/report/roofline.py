@@ -10,17 +10,13 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from rlbench.records import Record
+from rlbench.analysis.stats import median, summarize
 from rlbench.report.format import finite, fmt, md_table, provenance
-from rlbench.stats import median, summarize
+from rlbench.report.summary import console_footer
+from rlbench.results.records import Record
 
 UNSTEADY = 0.2
 """Repeats whose median update times differ by more than this fraction of the lowest flag the run as unsteady."""
-
-
-def is_roofline(records: list[Record]) -> bool:
-    """Whether a run's records come from ``update-roofline``."""
-    return any(r.metric.startswith("roofline/") for r in records)
 
 
 def _med(records: list[Record], metric: str) -> float:
@@ -38,16 +34,15 @@ def verdict(seconds: float, achievable_s: float, dispatch_s: float, memory_s: fl
     return name if value / seconds >= 0.1 else "none of the three (Python, other)"
 
 
-def summary(metrics_per_repeat: list[list[Any]]) -> dict[str, Any]:
+def summary(records: list[Record]) -> dict[str, Any]:
     """What ``rlbench run update-roofline --json`` prints: the machine's limits and each phase, medians over repeats."""
     pooled: dict[tuple[str, str], list[float]] = defaultdict(list)
     metas: dict[str, dict[str, Any]] = {}
-    for metrics in metrics_per_repeat:
-        for m in metrics:
-            phase = str(m.params.get("phase"))
-            pooled[(m.name, phase)].extend(v for v in m.samples if math.isfinite(v))
-            if m.name == "roofline/phase_s":
-                metas.setdefault(phase, m.meta)
+    for r in records:
+        phase = str(r.params.get("phase"))
+        pooled[(r.metric, phase)].extend(v for v in r.samples if math.isfinite(v))
+        if r.metric == "roofline/phase_s":
+            metas.setdefault(phase, r.meta)
     med = {k: median(v) if v else math.nan for k, v in pooled.items()}
     limits = ("peak_gflops", "peak_gflops_bf16", "memory_gbps", "cache_gbps", "dispatch_us")
     machine = {k: med[(f"roofline/{k}", "machine")] for k in limits if (f"roofline/{k}", "machine") in med}
@@ -94,7 +89,7 @@ def spread_line(records: list[Record]) -> str:
     return text
 
 
-def render(records: list[Record]) -> str:
+def render(records: list[Record], chart_stem: str | None = None, context: Any = None) -> tuple[str, list[Any]]:
     """Markdown of one roofline run."""
     first = records[0]
     p = first.params
@@ -231,4 +226,23 @@ def render(records: list[Record]) -> str:
                 [[f"`{k}`", str(n), fmt(rates.get(k.split(" ", 1)[1], math.nan), 1)] for k, n in sorted(shapes.items())],
             ),
         ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", []  # no charts
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """The machine's limits, then each update phase: time, achieved GFLOP/s and its bound."""
+    from rich.console import Console
+    from rich.table import Table
+
+    m = summary.get("machine", {})
+    table = Table(
+        title=f"{summary['benchmark']}: {fmt(m.get('peak_gflops'), 1)} GFLOP/s achievable, "
+        f"{fmt(m.get('memory_gbps'), 1)} GB/s, {fmt(m.get('dispatch_us'), 2)} µs per op (medians)"
+    )
+    for col in ("Phase", "ms", "Achieved GFLOP/s", "Bound"):
+        table.add_column(col, justify="left" if col in ("Phase", "Bound") else "right")
+    for ph in summary.get("phases", []):
+        table.add_row(ph["phase"], fmt(ph["ms"], 3), fmt(ph["achieved_gflops"], 1), ph["bound"])
+    console = Console()
+    console.print(table)
+    console_footer(console, summary)

@@ -12,7 +12,23 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rlbench.metrics import (
+from rlbench.analysis.stats import median
+from rlbench.report import alternatives
+from rlbench.report.advice import bottlenecks_section, findings
+from rlbench.report.charts import Chart
+from rlbench.report.data import RunData
+from rlbench.report.format import fmt, fmt_s, md_table, pct, renumber_sections, spread
+from rlbench.report.phases import Breakdown, breakdown, layer_table, phase_chart, phase_table
+from rlbench.report.profiled import (
+    is_profiled,
+    limits_section,
+    memory_section,
+    no_eval_note,
+    overhead_section,
+    user_metrics_section,
+)
+from rlbench.report.summary import console_footer, leaf_phase_times, scalar_summary
+from rlbench.results.metrics import (
     ENV_STEPS,
     EVAL_RETURN,
     EVAL_S,
@@ -34,22 +50,7 @@ from rlbench.metrics import (
     WALL_S,
     WARMUP_S,
 )
-from rlbench.records import Record
-from rlbench.report import alternatives
-from rlbench.report.advice import bottlenecks_section, findings
-from rlbench.report.charts import Chart
-from rlbench.report.data import RunData
-from rlbench.report.format import fmt, fmt_s, md_table, pct, renumber_sections, spread
-from rlbench.report.phases import Breakdown, breakdown, layer_table, phase_chart, phase_table
-from rlbench.report.profiled import (
-    is_profiled,
-    limits_section,
-    memory_section,
-    no_eval_note,
-    overhead_section,
-    user_metrics_section,
-)
-from rlbench.stats import median
+from rlbench.results.records import Record
 
 
 def header(d: RunData, chart_file: str | None) -> list[str]:
@@ -278,13 +279,14 @@ def profile_table(d: RunData) -> list[str]:
 
 
 def render(
-    records: list[Record], chart_file: str | None = None, context: list[Record] | None = None
+    records: list[Record], chart_stem: str | None = None, context: list[Record] | None = None
 ) -> tuple[str, list[Chart]]:
     """Markdown of the bottleneck report for one run's records, and the charts it links to.
 
     Args:
         records: Records of a single run.
-        chart_file: Relative path the phase chart will be written to (``None``: no chart link).
+        chart_stem: The report's file stem: the phase chart goes beside it as ``<stem>-phases.png`` (``None``: no
+            chart link).
         context: Other records of the same store: micro-benchmarks measured on the same machine are quoted in
             the advice (:mod:`rlbench.report.alternatives`).
     """
@@ -292,7 +294,8 @@ def render(
     d = RunData.from_records(records)
     b = breakdown(d)
     chart = phase_chart(d, b)
-    chart_file = chart_file if chart.bars else None  # no steady state (e.g. no update happened): nothing to draw
+    # no steady state (e.g. no update happened): nothing to draw
+    chart_file = f"{chart_stem}{chart.suffix}" if chart_stem is not None and chart.bars else None
     if is_profiled(d):
         sections = [
             header(d, chart_file),
@@ -324,14 +327,32 @@ def render(
     return renumber_sections(text), [chart] if chart.bars else []
 
 
-def render_external(records: list[Record]) -> str:
-    """Markdown for another library's training run (no phase timers): header, timing and learning."""
-    d = RunData.from_records(records)
-    lib = d.meta(SPS, "library", "another library")
-    sections = [
-        header(d, None),
-        [f"Measured by running {lib} itself under rlbench's runner (its own training loop, no phase timers inside)."],
-        timing(d),
-        learning(d),
-    ]
-    return renumber_sections("\n\n".join("\n".join(s) for s in sections if s) + "\n")
+def summary(records: list[Record]) -> dict[str, Any]:
+    """Median over repeats of each scalar metric of the setting as given (what ``--json`` prints)."""
+    return scalar_summary(records)
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """Print the run's headline figures (medians over repeats) and where records and report went."""
+    from rich.console import Console
+    from rich.table import Table
+
+    def get(key: str) -> float | None:
+        return summary.get(key)
+
+    table = Table(title=f"{summary['benchmark']} on {summary['device']} ({summary['repeats']} repeat(s), medians)")
+    table.add_column("Metric")
+    table.add_column("Value", justify="right")
+    table.add_row("Training SPS (agent steps/s)", fmt(get(SPS), 0))
+    table.add_row("Steady-state SPS", fmt(get(SPS_STEADY), 0))
+    table.add_row("Training time", fmt_s(get(TRAIN_S)))
+    table.add_row("Init / warm-up", f"{fmt_s(get(INIT_S))} / {fmt_s(get(WARMUP_S))}")
+    table.add_row("Eval return (deterministic)", fmt(get(EVAL_RETURN), 1))
+    steady = (get(TRAIN_S) or 0.0) - (get(WARMUP_S) or 0.0)
+    for phase, seconds in leaf_phase_times(summary)[:8]:  # whatever the run timed, largest first
+        if steady > 0 and seconds >= 0.01 * steady:
+            table.add_row(f"  {phase}", f"{fmt_s(seconds)}  ({100 * seconds / steady:.1f}%)")
+    table.add_row("Wall, CLI start to report written", fmt_s(get("cli_wall_s")))
+    console = Console()
+    console.print(table)
+    console_footer(console, summary)

@@ -10,19 +10,15 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from rlbench.records import Record
-from rlbench.report.format import fmt, md_table, provenance
+from rlbench.analysis.stats import median
+from rlbench.report.format import finite, fmt, md_table, provenance
 from rlbench.report.micro import Line, ScalingChart
-from rlbench.stats import median
+from rlbench.report.summary import console_footer
+from rlbench.results.records import Record
 
 PEERS = ("torchrl-slot", "torchrl-threading")  # TorchRL's InferenceServer, measured in the same run
 TARGET_FACTOR = 1.5
 ORDER = ("direct", "lock", "slot", "multiprocess", *PEERS)
-
-
-def is_transports(records: list[Record]) -> bool:
-    """Whether a run's records come from the ``transports`` benchmark."""
-    return any(r.benchmark == "transports" for r in records)
 
 
 Key = tuple[str, int, str, int]  # model, env_us, transport, actors
@@ -274,7 +270,7 @@ def _peer_version(records: list[Record]) -> str:
     return "torchrl"
 
 
-def render(records: list[Record], chart_stem: str | None = None) -> tuple[str, list[ScalingChart]]:
+def render(records: list[Record], chart_stem: str | None = None, context: Any = None) -> tuple[str, list[ScalingChart]]:
     """Markdown of a transports run and its throughput-vs-actors charts (one per model and env time)."""
     c = _cases(records)
     lines = _header(records[0])
@@ -309,3 +305,25 @@ def summary_rows(records: list[Record]) -> list[dict[str, Any]]:
         }
         for (m, e, n), (v, t) in sorted(best.items())
     ]
+
+
+def summary(records: list[Record]) -> dict[str, Any]:
+    """Per case, the fastest transport, its requests/s and p99 latency (what ``--json`` prints)."""
+    return finite({"cases": summary_rows(records)})
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """Per model, env step time and actor count: the fastest transport, its requests/s and p99 latency."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{summary['benchmark']}: fastest transport per case")
+    for col in ("Model", "Env step µs", "Actors", "Fastest", "Requests/s", "p99 ms"):
+        table.add_column(col, justify="left" if col in ("Model", "Fastest") else "right")
+    for c in summary["cases"]:
+        table.add_row(
+            c["model"], str(c["env_us"]), str(c["actors"]), c["transport"], fmt(c["requests_per_s"], 0), fmt(c["p99_ms"], 2)
+        )
+    console = Console()
+    console.print(table)
+    console_footer(console, summary)

@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-SKIP_SUFFIX = "not available on this machine"
+from rlbench.core.devices import SKIP_SUFFIX
 
 
 def device_params() -> list[Any]:
     """``pytest.param`` per device: available ones as ids ``cpu``, ``cuda:0``, ...; absent CUDA skipped with a note."""
     import pytest
 
-    from rlbench.devices import available_devices
+    from rlbench.core.devices import available_devices
 
     found = available_devices()
     params = [pytest.param(d, id=d) for d in found]

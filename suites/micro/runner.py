@@ -5,10 +5,8 @@ them. Each group is a pytest-benchmark file in ``suites/micro/`` (installed as `
 directory); every benchmark in it sets ``extra_info`` with ``group``, ``impl``, ``size`` (a label) and
 ``elements`` (a number for scaling plots). The subprocess keeps pytest and the timed code away from
 the CLI's own state; its ``--benchmark-json`` output (raw timings included) becomes one record per
-(group, impl, size), metric ``time/call`` in seconds.
-
-``rlbench run path/to/test_x.py`` runs a user's own pytest-benchmark file the same way (:func:`file_spec`): its
-benchmark is named after the file, its cases come from ``extra_info`` when set, else from the test names.
+(group, impl, size), metric ``time/call`` in seconds (:mod:`rlbench.run.pytest_bench`, which also runs a user's own
+file for ``rlbench run path/to/test_x.py``).
 
 User implementations (``--impl package.module:function``, repeatable) join a group's comparison after a
 correctness check against the group's reference; one that disagrees is rejected, with the largest
@@ -18,21 +16,14 @@ difference, and not timed. Contracts per group are in :mod:`rlbench.suites.micro
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-import sys
-import tempfile
-import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from rlbench.children import child_pythonpath, remove_orphan_dirs, run_child
-from rlbench.errors import UsageError
-from rlbench.metrics import TIME_CALL, Metric
-from rlbench.options import option
-from rlbench.registry import BenchmarkSpec, RunContext
+from rlbench.core.errors import UsageError
+from rlbench.core.options import check_choices, option
+from rlbench.results.metrics import Metric
+from rlbench.run.pytest_bench import metrics_from_json, run_group_files
+from rlbench.run.registry import BenchmarkSpec, RunContext
 
 MICRO_DIR = Path(__file__).resolve().parent
 GROUPS = {
@@ -76,6 +67,7 @@ class MicroConfig:
         Raises:
             UsageError: On a non-positive ``max_time`` or ``threads``.
         """
+        check_choices(self)  # any field that declares its values (none today)
         if not self.max_time > 0:
             raise UsageError(f"--max-time must be positive, got {self.max_time}")
         if not self.timeout > 0:
@@ -92,131 +84,6 @@ def available_groups() -> list[str]:
     return [g for g, (f, _) in GROUPS.items() if (MICRO_DIR / f).is_file()]
 
 
-def skip_notes(output: str) -> list[str]:
-    """The device-matrix skip reasons (e.g. ``"cuda: not available on this machine (12 cases)"``) in pytest's ``-rs``."""
-    from rlbench.suites.micro.devices import SKIP_SUFFIX
-
-    counts: dict[str, int] = {}
-    for m in re.finditer(r"^SKIPPED \[(\d+)\] [^\n]*?: ([^\n]*)$", output, re.MULTILINE):
-        if m.group(2).endswith(SKIP_SUFFIX):
-            counts[m.group(2)] = counts.get(m.group(2), 0) + int(m.group(1))
-    return [f"{reason} ({n} case{'s' if n > 1 else ''} skipped)" for reason, n in sorted(counts.items())]
-
-
-def failed_tests(output: str) -> list[str]:
-    """``"<test id> failed: <error>"`` for each benchmark pytest reports as failed (its ``-rf`` summary)."""
-    out = []
-    for m in re.finditer(r"^FAILED \S+?::(\S+)(?: - (.*))?$", output, re.MULTILINE):
-        out.append(f"{m.group(1)} failed: {m.group(2) or 'see pytest output'}")
-    return out
-
-
-def run_group_files(
-    files: list[Path],
-    config: MicroConfig | FileConfig,
-    user_impls: dict[str, str],
-    *,
-    rootdir: Path = MICRO_DIR,
-    cwd: Path | None = None,
-) -> dict[str, Any]:
-    """Run pytest-benchmark on ``files`` in a subprocess; return its JSON (device skip notes under ``"rlbench_notes"``).
-
-    Args:
-        files: The pytest-benchmark files.
-        config: Options (``max_time``, ``select``, ``threads``; ``timeout`` for users' implementations).
-        user_impls: ``--impl`` implementations that passed their check, passed to the group files.
-        rootdir: pytest's rootdir: the micro suites' directory, or a user's file's directory (its ``conftest.py`` then
-            applies).
-        cwd: The child's working directory (default: a temporary directory).
-
-    Returns:
-        pytest-benchmark's JSON; its ``"benchmarks"`` list is empty when no benchmark ran (none collected or selected).
-
-    Raises:
-        RuntimeError: If pytest fails (its last output lines are in the message).
-    """
-    remove_orphan_dirs("rlbench-micro-")  # what a kill -9 of an earlier run could not remove
-    with tempfile.TemporaryDirectory(prefix=f"rlbench-micro-{os.getpid()}-") as tmp:
-        out = Path(tmp) / "bench.json"
-        cmd = [
-            sys.executable,
-            "-m",
-            "pytest",
-            *map(str, files),
-            "--benchmark-only",
-            f"--benchmark-json={out}",
-            "--benchmark-save-data",
-            f"--benchmark-max-time={config.max_time}",
-            "--benchmark-min-rounds=5",
-            # rounds of >= 50 µs: a microsecond call is then timed over many iterations per clock read, so the
-            # harness's per-round cost (a Python call and two timer reads, ~1-2 µs here) is not in the figure
-            "--benchmark-min-time=0.00005",
-            "-q",
-            "-rfs",
-            "-p",
-            "no:cacheprovider",
-            "--rootdir",
-            str(rootdir),
-        ]
-        if config.select:
-            cmd += ["-k", config.select]
-        env = dict(os.environ)
-        env[USER_IMPLS_ENV] = json.dumps(user_impls)
-        env["PYTHONPATH"] = child_pythonpath()  # the working directory and a relative PYTHONPATH still import
-        timeout = getattr(config, "timeout", 60.0)
-        env[USER_TIMEOUT_ENV] = str(timeout)
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(config.threads)  # torch's pool size, read at its start
-        # a backstop for code that hangs where the per-benchmark alarm cannot reach it (inside a C call)
-        backstop = 3600 + 20 * timeout * max(len(user_impls), 1)
-        try:
-            proc = run_child(cmd, cwd=str(cwd or tmp), env=env, timeout=backstop)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"pytest-benchmark did not finish within {backstop:g} s and was ended") from None
-        failures = failed_tests(proc.stdout)
-        if (proc.returncode == 0 and not out.is_file()) or proc.returncode == 5:  # nothing ran: all skipped or deselected
-            return {"benchmarks": [], "rlbench_notes": skip_notes(proc.stdout)}
-        # exit 1 = some benchmarks failed: keep the others' timings and name the failures; anything else is fatal
-        if proc.returncode not in (0, 1) or not out.is_file() or (proc.returncode == 1 and not failures):
-            tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
-            raise RuntimeError(f"pytest-benchmark exited {proc.returncode}: {tail}")
-        data = json.loads(out.read_text())
-        data["rlbench_notes"] = skip_notes(proc.stdout) + failures
-        for line in failures:
-            warnings.warn(line, stacklevel=2)
-        return data
-
-
-def metrics_from_json(data: dict[str, Any], fallback_group: str | None = None) -> list[Metric]:
-    """One ``time/call`` metric per benchmark, with its group, impl and size as case parameters.
-
-    Args:
-        data: pytest-benchmark's JSON.
-        fallback_group: For files that set no ``extra_info`` (a user's): the cases are then filled in, group from
-            pytest-benchmark's own group or else this name, impl from the test function's name, size from the
-            parametrization id or ``"-"``.
-    """
-    metrics = []
-    for b in data.get("benchmarks", []):
-        info = b.get("extra_info") or {}
-        stats = b.get("stats") or {}
-        samples = stats.get("data") or [stats.get("median")]
-        params = {"group": info.get("group"), "impl": info.get("impl"), "size": info.get("size") or b.get("param")}
-        if fallback_group is not None:
-            test = str(b.get("name") or "").partition("[")[0]
-            params["group"] = params["group"] or b.get("group") or fallback_group
-            params["impl"] = params["impl"] or test or "-"
-            params["size"] = str(params["size"]) if params["size"] not in (None, "") else "-"
-        for key in ("op", "device"):
-            if key in info:
-                params[key] = info[key]
-        meta = {"elements": info.get("elements"), "test": b.get("name"), "rounds": stats.get("rounds")}
-        meta.update({k: v for k, v in info.items() if k not in ("group", "impl", "size", "elements", "op", "device")})
-        if data.get("rlbench_notes"):
-            meta["notes"] = data["rlbench_notes"]
-        metrics.append(Metric(TIME_CALL, "s", "lower", [float(v) for v in samples], meta=meta, params=params))
-    return metrics
-
-
 def make_run(groups: list[str]):
     """The ``run`` function of a spec covering ``groups``."""
 
@@ -227,7 +94,11 @@ def make_run(groups: list[str]):
         if not present:
             raise UsageError(f"no suite file for {', '.join(_selected(groups, config))} in this installation")
         user = check_user_impls(config.impl, present, config.timeout)
-        data = run_group_files([MICRO_DIR / GROUPS[g][0] for g in present], config, user)
+        env = {USER_IMPLS_ENV: json.dumps(user), USER_TIMEOUT_ENV: str(config.timeout)}
+        # a backstop for code that hangs where the per-benchmark alarm cannot reach it (inside a C call)
+        backstop = 3600 + 20 * config.timeout * max(len(user), 1)
+        files = [MICRO_DIR / GROUPS[g][0] for g in present]
+        data = run_group_files(files, config, rootdir=MICRO_DIR, env=env, backstop=backstop)
         metrics = metrics_from_json(data)
         if not metrics:
             raise RuntimeError("pytest-benchmark ran no benchmark (check --select)")
@@ -257,61 +128,6 @@ def make_cases(groups: list[str]):
         return [(g, replace(config, group=(g,))) for g in _selected(groups, config) if g in available_groups()]
 
     return cases
-
-
-@dataclass
-class FileConfig:
-    """Options of a user's pytest-benchmark file run by ``rlbench run path/to/test_x.py``."""
-
-    select: str = option("pytest -k expression selecting benchmarks of the file", default="")
-    max_time: float = option("seconds pytest-benchmark spends per benchmark (more: tighter medians)", default=0.3)
-    threads: int = option("torch/OpenMP intra-op threads in the benchmark process", default=1)
-    seed: int = option("unused by pytest-benchmark files; kept for repeat numbering", default=0)
-
-    def validate(self) -> None:
-        """Check values.
-
-        Raises:
-            UsageError: On a non-positive ``max_time`` or ``threads``.
-        """
-        if not self.max_time > 0:
-            raise UsageError(f"--max-time must be positive, got {self.max_time}")
-        if self.threads < 1:
-            raise UsageError(f"--threads must be at least 1, got {self.threads}")
-
-
-def file_spec(path: Path, source: str | None = None) -> BenchmarkSpec:
-    """The benchmark of a user's pytest-benchmark file: named after its stem, timed like a micro group.
-
-    pytest runs in a subprocess from the working directory with the file's directory as rootdir (its ``conftest.py``
-    applies); cases come from the benchmarks' ``extra_info`` (``group``, ``impl``, ``size``, ``elements``) when set,
-    else from the file and test names (see :func:`metrics_from_json`).
-
-    Args:
-        path: The file.
-        source: How ``rlbench list`` and its messages name it (default: the path as given).
-    """
-    resolved = path.resolve()
-    shown = source or str(path)
-
-    def run(config: FileConfig, ctx: RunContext) -> list[Metric]:
-        data = run_group_files([resolved], config, {}, rootdir=resolved.parent, cwd=Path.cwd())
-        metrics = metrics_from_json(data, fallback_group=resolved.stem)
-        if not metrics:
-            raise UsageError(
-                f"pytest-benchmark ran no benchmark in {shown}: its tests must take the `benchmark` fixture"
-                + (" (check --select)" if config.select else "")
-            )
-        return metrics
-
-    return BenchmarkSpec(
-        name=resolved.stem,
-        summary=f"pytest-benchmark file {shown}",
-        config_factory=FileConfig,
-        run=run,
-        report="micro",
-        source=shown,
-    )
 
 
 BENCHMARKS = [

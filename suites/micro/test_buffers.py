@@ -1,6 +1,6 @@
 """Micro-benchmark: replay buffers, ``sample`` and ``add`` across capacities and batch sizes.
 
-Run with ``pytest rlbench/suites/micro/test_buffers.py --benchmark-only``. Buffers hold 8-float observations and
+Run with ``pytest suites/micro/test_buffers.py --benchmark-only``. Buffers hold 8-float observations and
 2-float actions (80-byte records, about 80 MB per 1e6 rows) and are filled once per (buffer, capacity), then shared
 by the benchmarks of that pair (``add`` keeps wrapping around a full buffer). Variants:
 

@@ -1,6 +1,6 @@
 """Micro-benchmark: one ``step`` of N vectorized envs, rlbench's NumPy envs against gymnasium's vector envs.
 
-Run with ``pytest rlbench/suites/micro/test_envs.py --benchmark-only``. Implementations (``impl``):
+Run with ``pytest suites/micro/test_envs.py --benchmark-only``. Implementations (``impl``):
 
 * ``numpy`` — rlbench's :class:`NumpyCartPoleVecEnv` / :class:`NumpyPendulumVecEnv` (same-step autoreset);
 * ``numba`` — :class:`NumpyCartPoleVecEnv` with ``kernel="numba"``: the same env, bit for bit, stepped by one jitted

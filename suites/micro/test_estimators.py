@@ -1,6 +1,6 @@
 """Micro-benchmark: TD(lambda) returns, GRPO group-relative advantages and the k3 KL estimator (NumPy in / NumPy out).
 
-Run with ``pytest rlbench/suites/micro/test_estimators.py --benchmark-only``. Every benchmark reports
+Run with ``pytest suites/micro/test_estimators.py --benchmark-only``. Every benchmark reports
 ``extra_info`` ``group="estimators"``, ``op`` (``td_lambda``, ``group_advantages`` or ``kl_k3``), ``impl``, ``size``
 and ``elements`` (T*N, prompts*G or batch*tokens). The pure-Python references are skipped where one call takes
 seconds. numba is jitted (or loaded from its on-disk cache) and torch initialized by a warm-up call before timing.

@@ -1,6 +1,6 @@
 """Micro-benchmark: one rollout-time policy call (``act``: actions, log-probs, values) across batch sizes.
 
-Run with ``pytest rlbench/suites/micro/test_forward.py --benchmark-only``. The network is rlbench's default
+Run with ``pytest suites/micro/test_forward.py --benchmark-only``. The network is rlbench's default
 CartPole actor-critic (obs 4, two discrete actions, separate 64-64 tanh MLPs). Implementations (``impl``):
 
 * ``reference`` — :class:`ActorCritic` (two ``nn.Sequential``) called under ``torch.no_grad``;

@@ -1,6 +1,6 @@
 """Micro-benchmark: GAE implementations (NumPy in / NumPy out) across rollout sizes.
 
-Run with ``pytest rlbench/suites/micro/test_gae.py --benchmark-only``. The pure-Python reference is skipped at the
+Run with ``pytest suites/micro/test_gae.py --benchmark-only``. The pure-Python reference is skipped at the
 big sizes (seconds per call at 2048 x 64 and 1024 x 1024). numba is jitted (or loaded from its on-disk cache) by a
 warm-up call before timing, so its import and compile cost are not part of these numbers.
 

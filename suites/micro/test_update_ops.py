@@ -1,6 +1,6 @@
 """Micro-benchmark: the ops of one hand-written PPO minibatch step, torch's plain op beside rlbench's drop-in form.
 
-Run with ``pytest rlbench/suites/micro/test_update_ops.py --benchmark-only``. Shapes are those of ``ppo-cartpole``'s
+Run with ``pytest suites/micro/test_update_ops.py --benchmark-only``. Shapes are those of ``ppo-cartpole``'s
 update: a 512-row minibatch through the fused 64-64 tanh actor-critic (two stacked networks, a 2-wide head), one
 torch thread. Rows (``impl``) per op (``size``); ``reference`` is always torch's plain form:
 

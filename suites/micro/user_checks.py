@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rlbench.errors import UsageError
+from rlbench.core.errors import UsageError
 
 OBS_SHAPE, ACTION_SHAPE = (8,), (2,)
 BUFFER_FIELDS = ("obs", "action", "reward", "next_obs", "done")

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from rlbench.errors import UsageError
+from rlbench.core.errors import UsageError
 
 SUPPORTED = ("gae", "buffers", "envs")
 
@@ -118,7 +118,7 @@ def check_in_child(group: str, spec: str, timeout: float) -> None:
     import subprocess
     import sys
 
-    from rlbench.children import child_pythonpath, run_child
+    from rlbench.core.children import child_pythonpath, run_child
 
     env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     cmd = [sys.executable, "-m", "rlbench.suites.micro.user_impls", group, spec]

@@ -18,8 +18,9 @@ import sys
 from dataclasses import dataclass, fields
 from typing import Any
 
-from rlbench.errors import UsageError
-from rlbench.metrics import (
+from rlbench.core.errors import UsageError
+from rlbench.core.options import check_choices, option
+from rlbench.results.metrics import (
     ENV_STEPS,
     EVAL_RETURN,
     EVAL_S,
@@ -37,8 +38,7 @@ from rlbench.metrics import (
     Metric,
     time_metric,
 )
-from rlbench.options import option
-from rlbench.registry import BenchmarkSpec, RunContext
+from rlbench.run.registry import BenchmarkSpec, RunContext
 
 IMPLS = {"rlbench": "rlbench_peer", "sb3": "sb3_peer", "rlox": "rlox_peer", "torchrl": "torchrl_peer"}
 """Implementation name -> module of :mod:`rlbench.suites.peers` that runs it."""
@@ -51,7 +51,9 @@ RECENT = 10  #: a threshold counts as reached when the mean of the last 10 finis
 class PeersConfig:
     """rlbench and other libraries' PPO (CartPole-v1) or SAC (Pendulum-v1), interleaved per seed."""
 
-    algo: str = option("ppo: ppo-cartpole's setting (CartPole-v1); sac: sac-pendulum's (Pendulum-v1)", default="ppo")
+    algo: str = option(
+        "ppo: ppo-cartpole's setting (CartPole-v1); sac: sac-pendulum's (Pendulum-v1)", choices=ALGOS, default="ppo"
+    )
     impls: tuple[str, ...] = option(
         "implementations, in their order on even seeds (reversed on odd ones): rlbench, sb3, rlox, torchrl "
         "(default: rlbench and every installed peer)",
@@ -86,8 +88,7 @@ class PeersConfig:
         Raises:
             UsageError: On an unknown algorithm or implementation, or a negative size.
         """
-        if self.algo not in ALGOS:
-            raise UsageError(f"--algo must be one of {', '.join(ALGOS)}, got {self.algo!r}")
+        check_choices(self)  # --algo among ALGOS
         for name in ("total_steps", "threads"):
             if getattr(self, name) < 0:
                 raise UsageError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")

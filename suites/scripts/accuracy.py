@@ -41,11 +41,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlbench.children import child_pythonpath
-from rlbench.fingerprint import machine_fingerprint, software_fingerprint
+from rlbench.core.children import child_pythonpath
 from rlbench.profiling.launcher import Target, child_env, write_child_spec
 from rlbench.profiling.session import Settings
-from rlbench.store import read_records
+from rlbench.results.fingerprint import machine_fingerprint, software_fingerprint
+from rlbench.results.store import read_records
 
 HERE = Path(__file__).resolve().parent
 
@@ -142,7 +142,7 @@ def hooks_overhead(script: Path, args: list[str], rounds: int) -> dict[str, list
     import io
     import runpy
 
-    from rlbench.instrument.autohooks import PURE_PYTHON_ENV
+    from rlbench.profiling.autohooks import PURE_PYTHON_ENV
     from rlbench.profiling.session import Session
 
     def once() -> float:
@@ -184,7 +184,7 @@ INSTRUCTION_BUDGETS = {
 
 GAP_SCALE = 40
 """Under cachegrind a script runs tens of times slower, so fewer hooked calls fall within the merge gap
-(:data:`~rlbench.instrument.attribution.MERGE_GAP_S`) of the last one, and opening phases costs more than merging
+(:data:`~rlbench.profiling.attribution.MERGE_GAP_S`) of the last one, and opening phases costs more than merging
 into one: counted at the real gap, CleanRL-style PPO made 0.69 merges and 4.44 transitions per agent step under
 cachegrind against 1.77 and 2.28 natively. The counting runs scale the gap by this factor; the report sets the merge
 counts under cachegrind beside the native ones, so a mismatch shows."""
@@ -200,7 +200,7 @@ def _in_process(script: Path, args: list[str], hooked: bool, gap_scale: float = 
     import io
     import runpy
 
-    from rlbench.instrument import attribution, autohooks
+    from rlbench.profiling import attribution, autohooks
     from rlbench.profiling.session import Session
 
     attribution.MERGE_GAP_S *= gap_scale  # read by the hooks when they are made, at the session's start
@@ -344,7 +344,7 @@ OVERHEAD_ARGS = {
 
 def measure(names: list[str], rounds: int, overhead_rounds: int) -> dict[str, Any]:
     """Accuracy rounds for every script, then the overhead measurements; raw numbers."""
-    from rlbench.instrument.autohooks import native_available
+    from rlbench.profiling.autohooks import native_available
 
     results: dict[str, Any] = {n: {"accuracy": []} for n in names}
     results["_hooks"] = {"compiled": native_available()}
@@ -544,7 +544,7 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
         + (f" ({_spread(command)})" if command else "")
         + ". It lengthens the command, not the training run.",
         "",
-        f"The hooks are the compiled ones (`rlbench/instrument/_fastevent.c`){compiled_note}; the last column runs "
+        f"The hooks are the compiled ones (`rlbench/profiling/_fastevent.c`){compiled_note}; the last column runs "
         "the same sessions with the Python wrappers they stand for (`RLBENCH_PURE_PYTHON_HOOKS=1`, what an install "
         "without a C compiler gets), in the same rounds. The sum of the parts estimates a whole run from the hooks' "
         "ratio, measured on shorter runs in CPU time, and the fixed cost; the whole-run table above measures the same "

@@ -5,9 +5,12 @@
 #   suites/scripts/device_check.sh                           # on the GPU machine (device tool, carry .whl): the CUDA matrix
 #   suites/scripts/device_check.sh --device cpu --quick      # the CPU dry run (CI): same steps, small budgets
 #
+# PYTHON names the interpreter (default python3). With carried wheels in .whl/ (and no --no-install), the wheels and
+# rlbench itself (editable, so the C hooks are built in place where a compiler and headers exist) are installed into
+# that interpreter's environment first: the GPU machine's is thrown away after the call.
+#
 # Steps, each under its own time limit and all under one deadline (--deadline S, default 450 s), so a slow step
-# costs only itself: install the carried wheels and rlbench (C hooks built where a compiler and headers exist, else
-# the Python hooks), the test that must fail when phase synchronization is removed (tests/profiling/test_cuda_sync.py),
+# costs only itself: the install above, the test that must fail when phase synchronization is removed (tests/profiling/test_cuda_sync.py),
 # `rlbench run ppo-cartpole` and `sac-pendulum` on the device (and on the same host's CPU, for a same-machine ratio),
 # `rlbench profile` with and without --sync on the CleanRL-style script, and the micro suites' device matrix.
 # Everything lands in OUT (default $OUT, else ./device-check-out): device-check-DEVICE.md (what ran, how long, what it
@@ -19,15 +22,18 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 device=cuda
 quick=0
 fetch=0
+install=1
+py=${PYTHON:-python3}
 deadline=450
 out=${OUT:-$PWD/device-check-out}
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --device) device=${2:-}; shift 2 || { echo "device_check: --device needs cpu or cuda" >&2; exit 2; } ;;
     --quick) quick=1; shift ;;
     --fetch-wheels) fetch=1; shift ;;
+    --no-install) install=0; shift ;;
     --deadline) deadline=${2:-}; shift 2 || { echo "device_check: --deadline needs seconds" >&2; exit 2; } ;;
     --out) out=${2:-}; shift 2 || { echo "device_check: --out needs a folder" >&2; exit 2; } ;;
     -h | --help) usage; exit 0 ;;
@@ -44,7 +50,7 @@ if [ "$fetch" = 1 ]; then
     for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do
         platforms+=(--platform "$p")
     done
-    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${platforms[@]}" \
+    "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${platforms[@]}" \
         -d "$repo/.whl" gymnasium==1.4.0 farama-notifications==0.0.6 pyinstrument==5.1.3 "setuptools>=77" || exit 1
     ls "$repo/.whl"
     exit 0
@@ -79,7 +85,7 @@ step() {
     (cd "$work/run" && timeout --kill-after=10 "$limit" "$@") >>"$log" 2>&1
     rc=$?
     local secs
-    secs=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+    secs=$("$py" -c "import time; print(f'{time.time() - $t0:.1f}')")
     local status=ok
     if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
         status="timed out after ${limit}s"
@@ -92,16 +98,14 @@ step() {
     printf '%s\t%s\t%s\t%s\n' "$name" "$status" "$secs" "$*" >>"$steps"
 }
 
-# --- install: the carried wheels and rlbench itself, into a private folder (nothing of the machine's changes) ---
-if compgen -G "$repo/.whl/*.whl" >/dev/null; then
-    site=$work/site
-    mapfile -t wheels < <(ls "$repo"/.whl/*.whl | grep -v '/setuptools-')
-    step install-wheels 120 python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "${wheels[@]}"
+# --- install: the carried wheels, then rlbench itself, editable (the C hooks are built in place) ---
+if [ "$install" = 1 ] && compgen -G "$repo/.whl/*.whl" >/dev/null; then
+    step install-wheels 120 "$py" -m pip install -q --no-index --find-links "$repo/.whl" --no-deps \
+        gymnasium farama-notifications pyinstrument
     # build isolation takes setuptools from .whl; the C hooks are optional (no compiler or headers: Python hooks)
-    step install-rlbench 180 python3 -m pip install -v --no-index --find-links "$repo/.whl" --no-deps --target "$site" "$repo"
-    export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} PATH=$site/bin:$PATH
+    step install-rlbench 180 "$py" -m pip install -v --no-index --find-links "$repo/.whl" --no-deps -e "$repo"
 fi
-hooks=$(cd "$work/run" && python3 -c "import rlbench.instrument._fastevent" 2>/dev/null && echo compiled || echo python)
+hooks=$(cd "$work/run" && "$py" -c "import rlbench.profiling._fastevent" 2>/dev/null && echo compiled || echo python)
 
 if [ "$quick" = 1 ]; then
     ppo=(--total-steps 2048 --repeats 1)
@@ -120,30 +124,30 @@ r=$work/reports
 
 # --- the matrix, the most telling first ---
 [ "$device" = cuda ] && step gpu-info 30 nvidia-smi
-step sync-test 200 python3 -m pytest -p no:cacheprovider -q -rfEsp "$repo/tests/profiling/test_cuda_sync.py"
-step ppo-cartpole 150 python3 -m rlbench run ppo-cartpole --device "$device" "${ppo[@]}" --store "$r/records-ppo-cartpole-$device" \
+step sync-test 200 "$py" -m pytest -p no:cacheprovider -q -rfEsp "$repo/tests/profiling/test_cuda_sync.py"
+step ppo-cartpole 150 "$py" -m rlbench run ppo-cartpole --device "$device" "${ppo[@]}" --store "$r/records-ppo-cartpole-$device" \
     --report "$r/ppo-cartpole-$device.md" --quiet --json
-step sac-pendulum 200 python3 -m rlbench run sac-pendulum --device "$device" "${sac[@]}" --store "$r/records-sac-pendulum-$device" \
+step sac-pendulum 200 "$py" -m rlbench run sac-pendulum --device "$device" "${sac[@]}" --store "$r/records-sac-pendulum-$device" \
     --report "$r/sac-pendulum-$device.md" --quiet --json
 if [ "$device" = cuda ]; then
-    step profile-sync 120 python3 -m rlbench profile --sync --store "$r/records-profile-cleanrl-$device" \
-        --report "$r/profile-cleanrl-ppo-$device.md" --json -- python3 "$repo/suites/scripts/cleanrl_ppo.py" \
+    step profile-sync 120 "$py" -m rlbench profile --sync --store "$r/records-profile-cleanrl-$device" \
+        --report "$r/profile-cleanrl-ppo-$device.md" --json -- "$py" "$repo/suites/scripts/cleanrl_ppo.py" \
         "${cuda_flag[@]}" "${cleanrl[@]}"
 fi
-step profile-nosync 120 python3 -m rlbench profile --store "$r/records-profile-cleanrl-nosync-$device" \
-    --report "$r/profile-cleanrl-ppo-nosync-$device.md" --json -- python3 "$repo/suites/scripts/cleanrl_ppo.py" \
+step profile-nosync 120 "$py" -m rlbench profile --store "$r/records-profile-cleanrl-nosync-$device" \
+    --report "$r/profile-cleanrl-ppo-nosync-$device.md" --json -- "$py" "$repo/suites/scripts/cleanrl_ppo.py" \
     "${cuda_flag[@]}" "${cleanrl[@]}"
 if [ "$device" = cuda ]; then
     # the same benchmarks on this host's CPU: a GPU-against-CPU ratio measured on one machine
-    step ppo-cartpole-host-cpu 100 python3 -m rlbench run ppo-cartpole --device cpu "${ppo[@]}" --store "$r/records-host-cpu" --quiet --json
-    step sac-pendulum-host-cpu 150 python3 -m rlbench run sac-pendulum --device cpu "${sac[@]}" --store "$r/records-host-cpu" --quiet --json
+    step ppo-cartpole-host-cpu 100 "$py" -m rlbench run ppo-cartpole --device cpu "${ppo[@]}" --store "$r/records-host-cpu" --quiet --json
+    step sac-pendulum-host-cpu 150 "$py" -m rlbench run sac-pendulum --device cpu "${sac[@]}" --store "$r/records-host-cpu" --quiet --json
 fi
-step micro 240 python3 -m rlbench run micro "${micro[@]}" --store "$work/records-micro" --report "$r/micro-$device.md" --quiet
+step micro 240 "$py" -m rlbench run micro "${micro[@]}" --store "$work/records-micro" --report "$r/micro-$device.md" --quiet
 
 # --- the summary: what ran, where, how long, what it measured ---
 commit=$(git -C "$repo" rev-parse --short=12 HEAD 2>/dev/null || echo "unknown (no git here)")
 [ -n "$(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null)" ] && commit="$commit (dirty)"
-python3 - "$steps" "$log" "$out/device-check-$device.md" "$device" "$hooks" "$quick" "$commit" <<'PY'
+"$py" - "$steps" "$log" "$out/device-check-$device.md" "$device" "$hooks" "$quick" "$commit" <<'PY'
 import json, platform, re, subprocess, sys
 from pathlib import Path
 

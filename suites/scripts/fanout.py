@@ -30,11 +30,11 @@ from typing import Any
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep 127.0.0.1: the cluster binds to it
 
-from rlbench.fingerprint import machine_fingerprint, software_fingerprint
-from rlbench.store import read_records
+from rlbench.results.fingerprint import machine_fingerprint, software_fingerprint
+from rlbench.results.store import read_records
 
-# the process title rlbench.fanout gives a Ray worker while it runs a case (suites sit below fanout: not imported);
-# main() fails if no worker with it was seen, and tests/pipeline/test_fanout.py checks it is rlbench.fanout's
+# the process title rlbench.run.fanout gives a Ray worker while it runs a case (suites sit below fanout: not imported);
+# main() fails if no worker with it was seen, and tests/pipeline/test_fanout.py checks it is rlbench.run.fanout's
 TASK_NAME = "rlbench-case"
 
 

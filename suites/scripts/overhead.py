@@ -48,8 +48,9 @@ def toggled_copy(directory: Path) -> Path:
 
 def measure(config: str, steps: int) -> dict[str, list[float]]:
     """CPU seconds of each steady iteration, by side (``on``: hooks installed)."""
-    from rlbench.instrument.attribution import Attributor, activate
-    from rlbench.instrument.autohooks import install, uninstall
+    from rlbench.profiling.attribution import Attributor, activate
+    from rlbench.profiling.autohooks import uninstall
+    from rlbench.profiling.session import install_hooks
 
     state: dict[str, Any] = {"hooks": None, "t": None, "side": None}
     times: dict[str, list[float]] = {"on": [], "off": []}
@@ -65,7 +66,7 @@ def measure(config: str, steps: int) -> dict[str, list[float]]:
             activate(None)
         side = "on" if iteration % 4 in (0, 3) else "off"
         if side == "on" and config != "none":
-            state["hooks"] = install(attributor)
+            state["hooks"] = install_hooks(attributor)
             activate(attributor)
             if config == "wrappers":
                 attributor.depth = 1  # an open phase, forever: every hooked call passes through

@@ -14,12 +14,12 @@ records lost / duplicated / mismatched counts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from rlbench.errors import UsageError
-from rlbench.metrics import Metric
-from rlbench.options import option
-from rlbench.registry import BenchmarkSpec, RunContext
+from rlbench.core.errors import UsageError
+from rlbench.core.options import check_choices, option
+from rlbench.results.metrics import Metric
+from rlbench.run.registry import BenchmarkSpec, RunContext
 
 MODELS = {
     "tiny": ((64,), "MLP 4-64-2 (tanh), torch"),
@@ -53,7 +53,7 @@ class TransportsConfig:
     threads: int = option("torch intra-op threads", default=1)
     stress_requests: int = option("requests of the stress run (0: skip it)", default=1_000_000)
     stress_threads: int = option("client threads of the stress run", default=64)
-    stress_transport: str = option("transport of the stress run: slot, lock or direct", default="slot")
+    stress_transport: Literal["slot", "lock", "direct"] = option("transport of the stress run", default="slot")
     quick: bool = option("a small grid for a smoke test: 4 and 16 actors, tiny model, 0 µs, 0.3 s per case", default=False)
     seed: int = option("seed of the models' weights and of the stress run", default=0)
 
@@ -63,14 +63,13 @@ class TransportsConfig:
         Raises:
             UsageError: Naming the offending option.
         """
+        check_choices(self)  # --stress-transport among its declared values
         for m in self.models:
             if m not in MODELS:
                 raise UsageError(f"--models: unknown model {m!r}; choose from {', '.join(MODELS)}")
         for t in self.transports:
             if t not in TRANSPORT_NAMES:
                 raise UsageError(f"--transports: unknown transport {t!r}; choose from {', '.join(TRANSPORT_NAMES)}")
-        if self.stress_transport not in ("slot", "lock", "direct"):
-            raise UsageError(f"--stress-transport must be slot, lock or direct, got {self.stress_transport!r}")
         if not self.duration > 0 or self.warmup < 0:
             raise UsageError("--duration must be positive and --warmup 0 or more")
         for name in ("max_batch_size", "threads", "stress_threads"):

@@ -37,6 +37,7 @@ def test_ppo_cartpole_learns_in_seconds(seed: int) -> None:
     assert result.env_steps == 24_576 and result.completed
 
 
+@pytest.mark.slow
 def test_separate_network_and_torch_optimizer_learn_the_same() -> None:
     """The plain layout and torch's Adam follow the fast defaults' trajectory (same math, same seed)."""
     fast = train_ppo(PPOConfig(total_steps=4096, seed=3))
@@ -45,6 +46,7 @@ def test_separate_network_and_torch_optimizer_learn_the_same() -> None:
     assert plain.eval_returns == pytest.approx(fast.eval_returns, rel=0.2)
 
 
+@pytest.mark.slow
 def test_box_actions_through_gymnasium() -> None:
     """Continuous actions (Gaussian policy) run end to end on a gymnasium env."""
     result = train_ppo(PPOConfig(env="Pendulum-v1", total_steps=2048, num_envs=4, rollout_steps=256, eval_episodes=2))

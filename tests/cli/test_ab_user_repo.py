@@ -6,7 +6,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_cli
+
+from tests.cli.cli_helpers import run_cli
 
 SCRIPT = """
 import argparse

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cli_helpers import one_line_error
 
-from rlbench import registry
 from rlbench.cli import main
-from rlbench.errors import DataError
-from rlbench.metrics import Metric
-from rlbench.registry import BenchmarkSpec
-from rlbench.store import read_records
+from rlbench.core.errors import DataError
+from rlbench.results.metrics import Metric
+from rlbench.results.store import read_records
+from rlbench.run import registry
+from rlbench.run.registry import BenchmarkSpec
+from tests.cli.cli_helpers import one_line_error
 
 
 def foreground_signals() -> None:
@@ -87,6 +87,7 @@ def _flaky_run(cfg: _Cfg, ctx: object) -> list[Metric]:
     return [Metric("sps", "steps/s", "higher", [123.0])]
 
 
+@pytest.mark.slow
 def test_component_raising_mid_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -112,6 +113,7 @@ def test_keyboard_interrupt_outside_the_runner(monkeypatch: pytest.MonkeyPatch, 
     assert "interrupted" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.name != "posix", reason="signals")
 def test_help_explains_every_flag(tmp_path: Path) -> None:
     out = subprocess.run(

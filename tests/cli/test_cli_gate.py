@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_cli
+
+from tests.cli.cli_helpers import run_cli
 
 pytestmark = pytest.mark.slow  # ten full ppo-cartpole runs (about 10 s)
 

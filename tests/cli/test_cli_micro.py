@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import one_line_error, run_cli
+
+from tests.cli.cli_helpers import one_line_error, run_cli
 
 pytestmark = pytest.mark.slow  # each test runs a micro-benchmark group in a subprocess (4-12 s)
 

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import one_line_error
 
-from rlbench.cli.report import write_report
-from rlbench.store import load
+from rlbench.report.kinds import write_report
+from rlbench.results.store import load
+from tests.cli.cli_helpers import one_line_error
 
 pytestmark = pytest.mark.slow  # each test runs SAC or DDPG in subprocesses (4-8 s)
 

@@ -11,7 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import one_line_error
+
+from tests.cli.cli_helpers import one_line_error
+
+pytestmark = pytest.mark.slow  # every test runs `rlbench run peers` in a subprocess (the real ones train four libraries)
 
 
 def test_peers_run_compare_by_impl_and_report(cli, tmp_path: Path) -> None:

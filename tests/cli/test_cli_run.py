@@ -6,14 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import one_line_error
 
-from rlbench.cli.report import write_report
-from rlbench.store import load, read_records
+from rlbench.report.kinds import write_report
+from rlbench.results.store import load, read_records
+from tests.cli.cli_helpers import one_line_error
 
 SMALL = ["--total-steps", "2048", "--eval-episodes", "2"]
 
 
+@pytest.mark.slow
 def test_list(cli) -> None:
     proc = cli("list")
     assert proc.returncode == 0, proc.stderr
@@ -76,6 +77,7 @@ def test_quiet_prints_nothing_and_summary_prints_table(cli) -> None:
     assert loud.returncode == 0 and "Training SPS" in loud.stdout and "report:" in loud.stdout
 
 
+@pytest.mark.slow
 def test_unknown_benchmark_suggests(cli, tmp_path: Path) -> None:
     proc = cli("run", "ppo-cartpol")
     assert proc.returncode == 2
@@ -83,6 +85,7 @@ def test_unknown_benchmark_suggests(cli, tmp_path: Path) -> None:
     assert not (tmp_path / ".rlbench").exists()
 
 
+@pytest.mark.slow
 def test_unknown_option_and_bad_values(cli, tmp_path: Path) -> None:
     for args, needle in [
         (["--nope"], "unrecognized arguments: --nope"),
@@ -100,6 +103,7 @@ def test_unknown_option_and_bad_values(cli, tmp_path: Path) -> None:
     assert not (tmp_path / ".rlbench").exists()  # nothing half written
 
 
+@pytest.mark.slow
 def test_absent_device(cli, tmp_path: Path) -> None:
     import torch
 
@@ -120,6 +124,7 @@ def test_unwritable_store_and_unknown_env(cli, tmp_path: Path) -> None:
     assert proc.returncode == 2 and "CartPole-v1" in one_line_error(proc)
 
 
+@pytest.mark.slow
 def test_report_on_bad_records(cli, tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl").write_text('{"schema": 1, "run_id"')
     proc = cli("report", "bad.jsonl")

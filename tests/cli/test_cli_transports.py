@@ -54,6 +54,7 @@ def test_transports_quick_run_writes_report(cli, tmp_path: Path) -> None:
     assert again.returncode == 0 and "## Winner per case" in again.stdout
 
 
+@pytest.mark.slow
 def test_transports_rejects_unknown_transport(cli) -> None:
     proc = cli("run", "transports", "--transports", "carrier-pigeon", "--quick")
     assert proc.returncode == 2 and "unknown transport" in proc.stderr

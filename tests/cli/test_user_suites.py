@@ -12,15 +12,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from cli_helpers import one_line_error
 
-from rlbench import registry
 from rlbench.cli import main
-from rlbench.store import read_records
+from rlbench.results.store import read_records
+from rlbench.run import registry
+from tests.cli.cli_helpers import one_line_error
 
 DECORATED = """
 import mypkg
-from rlbench.userbench import benchmark
+from rlbench.run.userbench import benchmark
 
 print("user suite says hello")  # must not end up in `rlbench list --json`
 
@@ -101,6 +101,7 @@ def test_rlbench_list_shows_user_suites_and_names_a_broken_one(project, capsys: 
     assert "./suites/broken.py" in error and "broken.py:1" in error
 
 
+@pytest.mark.slow
 def test_rlbench_list_with_a_user_suite_never_imports_torch(project) -> None:
     root = project({"suites/ranges.py": DECORATED})
     proc = subprocess.run(
@@ -139,6 +140,7 @@ def test_bad_targets_exit_2_with_one_line(project, capsys: pytest.CaptureFixture
     assert message in err
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("rlbench.profiling") is None, reason="rlbench.profiling.session not there yet")
 def test_run_a_decorated_function_by_file_target_and_by_name(project, capsys: pytest.CaptureFixture[str]) -> None:
     root = project({"suites/ranges.py": DECORATED})
@@ -155,6 +157,7 @@ def test_run_a_decorated_function_by_file_target_and_by_name(project, capsys: py
     assert "--scale X" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_pytest_benchmark_file_runs_end_to_end(project, capsys: pytest.CaptureFixture[str]) -> None:
     root = project({"suites/test_speed.py": PYTEST_FILE, "suites/conftest.py": CONFTEST})
     code = main(["run", "./suites/test_speed.py", "--store", "st", "--max-time", "0.005", "--json", "--report", "r/speed.md"])
@@ -176,6 +179,7 @@ def test_pytest_benchmark_file_runs_end_to_end(project, capsys: pytest.CaptureFi
     assert "`test_sum`" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_pytest_benchmark_file_without_benchmarks_is_a_usage_error(project, capsys: pytest.CaptureFixture[str]) -> None:
     project({"suites/test_plain.py": "def test_nothing_timed():\n    assert True\n"})
     assert main(["run", "test_plain", "--store", "st", "--quiet"]) == 2
@@ -201,7 +205,7 @@ ENTRY_POINT_PACKAGE = {
     """,
     "tiny_rlbench_plugin/__init__.py": "",
     "tiny_rlbench_plugin/bench.py": """
-        from rlbench.userbench import benchmark
+        from rlbench.run.userbench import benchmark
 
 
         @benchmark(summary="a plugin's benchmark")
@@ -211,6 +215,7 @@ ENTRY_POINT_PACKAGE = {
 }
 
 
+@pytest.mark.slow
 def test_entry_point_of_an_installed_package_is_listed(tmp_path: Path) -> None:
     pkg, site = tmp_path / "pkg", tmp_path / "site"
     for rel, text in ENTRY_POINT_PACKAGE.items():

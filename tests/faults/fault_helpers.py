@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlbench.records import Record
+from rlbench.results.records import Record
 
 
 def rlbench(args: list[str], cwd: Path, timeout: float = 180, **kw: object) -> subprocess.CompletedProcess[str]:

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from fault_helpers import foreground_signals, one_line_error, record, rlbench
 
-from rlbench.store import read_records
+from rlbench.results.store import read_records
+from tests.faults.fault_helpers import foreground_signals, one_line_error, record, rlbench
 
 pytestmark = pytest.mark.slow
 

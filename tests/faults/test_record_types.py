@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from fault_helpers import one_line_error, record, rlbench
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlbench.errors import DataError
-from rlbench.records import from_dict
-from rlbench.store import load, read_records
+from rlbench.core.errors import DataError
+from rlbench.results.records import from_dict
+from rlbench.results.store import load, read_records
+from tests.faults.fault_helpers import one_line_error, record, rlbench
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
@@ -70,6 +70,7 @@ EXAMPLES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_every_reader_refuses_with_exit_2_and_the_line(tmp_path: Path, name: str) -> None:
     good = record()

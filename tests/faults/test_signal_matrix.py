@@ -17,10 +17,10 @@ import warnings
 from pathlib import Path
 
 import pytest
-from fault_helpers import descendants, foreground_signals
 
-from rlbench.children import remove_orphan_dirs
-from rlbench.store import RecordsWarning, read_records
+from rlbench.core.children import remove_orphan_dirs
+from rlbench.results.store import RecordsWarning, read_records
+from tests.faults.fault_helpers import descendants, foreground_signals
 
 pytestmark = pytest.mark.slow
 
@@ -134,7 +134,7 @@ def test_signal_at_a_random_point(tmp_path: Path, run: str, sig_name: str, seed:
     if sig == signal.SIGKILL:  # nothing could clean up: the next run does
         remove_orphan_dirs("rlbench-micro-")
         if run == "ab":
-            from rlbench.ab import _remove_orphans
+            from rlbench.analysis.ab import _remove_orphans
 
             _remove_orphans(REPO)
             remove_orphan_dirs("rlbench-ab-")

@@ -11,10 +11,11 @@ import warnings
 from pathlib import Path
 
 import pytest
-from fault_helpers import one_line_error, record, rlbench
 
-from rlbench.errors import DataError, StoreError
-from rlbench.store import RecordsWarning, RunWriter, read_file, read_records, read_run
+from rlbench.core.errors import DataError, StoreError
+from rlbench.results.store import RecordsWarning, RunWriter, read_file, read_records, read_run
+from tests import child_env
+from tests.faults.fault_helpers import one_line_error, record, rlbench
 
 
 def _write(store: Path, run_id: str, n: int) -> Path:
@@ -57,14 +58,14 @@ def test_one_unreadable_file_does_not_block_the_other_runs(store: Path) -> None:
     assert good.is_file()
 
 
+@pytest.mark.slow
 def test_append_is_all_or_nothing_at_the_file_size_limit(tmp_path: Path) -> None:
     """RLIMIT_FSIZE stops the third append: the file keeps exactly the first two records, no partial line."""
     code = f"""
-import resource, sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
-from fault_helpers import record
-from rlbench.store import RunWriter
-from rlbench.errors import StoreError
+import resource
+from tests.faults.fault_helpers import record
+from rlbench.results.store import RunWriter
+from rlbench.core.errors import StoreError
 w = RunWriter({str(tmp_path)!r}, "20260101T000000Z-aaaaaa")
 w.write([record(repeat=0)])
 size = w.path.stat().st_size
@@ -75,7 +76,7 @@ try:
 except StoreError as exc:
     print("refused:", exc)
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True, env=child_env())
     assert "refused: cannot write results" in out.stdout, out.stdout + out.stderr
     path = tmp_path / "20260101T000000Z-aaaaaa.jsonl"
     text = path.read_text()

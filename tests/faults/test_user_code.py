@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from fault_helpers import one_line_error, rlbench
+
+from tests.faults.fault_helpers import one_line_error, rlbench
 
 pytestmark = pytest.mark.slow  # each runs the gae group's check or benchmarks in subprocesses
 

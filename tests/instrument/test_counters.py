@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rlbench.algos.ppo.config import PPOConfig
@@ -33,6 +34,7 @@ def test_iteration_counts_identical_across_runs_and_sensitive_to_code() -> None:
     assert torch_inference["ops"]["collect"] > 128  # at least one op per env step
 
 
+@pytest.mark.slow
 def test_counting_does_not_import_dynamo() -> None:
     """torch._dynamo costs ~2 s to import: counting must not pull it in (it would break the 4 s budget of a run)."""
     import subprocess

@@ -1,6 +1,8 @@
-"""What the pipeline tests share (a plain module: its directory is on sys.path while they run)."""
+"""What the pipeline tests share."""
 
 from __future__ import annotations
+
+import threading
 
 LEARNED = 0.85
 """Greedy reward an asynchronous pipeline must reach in 300 updates (chance: 1/8; untrained: below 0.35).
@@ -14,3 +16,21 @@ def assert_learned(greedy_reward: tuple[float, float]) -> None:
     """Near chance before training, well above it after."""
     before, after = greedy_reward
     assert before < 0.35 and after >= LEARNED, greedy_reward
+
+
+def count_learner_updates() -> threading.Event:
+    """Patch the learner to set the returned event once it has made 5 updates (undo: :func:`uncount_learner_updates`)."""
+    from rlbench.components.pipeline.roles import Learner
+
+    done = threading.Event()
+    update = Learner.update
+
+    def counted(self, slices):
+        out = update(self, slices)
+        if self.version >= 5:
+            done.set()
+        return out
+
+    counted.original = update
+    Learner.update = counted
+    return done

@@ -68,6 +68,7 @@ def test_replay_favours_newer_versions_in_proportion():
         VersionWeightedReplay().sample(1)
 
 
+@pytest.mark.slow
 def test_grpo_learns_the_bandit_from_chance_to_090_greedy():
     """The learner, fed by a generator with fresh weights every update, learns the best action (fixed seeds)."""
     task = BanditTask(8, 8, seed=0)

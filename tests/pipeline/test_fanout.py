@@ -17,13 +17,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_cli
-from fault_helpers import cmdline, descendants, foreground_signals, gone, one_line_error
 from rlbench.suites.scripts import fanout as harness
 
-from rlbench.fanout import TASK_NAME, plan_cases
-from rlbench.runner import resolve_run_target
-from rlbench.store import read_records
+from rlbench.results.store import read_records
+from rlbench.run.fanout import TASK_NAME, plan_cases
+from rlbench.run.runner import resolve_run_target
+from tests.cli.cli_helpers import run_cli
+from tests.faults.fault_helpers import cmdline, descendants, foreground_signals, gone, one_line_error
 
 ray = pytest.importorskip("ray", reason="--backend ray needs the rlbench[ray] extra (CI installs it)")
 
@@ -101,6 +101,7 @@ def two_nodes():
     cluster.shutdown()
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_retried_once_and_nothing_is_lost_or_doubled(project, two_nodes):
     args = ["run", "nap", "--fail-seed", "4", "--seconds", "1.5", "--quiet"]
     proc = subprocess.Popen(
@@ -147,6 +148,7 @@ def test_a_killed_worker_is_retried_once_and_nothing_is_lost_or_doubled(project,
     assert {json.dumps(r.params, sort_keys=True) for r in expected} == {json.dumps(r.params, sort_keys=True) for r in records}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code", "what"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
 def test_ctrl_c_and_sigterm_cancel_the_cases_and_stop_the_local_ray(project, sig, code, what):
     """Ray's own SIGTERM handler in the driver exits 1 with a stack trace; rlbench keeps its own (exit 143)."""
@@ -184,6 +186,7 @@ def test_ctrl_c_and_sigterm_cancel_the_cases_and_stop_the_local_ray(project, sig
     assert [cmdline(p) for p in started if not gone(p)] == []
 
 
+@pytest.mark.slow
 def test_backend_options_are_checked_before_anything_runs(project):
     err = one_line_error(run_cli(["run", "nap", "--address", "127.0.0.1:1"], cwd=project))
     assert "--address names a Ray cluster: add --backend ray" in err

@@ -8,11 +8,13 @@ import threading
 import time
 
 import pytest
-from fault_helpers import gone
-from pipeline_helpers import assert_learned
 
 from rlbench.engines.base import PipelineConfig, PipelineError
 from rlbench.engines.local import run
+from tests.faults.fault_helpers import gone
+from tests.pipeline.pipeline_helpers import assert_learned
+
+pytestmark = pytest.mark.slow  # the embedded engine runs its roles in worker processes
 
 
 @pytest.mark.parametrize("sync", ["shm", "gloo"])

@@ -7,18 +7,20 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from fault_helpers import cmdline, descendants, foreground_signals, gone
+
+from tests import child_env
+from tests.faults.fault_helpers import cmdline, descendants, foreground_signals, gone
 
 pytest.importorskip("monarch", reason="the Monarch engine needs the rlbench[monarch] extra (CI installs it)")
 
 
-from pipeline_helpers import assert_learned
-
 from rlbench.engines.base import PipelineConfig, PipelineError
 from rlbench.engines.monarch_engine import run
+from tests.pipeline.pipeline_helpers import assert_learned
+
+pytestmark = pytest.mark.slow  # starts Monarch actors in processes (or the CLI in a subprocess) and trains the pipeline
 
 
 def test_monarch_pipeline_learns_and_measures_every_actor():
@@ -45,9 +47,8 @@ def test_an_exception_in_a_generator_reaches_the_driver_with_its_name(monkeypatc
 
 
 KILL_SCORER = """
-import json, os, signal, sys, threading
-sys.path.insert(0, sys.argv[1])
-from conftest import count_learner_updates
+import json, os, signal, threading
+from tests.pipeline.pipeline_helpers import count_learner_updates
 from rlbench.engines.base import PipelineConfig, PipelineError
 from rlbench.engines.monarch_engine import run
 from monarch import actor as monarch_actor
@@ -73,8 +74,7 @@ except PipelineError as exc:
 def test_a_killed_process_fails_the_run_and_keeps_what_was_measured():
     """In a child process: Monarch 0.7's client can crash ~30 s after a role's process was killed (a message it could
     not deliver comes back to it), which must not take the test session down with it."""
-    here = str(Path(__file__).resolve().parent)
-    proc = subprocess.run([sys.executable, "-c", KILL_SCORER, here], capture_output=True, text=True, timeout=240)
+    proc = subprocess.run([sys.executable, "-c", KILL_SCORER], capture_output=True, text=True, timeout=240, env=child_env())
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     out = json.loads(lines[-1])

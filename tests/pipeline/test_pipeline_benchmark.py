@@ -10,13 +10,14 @@ import sys
 import time
 
 import pytest
-from cli_helpers import run_cli
-from fault_helpers import cmdline, descendants, foreground_signals, gone
 
-from rlbench.errors import UsageError
-from rlbench.store import read_records
+from rlbench.core.errors import UsageError
+from rlbench.results.store import read_records
+from tests.cli.cli_helpers import run_cli
+from tests.faults.fault_helpers import cmdline, descendants, foreground_signals, gone
 
 
+@pytest.mark.slow
 def test_grpo_pipeline_run_records_and_report(tmp_path):
     store = tmp_path / "store"
     args = ["run", "grpo-pipeline", "--updates", "40", "--generators", "1", "--what-if", "generators=2"]
@@ -37,6 +38,7 @@ def test_grpo_pipeline_run_records_and_report(tmp_path):
     assert (tmp_path / "p-timeline.png").stat().st_size > 1000 and (tmp_path / "p-lag.png").is_file()
 
 
+@pytest.mark.slow
 def test_bad_settings_are_one_line_errors(tmp_path):
     r = run_cli(["run", "grpo-pipeline", "--weight-sync", "store", "--store", str(tmp_path)], tmp_path)
     assert r.returncode == 2 and "--weight-sync store is not available on --engine local" in r.stderr
@@ -57,6 +59,7 @@ def test_an_engine_without_its_library_names_the_install(monkeypatch):
         get_engine("spark")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_and_sigterm_stop_every_process_and_free_shared_memory(tmp_path, sig, code):
     shm_before = set(os.listdir("/dev/shm"))

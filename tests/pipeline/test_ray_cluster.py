@@ -6,10 +6,11 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs the rlbench[ray] extra (CI installs it)")
 
-from pipeline_helpers import assert_learned  # noqa: E402
-
 from rlbench.engines.base import PipelineConfig  # noqa: E402
 from rlbench.engines.ray_engine import run  # noqa: E402
+from tests.pipeline.pipeline_helpers import assert_learned  # noqa: E402
+
+pytestmark = pytest.mark.slow  # starts a 2-node Ray cluster and trains the pipeline on it
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,11 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs the rlbench[ray] extra (CI installs it)")
 
-from pipeline_helpers import assert_learned  # noqa: E402
-
 from rlbench.engines.base import PipelineConfig, PipelineError  # noqa: E402
 from rlbench.engines.ray_engine import run  # noqa: E402
+from tests.pipeline.pipeline_helpers import assert_learned  # noqa: E402
+
+pytestmark = pytest.mark.slow  # starts a local Ray and trains the pipeline on it
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,12 @@ import importlib.util
 
 import numpy as np
 import pytest
-from cli_helpers import run_cli
 
 from rlbench.engines.weight_sync import measure_local
-from rlbench.store import read_records
+from rlbench.results.store import read_records
+from tests.cli.cli_helpers import run_cli
+
+pytestmark = pytest.mark.slow  # receiver processes, or the CLI in a subprocess
 
 
 @pytest.mark.parametrize("strategy", ["reference", "gloo", "shm"])

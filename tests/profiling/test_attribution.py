@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from loops import SlowEnv, SlowNet, known_loop, spin
 
 import rlbench
-from rlbench.instrument.autohooks import PURE_PYTHON_ENV
+from rlbench.profiling.autohooks import PURE_PYTHON_ENV
 from rlbench.profiling.session import Session, Settings
+from tests.profiling.loops import SlowEnv, SlowNet, known_loop, spin
 
 
 @pytest.fixture(autouse=True, params=["compiled", "python"])
@@ -220,7 +220,7 @@ def test_grad_mode_blocks_take_their_arguments_under_the_hooks():
 
 
 def test_transfers_are_their_own_phase_and_dtype_casts_are_not(monkeypatch):
-    from rlbench.instrument import autohooks
+    from rlbench.profiling import autohooks
 
     monkeypatch.setattr(autohooks, "_moves_data", lambda: True)  # as on a machine with a GPU
     x = torch.ones(3)
@@ -241,7 +241,7 @@ def test_transfers_are_their_own_phase_and_dtype_casts_are_not(monkeypatch):
 
 
 def test_to_is_not_hooked_where_it_cannot_move_data(monkeypatch):
-    from rlbench.instrument import autohooks
+    from rlbench.profiling import autohooks
 
     monkeypatch.setattr(autohooks, "_moves_data", lambda: False)  # a CPU-only machine: .to is a cast or a no-op
     x = torch.ones(3)

@@ -1,14 +1,14 @@
-"""The compiled hooks (rlbench/instrument/_fastevent.c) against the Python wrappers they stand for."""
+"""The compiled hooks (rlbench/profiling/_fastevent.c) against the Python wrappers they stand for."""
 
 from __future__ import annotations
 
 import gymnasium as gym
 import pytest
 import torch
-from loops import SlowEnv, SlowNet, known_loop
 
-from rlbench.instrument import autohooks
+from rlbench.profiling import autohooks
 from rlbench.profiling.session import Session, Settings
+from tests.profiling.loops import SlowEnv, SlowNet, known_loop
 
 
 def _use_python_hooks(monkeypatch, python: bool) -> None:
@@ -20,7 +20,7 @@ def _use_python_hooks(monkeypatch, python: bool) -> None:
 
 def test_the_extension_is_built_and_used():
     # pip builds it wherever a C compiler is found (CI has one); without it the Python wrappers run, slower
-    from rlbench.instrument import _fastevent  # noqa: F401
+    from rlbench.profiling import _fastevent  # noqa: F401
 
     assert autohooks.native_available()
     with Session(Settings(count_iteration=None, memory=False)) as s:
@@ -153,6 +153,7 @@ def test_the_compiled_clock_is_the_one_python_reads():
         assert before <= s.attributor.t_exit <= after
 
 
+@pytest.mark.slow
 def test_torch_dynamo_first_imported_inside_a_profile_accepts_the_tensor_constructor_hook(tmp_path):
     # torch.compile's polyfill registry checks that Tensor.__new__ is a function when torch._dynamo is first imported,
     # which an optimizer's first step does: inside the profile, where the compiled hook stands in (as a builtin)
@@ -181,7 +182,7 @@ def test_memory_marks_send_only_their_own_transitions_to_python(monkeypatch):
     # their inline transition (the first iteration marks memory all through)
     import numpy as np
 
-    from rlbench.instrument.attribution import MEMORY_MARKS, Attributor
+    from rlbench.profiling.attribution import MEMORY_MARKS, Attributor
 
     def marks_and_enters(python: bool) -> tuple[int, int, dict]:
         _use_python_hooks(monkeypatch, python)
@@ -210,7 +211,7 @@ def test_memory_marks_send_only_their_own_transitions_to_python(monkeypatch):
 def test_the_minibatch_cases_run_in_c_while_the_training_forward_is_open(monkeypatch):
     # past the first module call of a loss, its other module calls, a transfer inside it and the optimizer call that
     # ends it stay in C: Attributor.enter and enter_forward run once per minibatch at most, not once per call
-    from rlbench.instrument.attribution import Attributor
+    from rlbench.profiling.attribution import Attributor
 
     def python_calls(python: bool, minibatches: int) -> int:
         _use_python_hooks(monkeypatch, python)

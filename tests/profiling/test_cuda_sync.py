@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_cli
 
-from rlbench.store import read_records
+from rlbench.results.store import read_records
+from tests.cli.cli_helpers import run_cli
 
 torch = pytest.importorskip("torch")
 pytestmark = [

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 import rlbench.suites.scripts as scripts
-from cli_helpers import run_cli
 
-from rlbench.store import read_records
+from rlbench.results.store import read_records
+from tests.cli.cli_helpers import run_cli
 
 SCRIPTS = Path(scripts.__file__).parent
 
@@ -72,8 +72,8 @@ def test_sb3_callback_profiles_learn(tmp_path: Path, monkeypatch: pytest.MonkeyP
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
 
-    from rlbench.cli.report import write_report
-    from rlbench.integrations.sb3 import RlbenchCallback
+    from rlbench.profiling.sb3 import RlbenchCallback
+    from rlbench.report.kinds import write_report
 
     monkeypatch.chdir(tmp_path)
     env = make_vec_env("CartPole-v1", n_envs=2, seed=0)

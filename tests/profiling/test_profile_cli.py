@@ -11,10 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_cli
-from fault_helpers import foreground_signals, one_line_error
 
-from rlbench.store import read_records
+from rlbench.results.store import read_records
+from tests.cli.cli_helpers import run_cli
+from tests.faults.fault_helpers import foreground_signals, one_line_error
+
+pytestmark = pytest.mark.slow  # every test runs `rlbench profile` or python in a subprocess
 
 SCRIPT = """
 import argparse, os, signal, sys, time

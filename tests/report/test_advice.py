@@ -11,12 +11,12 @@ import pytest
 
 from rlbench.cli.parser import config_overrides
 from rlbench.cli.run import build_run_parser
-from rlbench.records import Record
-from rlbench.registry import get_spec
 from rlbench.report import advice
 from rlbench.report.advice import Finding, findings, flag_tip
 from rlbench.report.data import RunData
 from rlbench.report.phases import breakdown
+from rlbench.results.records import Record
+from rlbench.run.registry import get_spec
 
 FLAG = re.compile(r"`(--[a-z][a-z-]*)(?: ([^`]+))?`")  # `--flag` or `--flag VALUE`, as the advice quotes them
 RUN = re.compile(r"`rlbench run ([a-z0-9-]+)`")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rlbench.records import Record
 from rlbench.report.micro import render
+from rlbench.results.records import Record
 
 
 def _rec(impl: str, size: str, elements: int, samples: list[float]) -> Record:
@@ -46,7 +46,7 @@ def test_device_skip_notes_are_listed() -> None:
 
 
 def test_skip_notes_are_parsed_from_pytest_output() -> None:
-    from rlbench.suites.micro.runner import skip_notes
+    from rlbench.run.pytest_bench import skip_notes
 
     out = "x\nSKIPPED [2] a.py:3: cuda: not available on this machine\n"
     out += "SKIPPED [1] b.py:9: cuda: not available on this machine\n"

@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from rlbench.metrics import LAYERS
-from rlbench.records import Record
 from rlbench.report.data import RunData
 from rlbench.report.phases import OTHER, breakdown, layer_of, layer_seconds, layer_table, leaf_phases, steady_phases
+from rlbench.results.metrics import LAYERS
+from rlbench.results.records import Record
 
 # a user's loop: parents include their children; leaves sum to 1.6 s of 2.0 s steady time
 PHASES = {

@@ -11,6 +11,7 @@ from rlbench.report.charts import Bar, Chart
 from rlbench.report.plots import ChartWorker
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2, reason="a worker needs 2 cores")
 def test_the_chart_worker_yields_the_cpu_to_the_run_and_draws_what_it_is_sent(tmp_path):
     worker = ChartWorker()

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.records import Record
 from rlbench.report.advice import findings
 from rlbench.report.data import RunData, select_run
 from rlbench.report.phases import breakdown
 from rlbench.report.training import render
+from rlbench.results.records import Record
 
 
 def _rec(metric: str, samples: list[float], repeat: int = 0, meta: dict | None = None, x: list[float] | None = None) -> Record:
@@ -88,7 +88,7 @@ def test_small_parts_trigger_nothing() -> None:
 
 
 def test_render_sections_and_consistency() -> None:
-    text, charts = render(synthetic(env_s=0.5, update_s=1.0, other_s=0.1), "x-phases.png")
+    text, charts = render(synthetic(env_s=0.5, update_s=1.0, other_s=0.1), "x")
     for heading in (
         "# rlbench bottleneck report",
         "## 1. End-to-end timing",
@@ -117,7 +117,7 @@ def test_select_run() -> None:
     b = [Record(**{**r.__dict__, "run_id": "run-b"}) for r in a]
     assert {r.run_id for r in select_run(a + b)} == {"run-b"}  # latest by id
     assert {r.run_id for r in select_run(a + b, "run-a")} == {"run-a"}
-    from rlbench.errors import DataError
+    from rlbench.core.errors import DataError
 
     with pytest.raises(DataError, match="match run id"):
         select_run(a + b, "run-")
@@ -125,14 +125,15 @@ def test_select_run() -> None:
         select_run([])
 
 
+@pytest.mark.slow
 def test_report_of_a_real_short_run(tmp_path: Path) -> None:
     import torch
 
     from rlbench.algos.ppo.config import PPOConfig
-    from rlbench.cli.report import write_report
-    from rlbench.registry import get_spec
-    from rlbench.runner import run_benchmark
-    from rlbench.store import RunWriter, read_records
+    from rlbench.report.kinds import write_report
+    from rlbench.results.store import RunWriter, read_records
+    from rlbench.run.registry import get_spec
+    from rlbench.run.runner import run_benchmark
 
     writer = RunWriter(tmp_path)
     cfg = PPOConfig(total_steps=3072, eval_episodes=2)

@@ -122,6 +122,7 @@ def _check_script_and_hand_copy(name: str, tmp_path: Path) -> None:
         assert booked[parent] <= loop_s
 
 
+@pytest.mark.slow
 def test_cleanrl_script_and_hand_copy(tmp_path: Path) -> None:
     _check_script_and_hand_copy("cleanrl_ppo", tmp_path)
 
@@ -136,6 +137,7 @@ def test_torchrl_script_and_hand_copy(tmp_path: Path) -> None:
     _check_script_and_hand_copy("torchrl_ppo", tmp_path)
 
 
+@pytest.mark.slow
 def test_overhead_harness_interleaves_hooked_and_plain_iterations() -> None:
     from rlbench.suites.scripts.overhead import measure
 

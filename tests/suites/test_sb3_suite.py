@@ -7,8 +7,8 @@ import importlib.util
 import pytest
 from rlbench.suites.external import SB3SACConfig, run_sb3_sac
 
-from rlbench.errors import UsageError
-from rlbench.registry import RunContext
+from rlbench.core.errors import UsageError
+from rlbench.run.registry import RunContext
 
 
 def test_missing_stable_baselines3_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:

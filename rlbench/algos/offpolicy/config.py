@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from rlbench.components.collect.exploration import NOISES
 from rlbench.components.offpolicy.polyak import POLYAK
 from rlbench.components.offpolicy.sac import SACHyperparams
 from rlbench.components.offpolicy.update import PRECISIONS, OffPolicyHyperparams
-from rlbench.errors import UsageError
-from rlbench.options import option
+from rlbench.core.errors import UsageError
+from rlbench.core.options import check_choices, option
 
 
 @dataclass
@@ -31,18 +31,23 @@ class OffPolicyConfig:
     tau: float = option("Polyak coefficient of the target networks", default=0.005)
     actor_lr: float = option("Adam learning rate of the actor", default=1e-3)
     critic_lr: float = option("Adam learning rate of the critics", default=1e-3)
-    critics: str = option(
+    critics: Literal["ensemble", "separate"] = option(
         "critic layout: ensemble (stacked weights, one batched matmul per layer) or separate", default="ensemble"
     )
-    polyak: str = option("target update: foreach (one torch._foreach_lerp_) or loop (per-tensor mul_/add_)", default="foreach")
+    polyak: str = option(
+        "target update: foreach (one torch._foreach_lerp_) or loop (per-tensor mul_/add_)",
+        choices=sorted(POLYAK),
+        default="foreach",
+    )
     compile: bool = option("torch.compile the networks used by the update (compile time lands in warm-up)", default=False)
-    gradients: str = option(
+    gradients: Literal["auto", "manual", "autograd"] = option(
         "auto (hand-written where supported: ensemble critics, no compile), manual or autograd", default="auto"
     )
     precision: str = option(
-        "auto, fp32 or bf16. bf16: the update's wide matrix products in bfloat16 with fp32 accumulation (hand-written "
+        "bf16: the update's wide matrix products in bfloat16 with fp32 accumulation (hand-written "
         "steps cast themselves, autograd runs under torch.autocast); weights, losses and Adam stay fp32. auto: bf16 "
         "on a CPU with bf16 instructions (AVX512-BF16 or AMX; records say which ran), fp32 elsewhere",
+        choices=PRECISIONS,
         default="auto",
     )
     prioritized: bool = option("prioritized replay (sum tree, alpha 0.6, beta 0.4; priorities = |TD error|)", default=False)
@@ -50,11 +55,11 @@ class OffPolicyConfig:
     slice_len: int = option(
         "steps per sampled sub-trajectory with --td-lambda (batch = batch_size // slice_len crops)", default=8
     )
-    collector: str = option(
+    collector: Literal["sync", "async"] = option(
         "collection: sync (one vectorized env) or async (--num-envs env workers fed by a batched inference server)",
         default="sync",
     )
-    transport: str = option("async collector's transport: slot, lock, direct or multiprocess", default="slot")
+    transport: Literal["slot", "lock", "direct", "multiprocess"] = option("async collector's transport", default="slot")
     threads: int = option(
         "torch intra-op threads (2: the 256-unit matmuls gain more than the thread handoffs cost; measured by the "
         "threads what-if in reports/sac-pendulum-whatif-cpu.md)",
@@ -80,6 +85,7 @@ class OffPolicyConfig:
         Raises:
             UsageError: Naming the offending parameter and the accepted range.
         """
+        check_choices(self)  # every field with declared values (Literal or choices=) holds one of them
         for name in ("total_steps", "num_envs", "batch_size", "buffer_size", "threads", "slice_len", "log_every"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -93,22 +99,10 @@ class OffPolicyConfig:
         for name in ("gamma", "td_lambda", "tau"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise UsageError(f"--{name.replace('_', '-')} must lie in [0, 1], got {getattr(self, name)}")
-        if self.critics not in ("ensemble", "separate"):
-            raise UsageError(f"--critics must be ensemble or separate, got {self.critics!r}")
-        if self.gradients not in ("auto", "manual", "autograd"):
-            raise UsageError(f"--gradients must be auto, manual or autograd, got {self.gradients!r}")
         if self.gradients == "manual" and (self.critics != "ensemble" or self.compile):
             raise UsageError("--gradients manual needs --critics ensemble and no --compile")
-        if self.precision not in PRECISIONS:
-            raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.polyak not in POLYAK:
-            raise UsageError(f"--polyak must be one of {', '.join(sorted(POLYAK))}, got {self.polyak!r}")
         if self.td_lambda > 0 and self.prioritized:
             raise UsageError("--td-lambda samples sub-trajectories and --prioritized single rows: choose one")
-        if self.collector not in ("sync", "async"):
-            raise UsageError(f"--collector must be sync or async, got {self.collector!r}")
-        if self.transport not in ("slot", "lock", "direct", "multiprocess"):
-            raise UsageError(f"--transport must be slot, lock, direct or multiprocess, got {self.transport!r}")
         if self.collector == "async" and self.td_lambda > 0:
             raise UsageError("--td-lambda needs --collector sync (episode crops are stored one env at a time)")
         if self.td_lambda > 0 and self.num_envs != 1:
@@ -118,7 +112,7 @@ class OffPolicyConfig:
         if self.buffer_size < self.batch_size:
             raise UsageError(f"--buffer-size {self.buffer_size} is smaller than --batch-size {self.batch_size}")
         if self.what_if:
-            from rlbench.variants import variant_configs
+            from rlbench.core.variants import variant_configs
 
             variant_configs(self)  # parses and validates every variant now, before anything runs
 
@@ -158,7 +152,7 @@ class SACConfig(OffPolicyConfig):
 class DDPGConfig(OffPolicyConfig):
     """DDPG (deterministic actor, one Q network, annealed exploration noise) on a continuous-action env."""
 
-    noise: str = option("exploration noise: gaussian or ou (Ornstein-Uhlenbeck)", default="gaussian")
+    noise: str = option("exploration noise: gaussian or ou (Ornstein-Uhlenbeck)", choices=NOISES, default="gaussian")
     sigma_init: float = option("exploration noise scale at the start (fraction of the action half-range)", default=0.2)
     sigma_end: float = option("noise scale after --anneal-steps", default=0.05)
     anneal_steps: int = option("agent steps over which the noise scale anneals linearly", default=10_000)
@@ -172,9 +166,7 @@ class DDPGConfig(OffPolicyConfig):
         Raises:
             UsageError: Naming the offending parameter.
         """
-        super().validate()
-        if self.noise not in NOISES:
-            raise UsageError(f"--noise must be one of {', '.join(NOISES)}, got {self.noise!r}")
+        super().validate()  # checks --noise's declared choices too
         if self.collector == "async" and self.noise == "ou":
             raise UsageError("--noise ou keeps one process per env; with --collector async use --noise gaussian")
         if self.sigma_init < 0 or self.sigma_end < 0 or self.anneal_steps < 0:

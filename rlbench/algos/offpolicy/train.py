@@ -28,10 +28,10 @@ from rlbench.components.nets.critics import make_critic
 from rlbench.components.offpolicy.ddpg import DDPGUpdate
 from rlbench.components.offpolicy.sac import SACUpdate
 from rlbench.components.replay import PrioritizedReplayBuffer, TrajectoryReplayBuffer, UniformReplayBuffer
-from rlbench.errors import UsageError
+from rlbench.core.errors import UsageError
 from rlbench.instrument.callbacks import Callback, IterationInfo
 from rlbench.instrument.timers import PhaseTimer
-from rlbench.metrics import PhaseLayers, TrainingResult
+from rlbench.results.metrics import PhaseLayers, TrainingResult
 
 PHASES: PhaseLayers = {
     "collect": "other",  # self time: episode bookkeeping

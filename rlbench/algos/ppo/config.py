@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
-from rlbench.errors import UsageError
-from rlbench.options import option
+from rlbench.core.errors import UsageError
+from rlbench.core.options import check_choices, option
 
 
 @dataclass
@@ -20,11 +21,13 @@ class PPOConfig:
     epochs: int = option("passes over each rollout", default=4)
     minibatches: int = option("minibatches per epoch", default=2)
     hidden: tuple[int, ...] = option("hidden layer sizes of actor and critic", default=(64, 64))
-    activation: str = option("hidden activation: tanh or relu", default="tanh")
-    network: str = option(
+    activation: Literal["tanh", "relu"] = option("hidden activation", default="tanh")
+    network: Literal["fused", "separate"] = option(
         "actor-critic layout: fused (stacked weights, one batched matmul per depth) or separate", default="fused"
     )
-    init: str = option("weight init: orthogonal (SB3/CleanRL) or torch (PyTorch default)", default="orthogonal")
+    init: Literal["torch", "orthogonal"] = option(
+        "weight init: orthogonal (SB3/CleanRL) or torch (PyTorch default)", default="orthogonal"
+    )
     lr: float = option("Adam learning rate", default=2.5e-4)
     adam_eps: float = option("Adam epsilon", default=1e-5)
     gamma: float = option("discount factor", default=0.99)
@@ -37,20 +40,22 @@ class PPOConfig:
     recompute_advantages: bool = option("recompute values and GAE before every epoch (TorchRL style)", default=False)
     seed: int = option("random seed (envs, networks, sampling)", default=0)
     device: str = option("torch device for the update: auto, cpu, cuda[:N] or mps", default="auto")
-    inference: str = option("rollout inference: auto (numpy on cpu, torch elsewhere), numpy or torch", default="auto")
-    gradients: str = option(
+    inference: Literal["auto", "numpy", "torch"] = option(
+        "rollout inference: auto (numpy on cpu, torch elsewhere), numpy or torch", default="auto"
+    )
+    gradients: Literal["auto", "manual", "autograd"] = option(
         "auto (hand-written PPO gradients where supported: fused network, discrete actions), manual or autograd",
         default="auto",
     )
-    optimizer: str = option(
+    optimizer: Literal["lean", "torch"] = option(
         "Adam implementation: lean (rlbench's, same math, no torch.optim overhead) or torch", default="lean"
     )
-    collector: str = option(
+    collector: Literal["sync", "async"] = option(
         "rollout collector: sync (one vectorized env, one policy call per step) or async (--num-envs env workers, "
         "actions from a batched inference server)",
         default="sync",
     )
-    transport: str = option(
+    transport: Literal["slot", "lock", "direct", "multiprocess"] = option(
         "async collector's transport: slot (lock-free slots), lock (queue + futures), direct (no server) or "
         "multiprocess (env workers in processes)",
         default="slot",
@@ -65,6 +70,7 @@ class PPOConfig:
         Raises:
             UsageError: Naming the offending parameter and the accepted range.
         """
+        check_choices(self)  # every Literal field's value among its declared ones
         positive = ("total_steps", "num_envs", "rollout_steps", "epochs", "minibatches", "threads")
         for name in positive:
             if getattr(self, name) < 1:
@@ -85,21 +91,5 @@ class PPOConfig:
         for name in ("gamma", "gae_lambda"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise UsageError(f"--{name.replace('_', '-')} must lie in [0, 1], got {getattr(self, name)}")
-        if self.activation not in ("tanh", "relu"):
-            raise UsageError(f"--activation must be tanh or relu, got {self.activation!r}")
-        if self.init not in ("torch", "orthogonal"):
-            raise UsageError(f"--init must be torch or orthogonal, got {self.init!r}")
-        if self.gradients not in ("auto", "manual", "autograd"):
-            raise UsageError(f"--gradients must be auto, manual or autograd, got {self.gradients!r}")
         if self.gradients == "manual" and self.network != "fused":
             raise UsageError("--gradients manual needs --network fused; use auto or autograd")
-        if self.network not in ("fused", "separate"):
-            raise UsageError(f"--network must be fused or separate, got {self.network!r}")
-        if self.optimizer not in ("lean", "torch"):
-            raise UsageError(f"--optimizer must be lean or torch, got {self.optimizer!r}")
-        if self.inference not in ("auto", "numpy", "torch"):
-            raise UsageError(f"--inference must be auto, numpy or torch, got {self.inference!r}")
-        if self.collector not in ("sync", "async"):
-            raise UsageError(f"--collector must be sync or async, got {self.collector!r}")
-        if self.transport not in ("slot", "lock", "direct", "multiprocess"):
-            raise UsageError(f"--transport must be slot, lock, direct or multiprocess, got {self.transport!r}")

@@ -25,10 +25,10 @@ from rlbench.components.nets.policies import POLICY_BACKENDS
 from rlbench.components.optim.adam import LeanAdam, flatten_parameters
 from rlbench.components.ppo import manual as ppo_manual
 from rlbench.components.ppo.update import PPOHyperparams, PPOUpdate
-from rlbench.errors import UsageError
+from rlbench.core.errors import UsageError
 from rlbench.instrument.callbacks import Callback, IterationInfo
 from rlbench.instrument.timers import PhaseTimer
-from rlbench.metrics import WARMUP, PhaseLayers, TrainingResult
+from rlbench.results.metrics import WARMUP, PhaseLayers, TrainingResult
 
 PHASES: PhaseLayers = {
     "collect": "other",  # self time: storage copies and episode bookkeeping

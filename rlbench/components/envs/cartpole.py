@@ -35,6 +35,7 @@ copy what you keep and do not write into them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -57,9 +58,9 @@ from rlbench.components.envs.cartpole_kernels import (
     _div,
     _fast_paths_are_exact,
     _gt,
+    _jit_numba_step,
     _Kernel,
     _mul,
-    _numba_kernel,
     _sub,
     build_kernel,
     check_actions,
@@ -394,3 +395,40 @@ class NumpyCartPoleVecEnv:
 
     def close(self) -> None:
         """Nothing to release; present for the VecEnv protocol."""
+
+
+@functools.cache
+def _numba_kernel() -> Callable[..., int] | None:
+    """The jitted one-call step (``cartpole_kernels._numba_step``), if numba is installed and the kernel matches
+    :class:`NumpyCartPoleVecEnv`'s NumPy step bit for bit on random states, actions and terminations (checked once per
+    process); else None."""
+    kernel = _jit_numba_step()
+    if kernel is None:
+        return None
+    n, rng = 512, np.random.default_rng(7)
+    ref, env = NumpyCartPoleVecEnv(n, kernel="numpy"), NumpyCartPoleVecEnv(n, kernel="numpy")
+    states = rng.uniform(-1.0, 1.0, (4, n)) * np.array([[2.5], [3.0], [0.25], [3.0]])  # some start out of bounds
+    ref._w[: 4 * n] = env._w[: 4 * n] = states.ravel()
+    actions = rng.integers(0, 2, n)
+    ref._generators = [np.random.Generator(np.random.PCG64(i)) for i in range(n)]
+    ref._deadline = [10**9] * n
+    ref._next_deadline = 10**9
+    expected = ref.step(actions)
+    obs, final_obs = np.zeros((n, 4), np.float32), np.zeros((n, 4), np.float32)
+    term, trunc = np.zeros(n, bool), np.zeros(n, bool)
+    resets = np.zeros((n, 2, 4))
+    w = env._w.copy()
+    pos = np.zeros(n, np.int64)
+    kernel(actions, w, obs, final_obs, term, trunc, np.full(n, 10**9, np.int64), 1, 500, resets, pos)
+    ended = expected.terminated
+    ok = (
+        ended.any()
+        and (~ended).any()
+        and np.array_equal(term, ended)
+        and not trunc.any()
+        and np.array_equal(final_obs[ended], expected.final_obs[ended])
+        and np.array_equal(obs[~ended], expected.obs[~ended])
+        and np.array_equal(w.reshape(6, n)[:4, ~ended], ref._w.reshape(6, n)[:4, ~ended])
+        and np.array_equal(pos, ended.astype(np.int64))
+    )
+    return kernel if ok else None

@@ -95,7 +95,7 @@ def _numba_step(
     resets: np.ndarray,
     reset_pos: np.ndarray,
 ) -> int:
-    """One whole CartPole step of every sub-env in one loop, for numba (jitted lazily by :func:`_numba_kernel`).
+    """One whole CartPole step of every sub-env in one loop, for numba (jitted lazily by :func:`_jit_numba_step`).
 
     gymnasium's float64 arithmetic in its order (numba neither contracts ``a * b + c`` into a fused multiply-add nor
     reorders float operations without ``fastmath``; ``math.sin``/``math.cos`` call the C library). Ended sub-envs take
@@ -167,43 +167,14 @@ _NUMBA_SIGNATURE = (
 
 
 @functools.cache
-def _numba_kernel() -> Callable[..., int] | None:
-    """:func:`_numba_step` jitted (``cache=True``), if numba is installed and the kernel matches the NumPy step bit
-    for bit on random states, actions and terminations (checked once per process); else None."""
+def _jit_numba_step() -> Callable[..., int] | None:
+    """:func:`_numba_step` jitted (``cache=True``), or None where numba is not installed. Not yet checked: the env
+    (``cartpole._numba_kernel``) uses it only once it has reproduced the NumPy step bit for bit."""
     try:
         import numba
     except ImportError:
         return None
-    from rlbench.components.envs.cartpole import NumpyCartPoleVecEnv  # the NumPy step it must reproduce
-
-    kernel = numba.njit(_NUMBA_SIGNATURE, cache=True, nogil=True, boundscheck=False)(_numba_step)
-    n, rng = 512, np.random.default_rng(7)
-    ref, env = NumpyCartPoleVecEnv(n, kernel="numpy"), NumpyCartPoleVecEnv(n, kernel="numpy")
-    states = rng.uniform(-1.0, 1.0, (4, n)) * np.array([[2.5], [3.0], [0.25], [3.0]])  # some start out of bounds
-    ref._w[: 4 * n] = env._w[: 4 * n] = states.ravel()
-    actions = rng.integers(0, 2, n)
-    ref._generators = [np.random.Generator(np.random.PCG64(i)) for i in range(n)]
-    ref._deadline = [10**9] * n
-    ref._next_deadline = 10**9
-    expected = ref.step(actions)
-    obs, final_obs = np.zeros((n, 4), np.float32), np.zeros((n, 4), np.float32)
-    term, trunc = np.zeros(n, bool), np.zeros(n, bool)
-    resets = np.zeros((n, 2, 4))
-    w = env._w.copy()
-    pos = np.zeros(n, np.int64)
-    kernel(actions, w, obs, final_obs, term, trunc, np.full(n, 10**9, np.int64), 1, 500, resets, pos)
-    ended = expected.terminated
-    ok = (
-        ended.any()
-        and (~ended).any()
-        and np.array_equal(term, ended)
-        and not trunc.any()
-        and np.array_equal(final_obs[ended], expected.final_obs[ended])
-        and np.array_equal(obs[~ended], expected.obs[~ended])
-        and np.array_equal(w.reshape(6, n)[:4, ~ended], ref._w.reshape(6, n)[:4, ~ended])
-        and np.array_equal(pos, ended.astype(np.int64))
-    )
-    return kernel if ok else None
+    return numba.njit(_NUMBA_SIGNATURE, cache=True, nogil=True, boundscheck=False)(_numba_step)
 
 
 class _Kernel(NamedTuple):

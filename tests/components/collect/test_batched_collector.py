@@ -39,7 +39,7 @@ class DeterministicPolicy:
 
 CASES = [
     ("CartPole-v1", "slot", 64),
-    ("CartPole-v1", "multiprocess", 64),
+    pytest.param("CartPole-v1", "multiprocess", 64, marks=pytest.mark.slow),  # forks worker processes
     ("CartPole-v1", "lock", 32),
     ("Pendulum-v1", "slot", 230),
 ]
@@ -137,6 +137,7 @@ def test_ppo_with_async_collector_learns() -> None:
     assert threading.active_count() <= before
 
 
+@pytest.mark.slow
 def test_ppo_async_multiprocess_runs() -> None:
     from rlbench.algos.ppo.config import PPOConfig
     from rlbench.algos.ppo.train import train_ppo

@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlbench.components.envs import cartpole_kernels
+from rlbench.components.envs import cartpole, cartpole_kernels
 from rlbench.components.envs.base import ActionSpec, VecEnv
 from rlbench.components.envs.cartpole import NumpyCartPoleVecEnv
 
@@ -156,7 +156,7 @@ def test_step_before_reset_and_bad_arguments() -> None:
         NumpyCartPoleVecEnv(2).reset(seed=-1)
 
 
-numba_only = pytest.mark.skipif(cartpole_kernels._numba_kernel() is None, reason="numba missing or not bit-exact here")
+numba_only = pytest.mark.skipif(cartpole._numba_kernel() is None, reason="numba missing or not bit-exact here")
 
 
 @numba_only

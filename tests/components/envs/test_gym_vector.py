@@ -58,6 +58,7 @@ def test_pendulum_box_actions_and_final_obs_on_truncation() -> None:
     env.close()
 
 
+@pytest.mark.slow
 def test_async_vectorization() -> None:
     env = GymnasiumVecEnv("CartPole-v1", 2, vectorization="async")
     try:
@@ -116,6 +117,7 @@ def test_make_vec_env_backends() -> None:
         make_vec_env("CartPole-v1", 2, backend="jax")
 
 
+@pytest.mark.slow
 def test_importing_the_env_package_does_not_import_gymnasium() -> None:
     code = (
         "import sys\n"

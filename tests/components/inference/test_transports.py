@@ -186,6 +186,7 @@ def _mp_worker(client, k: int, n: int, out, all_done) -> None:
         out[k] += 0.5
 
 
+@pytest.mark.slow
 def test_multiprocess_transport_round_trip_and_shutdown() -> None:
     t = MultiprocessTransport(3, (2,), [((), np.float32)])
     ctx = t.context
@@ -253,7 +254,7 @@ def test_tag_is_sensitive_to_every_field() -> None:
     assert len(tags) == 4
 
 
-@pytest.mark.parametrize("kind", ("slot", "multiprocess"))
+@pytest.mark.parametrize("kind", ("slot", pytest.param("multiprocess", marks=pytest.mark.slow)))  # worker processes
 def test_load_generator_measures_and_cleans_up(kind: str) -> None:
     before = threading.active_count()
     r = run_load(lambda b: b.sum(axis=1), kind, 4, (4,), env_us=20, duration_s=0.2, warmup_s=0.05, outputs=[((), np.float32)])

@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from replay_helpers import (
-    ReferenceRing,
-    chronological,
-    make_batch,
-)
 
 from rlbench.components.replay import (
     FIELDS,
     MemmapReplayBuffer,
+)
+from tests.components.replay.replay_helpers import (
+    ReferenceRing,
+    chronological,
+    make_batch,
 )
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from replay_helpers import (
+
+from rlbench.components.replay import (
+    PrioritizedReplayBuffer,
+)
+from tests.components.replay.replay_helpers import (
     KERNELS,
     P_MIN,
     chi_square_p,
     make_batch,
-)
-
-from rlbench.components.replay import (
-    PrioritizedReplayBuffer,
 )
 
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from replay_helpers import (
-    KERNELS,
-)
 
 from rlbench.components.replay.sumtree import SumTree
+from tests.components.replay.replay_helpers import (
+    KERNELS,
+)
 
 
 @settings(max_examples=60, deadline=None)

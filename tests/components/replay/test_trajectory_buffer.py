@@ -7,15 +7,15 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from replay_helpers import (
-    chronological,
-    make_batch,
-)
 
 from rlbench.components.replay import (
     TrajectoryReplayBuffer,
 )
 from rlbench.components.replay.uniform import episode_steps
+from tests.components.replay.replay_helpers import (
+    chronological,
+    make_batch,
+)
 
 
 def eligible_starts(steps: np.ndarray, episodes: np.ndarray, length: int) -> set[int]:

@@ -8,7 +8,14 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from replay_helpers import (
+
+from rlbench.components.replay import (
+    BUFFERS,
+    FIELDS,
+    PrioritizedReplayBuffer,
+    UniformReplayBuffer,
+)
+from tests.components.replay.replay_helpers import (
     KERNELS,
     P_MIN,
     ROWS_VARIANTS,
@@ -19,13 +26,6 @@ from replay_helpers import (
     make_batch,
     new_buffer,
     push,
-)
-
-from rlbench.components.replay import (
-    BUFFERS,
-    FIELDS,
-    PrioritizedReplayBuffer,
-    UniformReplayBuffer,
 )
 
 

@@ -167,6 +167,7 @@ def test_get_gae_unknown_name_suggests() -> None:
         get_gae("nump")
 
 
+@pytest.mark.slow
 def test_import_does_not_import_numba_or_torch() -> None:
     root = Path(__file__).resolve().parents[3]
     code = "import sys, rlbench.components.returns.gae; print('numba' in sys.modules, 'torch' in sys.modules)"

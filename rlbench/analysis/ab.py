@@ -1,0 +1,241 @@
+"""``rlbench ab``: run two git revisions' own code, interleaved, on the same machine, then compare.
+
+Each revision is checked out in a temporary ``git worktree`` and run with that worktree first on
+``PYTHONPATH``. In rlbench's own repository, ``python -m rlbench`` then imports the revision's rlbench (using the
+current environment's dependencies). In a user's repository (no ``rlbench/`` package at its top), the installed
+rlbench runs the revision's code from the worktree, in the directory ``ab`` was started from: ``-- profile -- python
+train.py`` profiles that revision's ``train.py``, and ``-- run my-bench`` finds that revision's ``./suites/``.
+
+Rounds interleave the sides, alternating which goes first
+(A B, B A, A B, ...), and round ``k`` runs both sides with seed ``seed + k``: comparisons are paired
+by seed, so slow drifts of a shared machine cancel out instead of passing for regressions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlbench.core.children import pid_alive, run_child, signals_deferred
+from rlbench.core.errors import RlbenchError, UsageError
+from rlbench.results.records import Record
+
+_MANAGED = ("--store", "--report", "--repeats", "--json", "--quiet", "--profile")
+
+
+def _git(args: list[str], cwd: Path) -> str:
+    try:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+    except OSError as exc:
+        raise UsageError(f"git is needed for rlbench ab ({exc})") from None
+    if out.returncode != 0:
+        raise UsageError(f"git {' '.join(args)} failed: {(out.stderr or out.stdout).strip().splitlines()[-1:]}")
+    return out.stdout.strip()
+
+
+def split_run_args(run_argv: list[str]) -> tuple[list[str], int]:
+    """Validate ``run BENCH [options]`` or ``profile [options] -- python train.py ...`` and take its ``--seed`` out.
+
+    Rounds use ``seed + k`` (for ``profile``, the seed its ``--seed-arg`` template fills in).
+
+    Raises:
+        UsageError: If it is neither command, or sets an option ab manages itself.
+    """
+    if not run_argv or run_argv[0] not in ("run", "profile") or len(run_argv) < 2:
+        raise UsageError(
+            "rlbench ab needs the command to compare after `--`, e.g. `rlbench ab main -- run ppo-cartpole` or "
+            "`rlbench ab main -- profile -- python train.py`"
+        )
+    command = run_argv[0]
+    rest = run_argv[1:]
+    tail: list[str] = []
+    if command == "profile":  # options of profile first; the script's own arguments are not ours
+        from rlbench.profiling.launcher import split_command
+
+        rest, script = split_command(rest)
+        tail = ["--", *script]
+    args, seed, i = [command], 0, 0
+    while i < len(rest):
+        a = rest[i]
+        if a in _MANAGED or a.split("=")[0] in _MANAGED:
+            raise UsageError(f"`{a}` is set by rlbench ab itself; leave it out of the {command} command")
+        if a == "--seed" or a.startswith("--seed="):
+            value = a.split("=", 1)[1] if "=" in a else (rest[i + 1] if i + 1 < len(rest) else "")
+            try:
+                seed = int(value)
+            except ValueError:
+                raise UsageError(f"--seed expects an integer, got {value!r}") from None
+            i += 1 if "=" in a else 2
+            continue
+        args.append(a)
+        i += 1
+    return [*args, *tail], seed
+
+
+@dataclass
+class ABResult:
+    """Records of both sides and where they came from."""
+
+    base_rev: str
+    head_rev: str
+    base: list[Record]
+    head: list[Record]
+    rounds: int
+
+
+def run_ab(
+    base_rev: str,
+    head_rev: str,
+    run_argv: list[str],
+    rounds: int,
+    repo: Path,
+    keep: Path | None = None,
+    on_run: Callable[[int, str], None] | None = None,
+) -> ABResult:
+    """Run ``run_argv`` for both revisions, ``rounds`` times each, interleaved; return both sides' records.
+
+    Args:
+        base_rev: Baseline revision (anything ``git rev-parse`` accepts).
+        head_rev: Candidate revision.
+        run_argv: ``["run", BENCH, options...]`` or ``["profile", options..., "--", "python", "train.py", ...]``
+            (without store/report/repeats/seed options).
+        rounds: Runs per side.
+        repo: A directory inside the git repository.
+        keep: Keep the stores there instead of deleting them.
+        on_run: Called with (round, side) before each run (progress display).
+
+    Raises:
+        UsageError: Bad revisions or command. RlbenchError: a run failed (its last stderr line is shown).
+    """
+    from rlbench.results.store import read_records
+
+    if rounds < 1:
+        raise UsageError(f"--rounds must be at least 1, got {rounds}")
+    args, seed = split_run_args(run_argv)
+    top = Path(_git(["rev-parse", "--show-toplevel"], repo))
+    shas = {
+        side: _git(["rev-parse", "--verify", f"{rev}^{{commit}}"], top)
+        for side, rev in (("base", base_rev), ("head", head_rev))
+    }
+    _remove_orphans(top)
+    work = Path(tempfile.mkdtemp(prefix=f"rlbench-ab-{os.getpid()}-"))
+    trees = {side: work / side for side in shas}
+    try:
+        paths, cwds = {}, {}
+        where = Path(repo).resolve().relative_to(top.resolve()) if Path(repo).resolve() != top.resolve() else Path()
+        for side, sha in shas.items():
+            _git(["worktree", "add", "--detach", str(trees[side]), sha], top)
+            if (trees[side] / "rlbench" / "__init__.py").is_file():  # rlbench's own repository: run that revision's rlbench
+                paths[side] = _import_path(trees[side], work / f"meta-{side}")
+                cwds[side] = work
+            else:  # the user's repository: the installed rlbench runs that revision's code, from where ab was started
+                paths[side] = str(trees[side])
+                cwds[side] = trees[side] / where
+                if not cwds[side].is_dir():
+                    rev = base_rev if side == "base" else head_rev
+                    raise UsageError(f"revision {rev!r} has no directory {str(where)!r} (where rlbench ab was started)")
+        for k in range(rounds):
+            for side in ("base", "head") if k % 2 == 0 else ("head", "base"):
+                if on_run:
+                    on_run(k, side)
+                _run_side(trees[side], paths[side], args, seed + k, work / f"store-{side}", cwds[side])
+        base, head = read_records(work / "store-base"), read_records(work / "store-head")
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            for side in shas:
+                shutil.copytree(work / f"store-{side}", keep / f"store-{side}", dirs_exist_ok=True)
+        return ABResult(shas["base"], shas["head"], base, head, rounds)
+    finally:
+        with signals_deferred():  # a second Ctrl-C or SIGTERM must not leave worktrees registered in the user's repo
+            for tree in trees.values():
+                if tree.exists():
+                    subprocess.run(
+                        ["git", "worktree", "remove", "--force", str(tree)], cwd=top, capture_output=True, check=False
+                    )
+            subprocess.run(["git", "worktree", "prune"], cwd=top, capture_output=True, check=False)
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _remove_orphans(top: Path) -> None:
+    """Remove what an ``rlbench ab`` killed with SIGKILL left behind: its worktrees in this repo and its directory.
+
+    Work directories are named ``rlbench-ab-<pid>-*``; one whose process is gone is an orphan (no cleanup code can
+    run after ``kill -9``, so the next ``ab`` does it).
+    """
+    lines = _git(["worktree", "list", "--porcelain"], top).splitlines()
+    trees = [Path(line.split(" ", 1)[1]) for line in lines if line.startswith("worktree ")]
+    for tree in trees:
+        work = tree.parent
+        m = re.match(r"rlbench-ab-(\d+)-", work.name)
+        if not m or pid_alive(int(m.group(1))):
+            continue
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=top, capture_output=True, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+    subprocess.run(["git", "worktree", "prune"], cwd=top, capture_output=True, check=False)
+
+
+_EP_SECTION = re.compile(r'^\[project\.entry-points\."rlbench\.suites"\]\s*$(?P<body>.*?)(?=^\[|\Z)', re.M | re.S)
+_EP_LINE = re.compile(r'^\s*(?P<name>[\w.-]+)\s*=\s*"(?P<value>[^"]+)"\s*$', re.M)
+
+
+def _import_path(tree: Path, meta: Path) -> str:
+    """``PYTHONPATH`` entries that make ``python -m rlbench`` run the revision checked out in ``tree``.
+
+    The revision's package is ``tree/rlbench``; its built-in suites are ``tree/suites``, installed as
+    ``rlbench.suites`` (linked into the worktree here, which is ours and temporary). Its suites are found through
+    the entry points *its* ``pyproject.toml`` declares: a minimal ``rlbench`` distribution in ``meta`` carries them
+    and, first on the path, shadows the installed rlbench's metadata, so each side runs its own benchmarks.
+    """
+    suites, link = tree / "suites", tree / "rlbench" / "suites"
+    if suites.is_dir() and not link.exists():
+        link.symlink_to(suites.resolve(), target_is_directory=True)
+    dist = meta / "rlbench-0.0.0+ab.dist-info"
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rlbench\nVersion: 0.0.0+ab\n", encoding="utf-8")
+    pyproject = tree / "pyproject.toml"
+    section = _EP_SECTION.search(pyproject.read_text(encoding="utf-8")) if pyproject.is_file() else None
+    lines = [f"{m['name']} = {m['value']}" for m in _EP_LINE.finditer(section["body"])] if section else []
+    (dist / "entry_points.txt").write_text("[rlbench.suites]\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    return os.pathsep.join((str(meta), str(tree)))
+
+
+def _run_side(tree: Path, path: str, args: list[str], seed: int, store: Path, cwd: Path) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    command, rest = args[0], args[1:]
+    if command == "profile":  # ab's options go before profile's `--`; the script and its arguments stay after it
+        rest = ["--repeats", "1", "--store", str(store), "--quiet", "--report", str(store / "last-report.md"), *rest]
+        cmd = [sys.executable, "-m", "rlbench", "profile", "--seed", str(seed), *rest]
+        proc = run_child(cmd, cwd=cwd, env=env)
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise RlbenchError(f"run of {tree.name} ({shlex.join(cmd[3:])}) exited {proc.returncode}: {last}")
+        return
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlbench",
+        "run",
+        *rest,
+        "--seed",
+        str(seed),
+        "--repeats",
+        "1",
+        "--store",
+        str(store),
+        "--quiet",
+        "--report",
+        str(store / "last-report.md"),
+    ]
+    proc = run_child(cmd, cwd=cwd, env=env)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RlbenchError(f"run of {tree.name} ({shlex.join(cmd[3:])}) exited {proc.returncode}: {last}")

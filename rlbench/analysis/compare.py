@@ -1,0 +1,423 @@
+"""A-vs-B comparison of records: cases matched, ratio of medians with a bootstrap confidence interval.
+
+Pure functions over :class:`~rlbench.results.records.Record` lists; nothing here reads files or prints.
+
+* A **case** is (benchmark, parameters, metric); its samples on each side are the raw samples of every
+  record of that case -- except for outcome metrics (returns: units other than time or rate), where the
+  unit of analysis is the repeat: one mean per seed, compared unpaired.
+* The **ratio** is ``median(candidate) / median(baseline)``; its 95% interval comes from a percentile
+  bootstrap (each side resampled with replacement). When both sides ran the same seeds (``rlbench ab``
+  interleaves them round by round), the comparison is **paired**: per seed, the ratio of that seed's
+  medians, and the bootstrap resamples seeds — which cancels machine drift between rounds.
+* A **verdict** needs both: the interval excludes 1 (significance) and the point estimate differs from
+  1 by at least ``min_effect`` (default 5%).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rlbench.results.metrics import MACHINE, MACHINE_OTHER_CPU
+from rlbench.results.records import Record
+
+RATE_OR_TIME_UNITS = ("s", "steps/s", "us", "ms", "ops/s", "req/s")
+MIN_SAMPLES = 5  # below this, a bootstrap interval is not trusted: no verdict (and the gate refuses)
+
+
+@dataclass
+class Case:
+    """One (benchmark, parameters, metric) present on both sides.
+
+    Attributes:
+        benchmark: Benchmark id.
+        params: Parameters as a canonical JSON string.
+        metric: Metric name.
+        unit: Unit of the samples.
+        direction: ``higher``, ``lower`` or ``none``.
+        base: Baseline samples per seed (``None`` key when seeds are unknown).
+        cand: Candidate samples per seed.
+    """
+
+    benchmark: str
+    params: str
+    metric: str
+    unit: str
+    direction: str
+    base: dict[int | None, list[float]] = field(default_factory=dict)
+    cand: dict[int | None, list[float]] = field(default_factory=dict)
+
+    def per_repeat_means(self, side: str) -> np.ndarray:
+        """The mean of each seed's finite samples on one side."""
+        means = []
+        for vs in getattr(self, side).values():
+            arr = np.asarray(vs, dtype=float)
+            arr = arr[np.isfinite(arr)]
+            if arr.size:
+                means.append(float(arr.mean()))
+        return np.asarray(means, dtype=float)
+
+    def pooled(self, side: str) -> np.ndarray:
+        """Every finite sample of one side."""
+        values = [v for vs in getattr(self, side).values() for v in vs]
+        arr = np.asarray(values, dtype=float)
+        return arr[np.isfinite(arr)]
+
+
+@dataclass
+class CaseResult:
+    """The comparison of one case.
+
+    Attributes:
+        case: The case compared.
+        base_median: Median of the baseline samples.
+        cand_median: Median of the candidate samples.
+        ratio: ``cand_median / base_median`` (or the median of per-seed ratios when paired).
+        ci_low: Lower bound of the confidence interval on ``ratio``.
+        ci_high: Upper bound.
+        paired: Whether seeds were paired.
+        n_base: Baseline sample count.
+        n_cand: Candidate sample count.
+        significant: The interval excludes 1.
+        insufficient: Too few samples (pairs) for an interval; the values are exact when zero-variance counters.
+        verdict: ``faster``/``slower`` (time and rate metrics), ``better``/``worse`` (others), ``no change``,
+            or ``changed`` for metrics without a direction.
+    """
+
+    case: Case
+    base_median: float
+    cand_median: float
+    ratio: float
+    ci_low: float
+    ci_high: float
+    paired: bool
+    n_base: int
+    n_cand: int
+    significant: bool
+    verdict: str
+    insufficient: bool = False
+
+    @property
+    def improvement(self) -> float:
+        """Signed relative improvement: positive is better (ratio above 1 for higher-is-better metrics).
+
+        Infinite when a noise-free count rises from zero (``-inf`` for a lower-is-better counter: infinitely worse).
+        """
+        if math.isnan(self.ratio):
+            return math.nan
+        return self.ratio - 1.0 if self.case.direction == "higher" else 1.0 - self.ratio
+
+    def to_dict(self) -> dict:
+        """A JSON-friendly summary."""
+        c = self.case
+        return {
+            "benchmark": c.benchmark,
+            "params": json.loads(c.params),
+            "metric": c.metric,
+            "unit": c.unit,
+            "direction": c.direction,
+            "base_median": _num(self.base_median),
+            "cand_median": _num(self.cand_median),
+            "ratio": _num(self.ratio),
+            "ci_low": _num(self.ci_low),
+            "ci_high": _num(self.ci_high),
+            "paired": self.paired,
+            "n_base": self.n_base,
+            "n_cand": self.n_cand,
+            "significant": self.significant,
+            "verdict": self.verdict,
+            "insufficient": self.insufficient,
+        }
+
+
+def _num(v: float) -> float | None:
+    return float(v) if math.isfinite(v) else None
+
+
+def _key(r: Record, ignore: frozenset[str]) -> tuple[str, str, str]:
+    params = {k: v for k, v in r.params.items() if k not in ignore}
+    return r.benchmark, json.dumps(params, sort_keys=True, default=str), r.metric
+
+
+def match_cases(
+    base: list[Record], cand: list[Record], metrics: list[str] | None = None, ignore_params: tuple[str, ...] = ()
+) -> list[Case]:
+    """Cases present on both sides (optionally only ``metrics``), in the baseline's order.
+
+    ``ignore_params`` are left out of the match, to compare variants that differ only in them
+    (``init``, ``device``, ``network``...).
+    """
+    ignore = frozenset(ignore_params)
+    sides: dict[tuple[str, str, str], Case] = {}
+    seen: dict[str, set] = defaultdict(set)
+    for side, records in (("base", base), ("cand", cand)):
+        for r in records:
+            if metrics is not None and r.metric not in metrics:
+                continue
+            if r.metric.startswith(MACHINE):  # context of a measurement, not a measurement to compare
+                continue
+            k = _key(r, ignore)
+            case = sides.get(k)
+            if case is None:
+                case = sides[k] = Case(r.benchmark, k[1], r.metric, r.unit, r.direction)
+            getattr(case, side).setdefault(r.seed, []).extend(r.samples)
+            seen[side].add(k)
+    both = seen["base"] & seen["cand"]
+    return [c for k, c in sides.items() if k in both]
+
+
+def bootstrap_ratio(
+    base: np.ndarray, cand: np.ndarray, confidence: float = 0.95, n_boot: int = 4000, seed: int = 0
+) -> tuple[float, float, float]:
+    """Ratio of medians ``median(cand) / median(base)`` with a percentile-bootstrap interval.
+
+    Returns:
+        ``(ratio, low, high)``; NaNs when either side is empty or the baseline median is 0.
+    """
+    if base.size == 0 or cand.size == 0:
+        return math.nan, math.nan, math.nan
+    mb, mc = float(np.median(base)), float(np.median(cand))
+    if mb == 0:
+        return math.nan, math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    rb = np.median(base[rng.integers(0, base.size, (n_boot, base.size))], axis=1)
+    rc = np.median(cand[rng.integers(0, cand.size, (n_boot, cand.size))], axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = rc / rb
+    ratios = ratios[np.isfinite(ratios)]
+    alpha = (1.0 - confidence) / 2.0
+    return mc / mb, float(np.quantile(ratios, alpha)), float(np.quantile(ratios, 1.0 - alpha))
+
+
+def bootstrap_paired(
+    ratios: np.ndarray, confidence: float = 0.95, n_boot: int = 4000, seed: int = 0
+) -> tuple[float, float, float]:
+    """Median of per-pair ratios with a percentile-bootstrap interval (pairs resampled)."""
+    ratios = ratios[np.isfinite(ratios)]
+    if ratios.size == 0:
+        return math.nan, math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    meds = np.median(ratios[rng.integers(0, ratios.size, (n_boot, ratios.size))], axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    return float(np.median(ratios)), float(np.quantile(meds, alpha)), float(np.quantile(meds, 1.0 - alpha))
+
+
+def compare_case(case: Case, min_effect: float = 0.05, confidence: float = 0.95, n_boot: int = 4000) -> CaseResult:
+    """Compare one case (paired by seed when both sides hold the same two or more seeds)."""
+    b, c = case.pooled("base"), case.pooled("cand")
+    seeds = set(case.base) & set(case.cand)
+    timing = case.unit in RATE_OR_TIME_UNITS
+    if not timing and None not in case.base and None not in case.cand:
+        # outcomes such as returns: the unit is the repeat (its mean), unpaired -- one seed's luck says
+        # nothing about another variant's at that seed, and episodes within a repeat are not independent
+        b, c = case.per_repeat_means("base"), case.per_repeat_means("cand")
+    paired = timing and None not in seeds and len(seeds) >= MIN_SAMPLES and set(case.base) == set(case.cand)
+    # noise-free: counters by definition, or anything seen twice or more per side with zero spread
+    constant = b.size > 0 and c.size > 0 and np.ptp(b) == 0 and np.ptp(c) == 0
+    exact = constant and (case.unit == "count" or min(b.size, c.size) >= 2)
+    insufficient = not paired and min(b.size, c.size) < MIN_SAMPLES and not exact
+    if exact:  # noise-free: the ratio is known exactly, also from zero (0 -> 2,048 syncs is an infinite increase)
+        mb, mc = float(b[0]), float(c[0])
+        ratio = mc / mb if mb != 0 else (1.0 if mc == 0 else math.copysign(math.inf, mc))
+        low = high = ratio
+    elif insufficient:
+        ratio = float(np.median(c) / np.median(b)) if b.size and c.size and np.median(b) != 0 else math.nan
+        low = high = math.nan
+    elif paired:
+        per_seed = []
+        for s in sorted(seeds):
+            mb = np.median(np.asarray(case.base[s], dtype=float))
+            mc = np.median(np.asarray(case.cand[s], dtype=float))
+            per_seed.append(mc / mb if mb != 0 else math.nan)
+        ratio, low, high = bootstrap_paired(np.asarray(per_seed, dtype=float), confidence, n_boot)
+    else:
+        ratio, low, high = bootstrap_ratio(b, c, confidence, n_boot)
+    significant = bool(math.isfinite(low) and (low > 1.0 or high < 1.0)) or bool(exact and ratio != 1.0)
+    base_med = float(np.median(b)) if b.size else math.nan
+    cand_med = float(np.median(c)) if c.size else math.nan
+    return CaseResult(
+        case,
+        base_med,
+        cand_med,
+        ratio,
+        low,
+        high,
+        paired,
+        int(b.size),
+        int(c.size),
+        significant,
+        _verdict(case, ratio, significant, min_effect),
+        insufficient,
+    )
+
+
+def _verdict(case: Case, ratio: float, significant: bool, min_effect: float) -> str:
+    if math.isnan(ratio) or not significant or abs(ratio - 1.0) < min_effect:
+        return "no change"
+    if case.direction == "none":
+        return "changed"
+    better = ratio > 1.0 if case.direction == "higher" else ratio < 1.0
+    if case.unit in RATE_OR_TIME_UNITS:
+        return "faster" if better else "slower"
+    return "better" if better else "worse"
+
+
+def compare(
+    base: list[Record],
+    cand: list[Record],
+    min_effect: float = 0.05,
+    confidence: float = 0.95,
+    metrics: list[str] | None = None,
+    n_boot: int = 4000,
+    ignore_params: tuple[str, ...] = (),
+) -> list[CaseResult]:
+    """Compare every case present on both sides (see the module docstring)."""
+    cases = match_cases(base, cand, metrics, ignore_params)
+    return [compare_case(c, min_effect, confidence, n_boot) for c in cases]
+
+
+DRIFT = 0.10  # halves of a side's samples whose medians differ by more than this, and whose IQRs do not overlap
+BIMODAL = 0.555  # Sarle's bimodality coefficient of a uniform distribution: more suggests two modes
+MIN_FLAG_SAMPLES = 20
+
+
+def _chronological(case: Case, side: str) -> np.ndarray:
+    values = [v for vs in getattr(case, side).values() for v in vs]
+    arr = np.asarray(values, dtype=float)
+    return arr[np.isfinite(arr)]
+
+
+def drift(samples: np.ndarray) -> float | None:
+    """Relative change from the first half's median to the second's, when it is clear (else ``None``)."""
+    if samples.size < MIN_FLAG_SAMPLES:
+        return None
+    a, b = np.array_split(samples, 2)
+    mid = float(np.median(samples))
+    if mid == 0:
+        return None
+    change = (float(np.median(b)) - float(np.median(a))) / abs(mid)
+    qa, qb = np.percentile(a, [25, 75]), np.percentile(b, [25, 75])
+    separated = qa[1] < qb[0] or qb[1] < qa[0]
+    return change if abs(change) > DRIFT and separated else None
+
+
+def bimodality(samples: np.ndarray) -> float | None:
+    """Sarle's bimodality coefficient of the samples, when above :data:`BIMODAL` (else ``None``)."""
+    n = samples.size
+    if n < MIN_FLAG_SAMPLES or np.ptp(samples) == 0:
+        return None
+    z = (samples - samples.mean()) / samples.std()
+    skew, kurt = float(np.mean(z**3)), float(np.mean(z**4)) - 3.0
+    coefficient = (skew**2 + 1.0) / (kurt + 3.0 * (n - 1) ** 2 / ((n - 2) * (n - 3)))
+    return coefficient if coefficient > BIMODAL else None
+
+
+def sample_flags(results: list[CaseResult]) -> list[str]:
+    """Notes on samples that drift over a run or look bimodal (two machine states), per compared timing case."""
+    out = []
+    for r in results:
+        if r.case.unit not in RATE_OR_TIME_UNITS:
+            continue
+        for side, name in (("base", "baseline"), ("cand", "candidate")):
+            samples = _chronological(r.case, side)
+            d, b = drift(samples), bimodality(samples)
+            if d is not None:
+                out.append(
+                    f"FLAG `{r.case.metric}`: the {name}'s samples drift {100 * d:+.0f}% from the first half to "
+                    "the second (the machine's speed changed during the run?)"
+                )
+            if b is not None:
+                out.append(
+                    f"FLAG `{r.case.metric}`: the {name}'s samples look bimodal (bimodality coefficient {b:.2f} > "
+                    f"{BIMODAL}): two machine states?"
+                )
+    return out
+
+
+BUSY_DIFFERENCE = 0.10
+"""Sides whose other-process CPU shares differ by this much (10% of the machine) can explain a timing effect."""
+
+
+def side_load(records: list[Record]) -> float | None:
+    """Median over repeats of the share of CPU capacity other processes used (``None`` if not recorded)."""
+    values = [v for r in records if r.metric == MACHINE_OTHER_CPU for v in r.samples if math.isfinite(v)]
+    return float(np.median(values)) if values else None
+
+
+@dataclass
+class LoadCheck:
+    """What else the machine was doing on each side, and whether that can explain a timing verdict."""
+
+    base: float | None
+    cand: float | None
+
+    @property
+    def note(self) -> str | None:
+        """A line for the top of a comparison (``None`` when neither side recorded its load)."""
+        if self.base is None and self.cand is None:
+            return None
+
+        def pct(v: float | None) -> str:
+            return "not recorded" if v is None else f"{100 * v:.0f}%"
+
+        return (
+            f"machine load (CPU capacity used by other processes, median over repeats): baseline {pct(self.base)}, "
+            f"candidate {pct(self.cand)}"
+        )
+
+    def explains(self, r: CaseResult) -> bool:
+        """Whether the load difference could have produced this timing result's direction.
+
+        A candidate that looks worse on a busier candidate side, or better on a busier baseline side, is not
+        evidence: the other processes' load alone pushes the result that way. A result against the load's push
+        stands (if anything it was understated).
+        """
+        if self.base is None or self.cand is None or abs(self.cand - self.base) < BUSY_DIFFERENCE:
+            return False
+        if r.case.unit not in RATE_OR_TIME_UNITS or r.case.direction not in ("higher", "lower") or math.isnan(r.ratio):
+            return False
+        if r.ratio == 1.0:
+            return False
+        looks_worse = r.improvement < 0
+        return looks_worse == (self.cand > self.base)
+
+
+def load_check(base: list[Record], cand: list[Record]) -> LoadCheck:
+    """Both sides' recorded machine load."""
+    return LoadCheck(side_load(base), side_load(cand))
+
+
+def mismatches(base: list[Record], cand: list[Record]) -> list[str]:
+    """Why two sets of records should not be compared: differing machines, software or benchmark definitions.
+
+    Returns:
+        One line per differing field (empty when comparable).
+    """
+    out = []
+
+    def values(records: list[Record], get) -> set:
+        return {json.dumps(get(r), sort_keys=True, default=str) for r in records}
+
+    checks = {
+        "machine": lambda r: (r.fingerprint.get("machine") or {}).get("id"),
+        "python": lambda r: (r.fingerprint.get("software") or {}).get("python"),
+        "torch": lambda r: ((r.fingerprint.get("software") or {}).get("packages") or {}).get("torch"),
+        "numpy": lambda r: ((r.fingerprint.get("software") or {}).get("packages") or {}).get("numpy"),
+        "torch threads": lambda r: (r.fingerprint.get("software") or {}).get("torch_threads"),
+    }
+    for name, get in checks.items():
+        vb, vc = values(base, get), values(cand, get)
+        if vb != vc:
+            out.append(f"{name}: baseline {', '.join(sorted(vb))} vs candidate {', '.join(sorted(vc))}")
+    defs_b = {(r.benchmark, r.definition_hash) for r in base}  # parameters may differ; the definition may not
+    defs_c = {(r.benchmark, r.definition_hash) for r in cand}
+    for bench in sorted({b for b, _ in defs_b} & {b for b, _ in defs_c}):
+        hb = sorted(h for b, h in defs_b if b == bench)
+        hc = sorted(h for b, h in defs_c if b == bench)
+        if hb != hc:
+            out.append(f"definition of {bench}: baseline {', '.join(hb)} vs candidate {', '.join(hc)}")
+    return out

@@ -1,0 +1,65 @@
+"""Resolving ``--device`` strings to torch devices, with a clear error when a device is absent."""
+
+from __future__ import annotations
+
+import re
+
+from rlbench.core.errors import UsageError
+
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
+SKIP_SUFFIX = "not available on this machine"  # ends the skip reason of a device-matrix case whose device is absent
+_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+def available_devices() -> list[str]:
+    """Devices torch can use on this machine, e.g. ``["cpu", "cuda:0"]``."""
+    import torch
+
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        found.append("mps")
+    return found
+
+
+def validate_device_string(spec: str) -> str:
+    """Check the syntax of a device string without importing torch.
+
+    Raises:
+        UsageError: If ``spec`` is not one of ``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``.
+    """
+    if not _PATTERN.match(spec):
+        raise UsageError(f"unknown device {spec!r}: use one of {', '.join(DEVICE_CHOICES)}")
+    return spec
+
+
+def resolve_device(spec: str):  # -> torch.device (torch imported lazily)
+    """Turn a device string into a ``torch.device`` that exists on this machine.
+
+    ``auto`` picks CPU: for the small networks of the built-in benchmarks, CPU beats a GPU's launch
+    latency; ask for ``cuda`` or ``mps`` explicitly to measure them.
+
+    Raises:
+        UsageError: If the device is malformed or absent on this machine.
+    """
+    import torch
+
+    validate_device_string(spec)
+    if spec in ("auto", "cpu"):
+        return torch.device("cpu")
+    if spec.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError(
+                f"device {spec!r} is not available on this machine (torch {torch.__version__} sees no CUDA GPU); "
+                f"available: {', '.join(available_devices())}"
+            )
+        dev = torch.device(spec)
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise UsageError(f"device {spec!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        return dev
+    if not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
+        raise UsageError(
+            f"device 'mps' is not available on this machine (needs Apple silicon); available: {', '.join(available_devices())}"
+        )
+    return torch.device("mps")

@@ -1,0 +1,693 @@
+/* The profiler's hot path in C: rlbench.profiling.autohooks.event_wrapper and env_wrapper, without a Python frame.
+ *
+ * An Event wraps one hooked callable (an env's step, nn.Module.__call__, Tensor.numpy, ...). It runs the common cases
+ * of the Python wrapper it stands for, line for line: the pass-through of a nested call, a call of the same kind
+ * within the merge gap (a merge), the transition from a pending phase to this one, and the lazy exit. It also runs
+ * the cases of Attributor.enter and enter_forward that occur once per minibatch while the training forward is open
+ * (see leave_forward and in_forward). Everything else (the first phase under a parent, an env step that starts an
+ * iteration, the first module call of a training forward, op counting, traces, memory marks, an env class seen for
+ * the first time, an inner env to shadow) goes to the Python wrapper it was built with (`fallback`), or to
+ * Attributor.enter/exit, exactly as the Python wrapper would.
+ *
+ * The Attributor stays a plain Python class with __slots__. An Event reads and writes its slots directly at the
+ * offsets of their member descriptors, found once when it is built, so Python code sees ordinary attributes and
+ * the two implementations share one state. autohooks.py is the reference: tests run both (RLBENCH_PURE_PYTHON_HOOKS).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <time.h>
+
+enum {
+    S_DEPTH, S_PENDING, S_AUTO_NAME, S_T_EXIT, S_T, S_BLOCK_T, S_HINT, S_MERGED, S_MERGES, S_SLOW, S_EXTRAS,
+    S_UPDATED, S_STARTED, S_STACK, S_EXCL, S_ENTERS, S_PARENT, S_PASSTHROUGH, S_ENV_SELF, S_ENV_IDS, S_STEPS,
+    S_MEM_LEFT, S_KINDS, S_FORWARD_NAMES, S_N
+};
+static const char *slot_names[S_N] = {
+    "depth", "pending", "auto_name", "t_exit", "t", "block_t", "hint", "merged", "merges", "slow", "extras",
+    "updated", "started", "stack", "excl", "enters", "parent", "passthrough", "env_self", "env_ids", "steps",
+    "_mem_left", "kinds", "forward_names",
+};
+/* Attributor.extras when memory marks are the only extra on (attribution.MEMORY_ONLY) */
+#define MEMORY_ONLY 2
+
+/* roles and phase kinds (attribution.py), skips (autohooks.py) */
+enum { ENV = 0, UPDATE = 1, INFER = 2, NEST = 3 };
+enum { AUTO = 0, STICKY = 1, EXPLICIT = 2 };
+enum { SKIP_CAST = 1, SKIP_NO_DATA = 2 };
+/* env batches: not an env, a reset (no steps), one step, a vector env's num_envs, what batch_fn(env) says */
+enum { NOT_ENV = -1, BATCH_NONE = 0, BATCH_ONE = 1, BATCH_VECTOR = 2, BATCH_CALL = 3 };
+/* grad-mode marks (autohooks._install_grad_modes): not one, a block's __enter__, its __exit__ */
+enum { NOT_MARK = 0, MARK_ENTER = 1, MARK_EXIT = 2 };
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dict;
+    PyObject *a;            /* the Attributor */
+    PyObject *fn;           /* what is wrapped */
+    PyObject *fallback;     /* the Python wrapper this stands for */
+    PyObject *name;         /* the phase */
+    PyObject *layer;
+    PyObject *role_obj;
+    PyObject *clock;
+    PyObject *grad_enabled; /* torch.is_grad_enabled for a module call, else None */
+    PyObject *batch_fn;     /* BATCH_CALL: the agent steps one call of this env takes, batch_fn(env) */
+    PyObject *paths;        /* parent path -> this phase's path under it (shared with the Python wrapper) */
+    PyObject *path_under;   /* fills paths for a parent not seen yet */
+    PyObject *dtype;        /* SKIP_CAST: torch.dtype */
+    PyObject *tensor_cls;   /* SKIP_NO_DATA: torch.Tensor */
+    PyObject *shape_like;   /* SKIP_NO_DATA: (int, torch.Size) */
+    PyObject *forward;      /* a module call: the training forward's name (attribution.FORWARD), else None */
+    unsigned long thread;
+    int role, skip, model, batch, mark, direct_clock;
+    long memory_marks; /* attribution.MEMORY_MARKS: marks around a top-level phase's first occurrences */
+    double gap;
+    Py_ssize_t off[S_N];
+} Event;
+
+static PyObject *str_enter, *str_exit, *str_device, *str_num_envs, *zero, *one;
+
+#define SLOT(e, i) (*(PyObject **)((char *)(e)->a + (e)->off[i]))
+
+static inline int
+truth(PyObject *v)
+{
+    if (v == Py_True || v == one) return 1;
+    if (v == Py_False || v == zero || v == Py_None || v == NULL) return 0;
+    return PyObject_IsTrue(v) > 0;
+}
+
+static inline void
+set_slot(Event *e, int i, PyObject *v) /* steals v */
+{
+    PyObject **p = &SLOT(e, i);
+    PyObject *old = *p;
+    *p = v;
+    Py_XDECREF(old);
+}
+
+static inline int
+set_double(Event *e, int i, double x)
+{
+    PyObject *old = SLOT(e, i);
+    if (PyFloat_CheckExact(old) && Py_REFCNT(old) == 1) { /* the slot holds the only reference: nobody sees it change */
+        ((PyFloatObject *)old)->ob_fval = x; /* PyFloat_AS_DOUBLE is no lvalue from Python 3.12 */
+        return 0;
+    }
+    PyObject *v = PyFloat_FromDouble(x);
+    if (v == NULL) return -1;
+    set_slot(e, i, v);
+    return 0;
+}
+
+static inline int
+add_long(Event *e, int i, long n)
+{
+    PyObject *v = PyLong_FromLong(PyLong_AsLong(SLOT(e, i)) + n);
+    if (v == NULL) return -1;
+    set_slot(e, i, v);
+    return 0;
+}
+
+static inline double
+as_double(PyObject *v)
+{
+    return PyFloat_CheckExact(v) ? PyFloat_AS_DOUBLE(v) : PyFloat_AsDouble(v);
+}
+
+/* d[key] = v, v stolen (NULL: its constructor failed) */
+static int
+dict_put(PyObject *d, PyObject *key, PyObject *v)
+{
+    if (v == NULL) return -1;
+    int r = PyDict_SetItem(d, key, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* d[key] += x, for the float and the int dicts (a missing key counts as 0, as in the defaultdicts) */
+static int
+dict_add_double(PyObject *d, PyObject *key, double x)
+{
+    PyObject *old = PyDict_GetItemWithError(d, key);
+    if (old == NULL && PyErr_Occurred()) return -1;
+    return dict_put(d, key, PyFloat_FromDouble((old ? as_double(old) : 0.0) + x));
+}
+
+static int
+dict_add_long(PyObject *d, PyObject *key, long n)
+{
+    PyObject *old = PyDict_GetItemWithError(d, key);
+    if (old == NULL && PyErr_Occurred()) return -1;
+    return dict_put(d, key, PyLong_FromLong((old ? PyLong_AsLong(old) : 0) + n));
+}
+
+/* the attributor's clock (Attributor.clock); an error is set where it raised */
+static double
+read_clock(Event *e)
+{
+    if (e->direct_clock) { /* time.perf_counter without the call: CLOCK_MONOTONIC, converted as CPython converts it */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+        return ns % 1000000000LL == 0 ? (double)(ns / 1000000000LL) : (double)ns / 1e9;
+    }
+    PyObject *t = PyObject_CallNoArgs(e->clock);
+    if (t == NULL) return -1.0;
+    double x = as_double(t);
+    Py_DECREF(t);
+    return x;
+}
+
+/* the skip tests of autohooks.event_wrapper: calls that are not events */
+static int
+skipped(Event *e, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (e->skip == SKIP_CAST) {
+        if (kwnames) {
+            Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int eq = PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, i), str_device);
+                if (eq == 0) return 0;
+            }
+        }
+        return nargs < 2 || PyObject_TypeCheck(args[1], (PyTypeObject *)e->dtype);
+    }
+    if (nargs < 2 || args[0] != e->tensor_cls) return 1;
+    int r = PyObject_IsInstance(args[1], e->shape_like);
+    if (r < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return r;
+}
+
+/* the `finally:` of the Python wrapper: end the phase this call opened or continued (lazily) */
+static PyObject *
+finish(Event *e, PyObject *out)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (truth(SLOT(e, S_SLOW))) {
+        PyObject *r = PyObject_CallMethodNoArgs(e->a, str_exit);
+        Py_XDECREF(r);
+    }
+    else {
+        set_slot(e, S_DEPTH, Py_NewRef(zero));
+        double t = read_clock(e);
+        if (!PyErr_Occurred()) set_double(e, S_T_EXIT, t);
+        set_slot(e, S_PENDING, Py_NewRef(Py_True));
+    }
+    if (type != NULL) {
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+    }
+    else if (PyErr_Occurred()) {
+        Py_CLEAR(out);
+    }
+    return out;
+}
+
+/* the path of a phase opened under `parent` (a new reference): from the paths cache, or Attributor._path_under */
+static PyObject *
+path_under(Event *e, PyObject *parent)
+{
+    PyObject *path = PyDict_GetItemWithError(e->paths, parent);
+    if (path != NULL) return Py_NewRef(path);
+    if (PyErr_Occurred()) return NULL;
+    return PyObject_CallOneArg(e->path_under, parent);
+}
+
+/* the phase on top closes at `end` and phase e->name takes its place on the stack from `now` (the gap between goes to
+ * the parent): Attributor._pop and _push without their calls and list resizing */
+static int
+replace_top(Event *e, double end, double now)
+{
+    PyObject *stack = SLOT(e, S_STACK);
+    Py_ssize_t n = PyList_GET_SIZE(stack);
+    PyObject *excl = SLOT(e, S_EXCL);
+    PyObject *old = PyList_GET_ITEM(stack, n - 1);
+    if (dict_add_double(excl, old, end - as_double(SLOT(e, S_T))) < 0) return -1;
+    long merged = PyLong_AsLong(SLOT(e, S_MERGED));
+    if (merged) {
+        if (add_long(e, S_MERGES, merged) < 0) return -1;
+        set_slot(e, S_MERGED, Py_NewRef(zero));
+    }
+    if (dict_add_long(SLOT(e, S_ENTERS), old, merged + 1) < 0) return -1;
+    PyObject *parent = SLOT(e, S_PARENT);
+    if (dict_add_double(excl, parent, now - end) < 0) return -1;
+    if (set_double(e, S_T, now) < 0) return -1;
+    PyObject *path = path_under(e, parent);
+    if (path == NULL) return -1;
+    PyList_SetItem(stack, n - 1, path); /* steals path */
+    if (e->role == UPDATE) set_slot(e, S_UPDATED, Py_NewRef(Py_True));
+    set_slot(e, S_AUTO_NAME, Py_NewRef(e->name));
+    return 0;
+}
+
+/* the common transition, inline: the pending phase closes at its t_exit and this one takes its place on the stack */
+static int
+transition(Event *e, double now)
+{
+    double t_exit = as_double(SLOT(e, S_T_EXIT));
+    set_slot(e, S_PENDING, Py_NewRef(Py_False));
+    set_slot(e, S_DEPTH, Py_NewRef(one));
+    if (e->role == INFER) {
+        double hint = as_double(SLOT(e, S_HINT));
+        if (hint > t_exit) now = hint; /* a no_grad block was entered for this call: it starts there */
+    }
+    return replace_top(e, t_exit, now);
+}
+
+/* whether the phase on top of the stack is the sticky training forward, with nothing pending above it */
+static int
+forward_on_top(Event *e)
+{
+    if (truth(SLOT(e, S_PENDING))) return 0;
+    PyObject *kinds = SLOT(e, S_KINDS);
+    Py_ssize_t n = PyList_GET_SIZE(kinds);
+    return n > 0 && PyLong_AsLong(PyList_GET_ITEM(kinds, n - 1)) == STICKY;
+}
+
+/* Attributor.enter with the training forward on top and nothing pending, for a call that is not an env's and opens
+ * no top-level phase (where memory marks act): the forward closes now and this phase takes its place. A transfer
+ * (role NEST) is handled by the caller: it is part of the forward and opens nothing. 1: done; 0: not this case */
+static int
+leave_forward(Event *e, double now)
+{
+    if (e->role == ENV) return 0;
+    PyObject *extras = SLOT(e, S_EXTRAS);
+    if (truth(extras) && !(PyLong_CheckExact(extras) && PyLong_AsLong(extras) == MEMORY_ONLY &&
+                           PyList_GET_SIZE(SLOT(e, S_STACK)) > 1))
+        return 0;
+    set_slot(e, S_DEPTH, Py_NewRef(one));
+    if (replace_top(e, now, now) < 0) return -1;
+    PyObject *kinds = SLOT(e, S_KINDS);
+    PyList_SetItem(kinds, PyList_GET_SIZE(kinds) - 1, Py_NewRef(zero)); /* AUTO */
+    return 1;
+}
+
+/* Attributor.enter_forward's pass-through: a module called with grad enabled while the training forward it would
+ * open is already open (the loss computation's second, third, ... module call) */
+static int
+in_forward(Event *e)
+{
+    if (e->forward == Py_None || truth(SLOT(e, S_FORWARD_NAMES)) || !forward_on_top(e)) return 0;
+    PyObject *stack = SLOT(e, S_STACK);
+    Py_ssize_t n = PyList_GET_SIZE(stack);
+    if (n == 0) return 0;
+    Py_ssize_t r = PyUnicode_Tailmatch(PyList_GET_ITEM(stack, n - 1), e->forward, 0, PY_SSIZE_T_MAX, 1);
+    return r < 0 ? -1 : (int)r;
+}
+
+/* fn called inside the phase on top, which it does not end (depth 1 during the call, as in the Python wrapper) */
+static PyObject *
+call_inside(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    set_slot(e, S_DEPTH, Py_NewRef(one));
+    PyObject *out = PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    set_slot(e, S_DEPTH, Py_NewRef(zero));
+    PyErr_Restore(type, value, tb);
+    return out;
+}
+
+/* whether a memory mark is still due around top-level phase `path` in this iteration (Attributor._mem_left) */
+static int
+mark_due(Event *e, PyObject *path)
+{
+    PyObject *left = PyDict_GetItemWithError(SLOT(e, S_MEM_LEFT), path);
+    if (left == NULL) return PyErr_Occurred() ? -1 : e->memory_marks > 0;
+    return PyLong_AsLong(left) > 0;
+}
+
+/* whether the inline transition may replace the pending phase: no extra is on, or memory marks alone are and none
+ * is due (they act only on top-level phases: Attributor._push_extras and _pop_extras), as the Python path would */
+static int
+inline_ok(Event *e)
+{
+    PyObject *extras = SLOT(e, S_EXTRAS);
+    if (!truth(extras)) return 1;
+    if (!PyLong_CheckExact(extras) || PyLong_AsLong(extras) != MEMORY_ONLY) return 0;
+    PyObject *stack = SLOT(e, S_STACK);
+    if (PyList_GET_SIZE(stack) > 1) return 1;
+    int old_due = mark_due(e, PyList_GET_ITEM(stack, 0));
+    if (old_due != 0) return old_due < 0 ? -1 : 0;
+    PyObject *parent = SLOT(e, S_PARENT);
+    PyObject *path = path_under(e, parent); /* this phase's path (the one the push would take) */
+    if (path == NULL) return -1;
+    int new_due = mark_due(e, path);
+    Py_DECREF(path);
+    return new_due < 0 ? -1 : !new_due;
+}
+
+/* an automatic phase opens (or continues) around fn; the caller did the pass-through test */
+static PyObject *
+timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    double now = read_clock(e);
+    if (PyErr_Occurred()) return NULL;
+    int pending = truth(SLOT(e, S_PENDING));
+    int same = 0, ok;
+    if (pending) {
+        same = PyObject_RichCompareBool(SLOT(e, S_AUTO_NAME), e->name, Py_EQ);
+        if (same < 0) return NULL;
+    }
+    if (same && !truth(SLOT(e, S_SLOW))) {
+        double block_t = as_double(SLOT(e, S_BLOCK_T));
+        same = now - as_double(SLOT(e, S_T_EXIT)) < e->gap ||
+               (e->role == INFER && as_double(SLOT(e, S_T)) >= block_t && block_t > 0.0);
+    }
+    else {
+        same = 0;
+    }
+    if (same) { /* the same kind again: one phase */
+        set_slot(e, S_PENDING, Py_NewRef(Py_False));
+        if (add_long(e, S_MERGED, 1) < 0) return NULL;
+        set_slot(e, S_DEPTH, Py_NewRef(one));
+    }
+    else if (pending && PyList_GET_SIZE(SLOT(e, S_STACK)) > 0 &&
+             (e->role != ENV || !(truth(SLOT(e, S_UPDATED)) || SLOT(e, S_STARTED) == Py_None)) &&
+             (ok = inline_ok(e)) != 0) {
+        if (ok < 0 || transition(e, now) < 0) return NULL;
+    }
+    else if (!pending && forward_on_top(e) && (e->role == NEST || (ok = leave_forward(e, now)) != 0)) {
+        if (e->role == NEST) /* a transfer inside the loss computation: part of the forward */
+            return call_inside(e, args, nargsf, kwnames);
+        if (ok < 0) return NULL;
+    }
+    else { /* everything else: Attributor.enter */
+        PyObject *now_obj = PyFloat_FromDouble(now);
+        if (now_obj == NULL) return NULL;
+        PyObject *stack[5] = {e->a, e->name, e->layer, e->role_obj, now_obj};
+        PyObject *r = PyObject_VectorcallMethod(str_enter, stack, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(now_obj);
+        if (r == NULL) return NULL;
+        int opened = truth(r);
+        Py_DECREF(r);
+        if (!opened) /* a transfer inside the training forward: part of it */
+            return call_inside(e, args, nargsf, kwnames);
+    }
+    return finish(e, PyObject_Vectorcall(e->fn, args, nargsf, kwnames));
+}
+
+/* a grad-mode block's __enter__ marks the time; its __exit__ extends inference that ended within the merge gap */
+static PyObject *
+mark_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    int here = !truth(SLOT(e, S_DEPTH)) && PyThread_get_thread_ident() == e->thread;
+    if (e->mark == MARK_ENTER && here) {
+        double t = read_clock(e);
+        if (PyErr_Occurred() || set_double(e, S_HINT, t) < 0 || set_double(e, S_BLOCK_T, t) < 0) return NULL;
+    }
+    PyObject *out = PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    if (out == NULL || e->mark == MARK_ENTER || !here) return out;
+    if (truth(SLOT(e, S_PENDING))) {
+        int same = PyObject_RichCompareBool(SLOT(e, S_AUTO_NAME), e->name, Py_EQ);
+        if (same < 0) goto fail;
+        if (same) { /* not the rest of a long block: CleanRL's GAE runs in one */
+            double now = read_clock(e);
+            if (PyErr_Occurred()) goto fail;
+            if (now - as_double(SLOT(e, S_T_EXIT)) < e->gap && set_double(e, S_T_EXIT, now) < 0) goto fail;
+        }
+    }
+    if (set_double(e, S_BLOCK_T, 0.0) < 0) goto fail;
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *
+event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    int depth = truth(SLOT(e, S_DEPTH));
+    if (depth || PyThread_get_thread_ident() != e->thread) {
+        if (e->model) /* a nested module call costs what an unprofiled one costs: not counted */
+            return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+        if (e->batch != NOT_ENV && depth && nargs > 0) {
+            PyObject *outer = SLOT(e, S_ENV_SELF);
+            if (outer != Py_None && outer != args[0]) /* an inner env: the Python wrapper shadows it */
+                return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+        }
+        goto passthrough;
+    }
+    if (e->skip && skipped(e, args, nargs, kwnames)) goto passthrough;
+    if (e->model) {
+        PyObject *ge = PyObject_CallNoArgs(e->grad_enabled);
+        if (ge == NULL) return NULL;
+        Py_DECREF(ge);
+        if (ge == Py_True) { /* the training forward: the Python wrapper, unless it is open already */
+            int inside = in_forward(e);
+            if (inside < 0) return NULL;
+            if (!inside) return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+            if (add_long(e, S_PASSTHROUGH, 1) < 0) return NULL;
+            return call_inside(e, args, nargsf, kwnames);
+        }
+    }
+    if (e->batch == NOT_ENV) return timed(e, args, nargsf, kwnames);
+    if (nargs < 1) return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+    PyObject *env = args[0];
+    int known = PyDict_Contains(SLOT(e, S_ENV_IDS), (PyObject *)Py_TYPE(env));
+    if (known <= 0) { /* an env class seen for the first time: the Python wrapper registers it */
+        if (known < 0) return NULL;
+        return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+    }
+    set_slot(e, S_ENV_SELF, Py_NewRef(env));
+    PyObject *out = timed(e, args, nargsf, kwnames);
+    set_slot(e, S_ENV_SELF, Py_NewRef(Py_None));
+    if (out == NULL || e->batch == BATCH_NONE) return out;
+    long steps = 1;
+    if (e->batch >= BATCH_VECTOR) { /* after the call: an iteration boundary it made snapshots the steps before it */
+        PyObject *n = e->batch == BATCH_VECTOR ? PyObject_GetAttr(env, str_num_envs) : PyObject_CallOneArg(e->batch_fn, env);
+        if (n == NULL) goto fail;
+        steps = PyLong_AsLong(n);
+        Py_DECREF(n);
+        if (steps == -1 && PyErr_Occurred()) goto fail;
+    }
+    if (add_long(e, S_STEPS, steps) < 0) goto fail;
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+passthrough:
+    if (add_long(e, S_PASSTHROUGH, 1) < 0) return NULL;
+    return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+}
+
+static PyObject *
+event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"attributor", "fn", "fallback", "name", "layer", "role", "clock", "thread", "paths",
+                             "path_under", "gap", "skip", "model", "batch", "grad_enabled", "dtype", "tensor_cls",
+                             "shape_like", "mark", "direct_clock", "batch_fn", "memory_marks", "forward", NULL};
+    PyObject *a, *fn, *fallback, *name, *layer, *role_obj, *clock, *thread, *paths, *path_under;
+    PyObject *grad_enabled = Py_None, *dtype = Py_None, *tensor_cls = Py_None, *shape_like = Py_None;
+    PyObject *batch_fn = Py_None, *forward = Py_None;
+    long memory_marks = 8;
+    double gap;
+    int skip = 0, model = 0, batch = NOT_ENV, mark = NOT_MARK, direct = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUOOOO!Od|ipiOOOOipOlO", kwlist, &a, &fn, &fallback, &name, &layer,
+                                     &role_obj, &clock, &thread, &PyDict_Type, &paths, &path_under, &gap, &skip,
+                                     &model, &batch, &grad_enabled, &dtype, &tensor_cls, &shape_like, &mark, &direct,
+                                     &batch_fn, &memory_marks, &forward))
+        return NULL;
+    Event *e = (Event *)type->tp_alloc(type, 0);
+    if (e == NULL) return NULL;
+    e->a = Py_NewRef(a);
+    e->vectorcall = (vectorcallfunc)(mark ? mark_call : event_call);
+    e->role = (int)PyLong_AsLong(role_obj);
+    e->thread = PyLong_AsUnsignedLong(thread);
+    if (PyErr_Occurred()) goto error;
+    e->gap = gap;
+    e->skip = skip;
+    e->model = model;
+    e->batch = batch;
+    e->mark = mark;
+    e->direct_clock = direct;
+    e->memory_marks = memory_marks;
+    if ((model && grad_enabled == Py_None) || (forward != Py_None && !PyUnicode_Check(forward)) ||
+        (skip == SKIP_CAST && !PyType_Check(dtype)) ||
+        (skip == SKIP_NO_DATA && (tensor_cls == Py_None || shape_like == Py_None)) ||
+        (batch == BATCH_CALL && !PyCallable_Check(batch_fn))) {
+        PyErr_SetString(PyExc_ValueError, "Event: a module call needs grad_enabled, a skip needs its types, "
+                                          "BATCH_CALL a batch_fn; forward is a str");
+        goto error;
+    }
+    PyTypeObject *cls = Py_TYPE(a);
+    for (int i = 0; i < S_N; i++) { /* each slot's offset, from its member descriptor */
+        PyObject *d = PyObject_GetAttrString((PyObject *)cls, slot_names[i]);
+        if (d == NULL) goto error;
+        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+        if (ok) e->off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!ok || SLOT(e, i) == NULL) {
+            PyErr_Format(PyExc_TypeError, "Event: %s.%s is not a set __slots__ attribute", cls->tp_name, slot_names[i]);
+            goto error;
+        }
+    }
+    if (!PyList_Check(SLOT(e, S_STACK)) || !PyList_Check(SLOT(e, S_KINDS)) || !PyDict_Check(SLOT(e, S_EXCL)) ||
+        !PyDict_Check(SLOT(e, S_ENTERS)) || !PyDict_Check(SLOT(e, S_ENV_IDS)) || !PyDict_Check(SLOT(e, S_MEM_LEFT))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "Event: the attributor's stack, kinds, excl, enters, env_ids and _mem_left must be lists and dicts");
+        goto error;
+    }
+    e->fn = Py_NewRef(fn);
+    e->fallback = Py_NewRef(fallback);
+    e->name = Py_NewRef(name);
+    e->layer = Py_NewRef(layer);
+    e->role_obj = Py_NewRef(role_obj);
+    e->clock = Py_NewRef(clock);
+    e->paths = Py_NewRef(paths);
+    e->path_under = Py_NewRef(path_under);
+    e->grad_enabled = Py_NewRef(grad_enabled);
+    e->dtype = Py_NewRef(dtype);
+    e->tensor_cls = Py_NewRef(tensor_cls);
+    e->shape_like = Py_NewRef(shape_like);
+    e->batch_fn = Py_NewRef(batch_fn);
+    e->forward = Py_NewRef(forward);
+    return (PyObject *)e;
+error:
+    Py_DECREF(e);
+    return NULL;
+}
+
+static int
+event_traverse(Event *e, visitproc visit, void *arg)
+{
+    Py_VISIT(e->dict);
+    Py_VISIT(e->a);
+    Py_VISIT(e->fn);
+    Py_VISIT(e->fallback);
+    Py_VISIT(e->clock);
+    Py_VISIT(e->paths);
+    Py_VISIT(e->path_under);
+    Py_VISIT(e->grad_enabled);
+    Py_VISIT(e->dtype);
+    Py_VISIT(e->tensor_cls); /* Tensor.__new__'s hook, on torch.Tensor itself, refers back to it */
+    Py_VISIT(e->shape_like);
+    Py_VISIT(e->batch_fn);
+    return 0;
+}
+
+static int
+event_clear(Event *e)
+{
+    Py_CLEAR(e->dict);
+    Py_CLEAR(e->a);
+    Py_CLEAR(e->fn);
+    Py_CLEAR(e->fallback);
+    Py_CLEAR(e->name);
+    Py_CLEAR(e->layer);
+    Py_CLEAR(e->role_obj);
+    Py_CLEAR(e->clock);
+    Py_CLEAR(e->paths);
+    Py_CLEAR(e->path_under);
+    Py_CLEAR(e->grad_enabled);
+    Py_CLEAR(e->dtype);
+    Py_CLEAR(e->tensor_cls);
+    Py_CLEAR(e->shape_like);
+    Py_CLEAR(e->batch_fn);
+    Py_CLEAR(e->forward);
+    return 0;
+}
+
+static void
+event_dealloc(Event *e)
+{
+    PyObject_GC_UnTrack(e);
+    event_clear(e);
+    Py_TYPE(e)->tp_free((PyObject *)e);
+}
+
+/* bound like a Python function: a method on a class, itself on the class */
+static PyObject *
+event_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None) return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *
+event_repr(Event *e)
+{
+    return PyUnicode_FromFormat("<rlbench hook %R around %R>", e->name, e->fn);
+}
+
+/* the hook as a builtin function: for Tensor.__new__, which torch.compile's polyfill registry accepts only as a
+ * function (a builtin counts), checked when torch._dynamo is first imported, often inside the profile */
+static PyObject *
+event_fastcall(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    return event_call((Event *)self, args, (size_t)nargs, kwnames);
+}
+
+static PyMethodDef builtin_def = {
+    "rlbench_hook", (PyCFunction)(void (*)(void))event_fastcall, METH_FASTCALL | METH_KEYWORDS,
+    "A hooked callable (rlbench.profiling._fastevent.Event) as a builtin function.",
+};
+
+static PyObject *
+event_as_function(PyObject *self, PyObject *unused)
+{
+    return PyCFunction_NewEx(&builtin_def, self, NULL);
+}
+
+static PyMethodDef event_methods[] = {
+    {"as_function", event_as_function, METH_NOARGS, "This hook as a builtin function (types.BuiltinFunctionType)."},
+    {NULL},
+};
+
+static PyGetSetDef event_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+static PyTypeObject EventType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rlbench.profiling._fastevent.Event",
+    .tp_basicsize = sizeof(Event),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "A hooked callable: the hot path of rlbench.profiling.autohooks.event_wrapper and env_wrapper, in C.",
+    .tp_new = event_new,
+    .tp_dealloc = (destructor)event_dealloc,
+    .tp_traverse = (traverseproc)event_traverse,
+    .tp_clear = (inquiry)event_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Event, vectorcall),
+    .tp_descr_get = event_get,
+    .tp_dictoffset = offsetof(Event, dict),
+    .tp_getset = event_getset,
+    .tp_methods = event_methods,
+    .tp_repr = (reprfunc)event_repr,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "rlbench.profiling._fastevent",
+    .m_doc = "The profiler's hot path in C (see rlbench.profiling.autohooks; the Python wrappers are the reference).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC
+PyInit__fastevent(void)
+{
+    if (PyType_Ready(&EventType) < 0) return NULL;
+    str_enter = PyUnicode_InternFromString("enter");
+    str_exit = PyUnicode_InternFromString("exit");
+    str_device = PyUnicode_InternFromString("device");
+    str_num_envs = PyUnicode_InternFromString("num_envs");
+    zero = PyLong_FromLong(0);
+    one = PyLong_FromLong(1);
+    if (!str_enter || !str_exit || !str_device || !str_num_envs || !zero || !one) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "Event", (PyObject *)&EventType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,594 @@
+"""Automatic phase attribution: every moment of a training script booked to exactly one phase.
+
+An :class:`Attributor` keeps a stack of open phases and books the clock, at each transition, to the phase on top
+(the empty path ``""`` when none is open: "Python/other"). Seconds are *exclusive*; a parent's inclusive time is
+the sum over its sub-tree, derived when the run ends (:meth:`Attributor.inclusive`). Three kinds of phases open:
+
+* **automatic** phases, opened by the hooks of :mod:`rlbench.profiling.autohooks` around env steps, module calls,
+  backward passes, optimizer steps and host-device transfers. Nested automatic calls count once, in the outermost
+  (a wrapper's ``step`` calling the env's ``step``, a module calling its sub-modules): while one is open
+  (``depth > 0``) the hooks pass through at the cost of one attribute test.
+* the **training forward** is *sticky*: a module called with grad enabled opens ``train/forward`` and it stays
+  open through the loss computation until a phase of another kind starts (``zero_grad``, ``backward``, the next
+  env step or inference, an explicit phase), as a person timing "forward + loss" by hand would put it. Transfers
+  and further grad-enabled calls inside it count as forward.
+* **explicit** phases (``rlbench.phase("gae")``, and the labels rlbench puts on libraries' methods) always open,
+  inside automatic ones too, and take precedence: automatic phases inside them open again as their children
+  (``update/train/backward``).
+
+Agent steps are counted at the outermost env call (a vector env's batch size, 1 for a single env). Iterations are
+found without help: an env step or reset after an update (backward or optimizer step) starts a new one; each
+boundary snapshots the exclusive seconds, so per-iteration figures come out.
+"""
+
+from __future__ import annotations
+
+import resource
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import wraps
+from time import perf_counter as _clock
+from typing import Any
+
+# frame kinds
+AUTO, STICKY, EXPLICIT = 0, 1, 2
+# roles of automatic events: an env event after an update starts an iteration; an update event marks one; both and
+# inference close a sticky forward, while a transfer inside one nests in it
+ENV, UPDATE, INFER, NEST = 0, 1, 2, 3
+
+FORWARD = "train/forward"
+MERGE_GAP_S = 20e-6
+"""An automatic phase called again within this many seconds of its last return continues it: the glue between calls
+(a tensor reshaped between two transfers, a module's output unpacked) counts with them, as a hand timer around the
+block counts it. Inference calls inside one grad-mode block continue each other at any distance (see
+:mod:`rlbench.profiling.autohooks`)."""
+MEMORY_FIRST, MEMORY_EVERY = 2, 32  # peak-RSS marks (a syscall each) in the first 2 iterations, then in every 32nd,
+MEMORY_MARKS = 8  # around the first 8 occurrences of each top-level phase there (allocations happen the first times)
+_RSS_UNIT = 1024  # ru_maxrss is in KiB on Linux
+MEMORY_ONLY = 2  # Attributor.extras when memory marks are the only extra on (see Attributor.refresh_extras)
+
+
+@dataclass
+class IterationMark:
+    """Where one detected iteration began."""
+
+    t: float
+    steps: int
+    excl: dict[str, float]
+
+
+@dataclass
+class TraceEvent:
+    """One closed phase (for Chrome/Perfetto traces)."""
+
+    path: str
+    start: float
+    end: float
+
+
+@dataclass
+class Attribution:
+    """What an :class:`Attributor` measured, in plain numbers (see :meth:`Attributor.result`)."""
+
+    started: float
+    ended: float
+    excl: dict[str, float]
+    enters: dict[str, int]
+    layers: dict[str, str]
+    steps: int
+    iterations: list[IterationMark]
+    mem_bytes: dict[str, float]
+    cuda_peak_bytes: dict[str, float]
+    transitions: int
+    passthrough: int
+    merges: int
+    mem_marks: int
+    counted_iteration: int | None
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    matmuls: dict[str, dict[tuple[int, int, int, int], int]] = field(default_factory=dict)
+    trace: list[TraceEvent] = field(default_factory=list)
+    trace_dropped: int = 0
+    env_ids: list[str] = field(default_factory=list)
+    synchronized: bool = False
+    hooks: str = "python"  # which hooks ran: "compiled" (rlbench/profiling/_fastevent.c) or "python"
+
+
+class Attributor:
+    """Books wall time to a stack of phases (see the module docstring).
+
+    Args:
+        sync: Called before every clock read at a transition (``torch.cuda.synchronize`` for ``--sync``), or ``None``.
+        trace_limit: Keep up to this many closed phases for a trace (0: none).
+        count_iteration: Count torch ops, syncs and copies per phase during this iteration (0-based; ``None``: never).
+        memory: Record peak-RSS growth per top-level phase (``getrusage`` at their boundaries, a syscall each: in
+            the first :data:`MEMORY_FIRST` iterations, then in every ``MEMORY_EVERY``-th, around the first
+            :data:`MEMORY_MARKS` occurrences of each top-level phase there).
+    """
+
+    __slots__ = (
+        "_cuda",
+        "_mem_left",
+        "_now",
+        "_paths",
+        "_rss0",
+        "auto_name",
+        "block_t",
+        "clock",
+        "count_iteration",
+        "counted",
+        "counter",
+        "cuda_peak_bytes",
+        "depth",
+        "enters",
+        "env_ids",
+        "env_self",
+        "excl",
+        "extras",
+        "forward_names",
+        "hint",
+        "iterations",
+        "kinds",
+        "layers",
+        "matmuls",
+        "mem_bytes",
+        "mem_marks",
+        "mem_on",
+        "memory",
+        "merged",
+        "merges",
+        "parent",
+        "passthrough",
+        "pending",
+        "profiler_enabled",
+        "ranges",
+        "rf_on",
+        "saved_depth",
+        "shadowed",
+        "slow",
+        "stack",
+        "started",
+        "starts",
+        "steps",
+        "sync",
+        "t",
+        "t_begin",
+        "t_exit",
+        "thread",
+        "trace",
+        "trace_dropped",
+        "trace_limit",
+        "unshadowable",
+        "updated",
+    )
+
+    def __init__(
+        self,
+        *,
+        sync: Callable[[], None] | None = None,
+        trace_limit: int = 0,
+        count_iteration: int | None = 1,
+        memory: bool = True,
+    ) -> None:
+        self.stack: list[str] = []
+        self.parent = ""  # the path under the top of the stack ("" at depth 0 or 1), kept by _push and _pop
+        self.kinds: list[int] = []
+        self.starts: list[float] = []
+        self.saved_depth: list[int] = []
+        self.ranges: list[Any] = []
+        self.excl: defaultdict[str, float] = defaultdict(float)
+        self.enters: defaultdict[str, int] = defaultdict(int)
+        self.layers: dict[str, str] = {}
+        self.depth = 0
+        self.passthrough = 0
+        self.steps = 0
+        self.updated = False
+        self.started: float | None = None
+        self.iterations: list[IterationMark] = []
+        self.sync = sync
+        self.trace: list[TraceEvent] | None = [] if trace_limit else None
+        self.trace_limit = trace_limit
+        self.trace_dropped = 0
+        self.memory = memory
+        self.mem_bytes: dict[str, float] = {}
+        self.cuda_peak_bytes: dict[str, float] = {}
+        self._rss0 = 0
+        self._mem_left: dict[str, int] = {}
+        self._cuda = False
+        self.count_iteration = count_iteration
+        self.counter: Any = None
+        self.slow = False  # the hooks must end their phases through exit(): ops are being counted, or it has finished
+        self.counted: dict[str, dict[str, int]] = {}
+        self.matmuls: dict[str, dict[tuple[int, int, int, int], int]] = {}
+        self.profiler_enabled: Callable[[], bool] = _false
+        self.rf_on = False  # emit record_function ranges: torch's profiler was on at the last iteration boundary
+        self.mem_on = memory
+        self._paths: dict[tuple[str, str], str] = {}
+        self.merged = 0  # calls merged into the top automatic phase since it opened (added to its enters when it closes)
+        self.pending = False  # the top automatic phase has returned; it closes at the next event (or merges with it)
+        self.t_exit = 0.0
+        self.auto_name = ""
+        self.hint = 0.0  # when a grad-mode block was entered: an inference phase opening next starts there
+        self.block_t = 0.0  # when the grad-mode block still open was entered (0: none); see autohooks._install_grad_modes
+        self.merges = 0
+        self.mem_marks = 0
+        self._now: Callable[[], float] = _clock if sync is None else self._synced_now
+        self.clock = self._now  # what hooks read the time with (synchronized under --sync)
+        self.forward_names: dict[type, str] = {}  # module classes whose grad-enabled call is a named forward (a loss)
+        self.thread = threading.get_ident()  # phases follow the thread that started attribution
+        self.env_self: Any = None  # the env whose step or reset is the open env phase
+        self.env_ids: dict[type, str] = {}  # registered env id of each env class stepped at top level
+        self.shadowed: list[tuple[Any, str]] = []  # (weak env, method) given back their unwrapped method
+        self.unshadowable: set[type] = set()  # env classes whose instances take no attribute (autohooks.shadow)
+        self.extras: bool | int = False
+        self.refresh_extras()
+        self.t = self.t_begin = _clock()
+
+    # --- the clock ------------------------------------------------------------------------------------------------
+    def _synced_now(self) -> float:
+        self.sync()  # type: ignore[misc]
+        return _clock()
+
+    def _book(self, now: float) -> None:
+        top = self.stack[-1] if self.stack else ""
+        self.excl[top] = self.excl.get(top, 0.0) + (now - self.t)
+        self.t = now
+
+    def refresh_extras(self) -> None:
+        """Whether any per-transition extra is on (trace, profiler ranges, memory marks, op counting).
+
+        :data:`MEMORY_ONLY` when memory marks are the only one: they act on top-level phases alone, and only on each
+        one's first :data:`MEMORY_MARKS` occurrences in the iteration, so the compiled hooks keep their inline
+        transition for every other phase change (``rlbench/profiling/_fastevent.c``).
+        """
+        others = self.trace is not None or self.rf_on or self.counter is not None or bool(self.ranges)
+        self.extras = True if others else MEMORY_ONLY if self.mem_on else False
+
+    # --- frames ---------------------------------------------------------------------------------------------------
+    def _new_path(self, parent: str, name: str, layer: str) -> str:
+        if not parent:
+            path = name
+        elif "/" in name and parent.rsplit("/", 1)[-1] == name.split("/", 1)[0]:
+            path = f"{parent}/{name.split('/', 1)[1]}"  # "train/forward" inside "train" is "train/forward"
+        else:
+            path = f"{parent}/{name}"
+        self._paths[(parent, name)] = path
+        self.layers.setdefault(path, layer)
+        return path
+
+    def _push(self, name: str, layer: str, kind: int, now: float) -> None:
+        # the hot path of every transition: one dict lookup for the path, the rest only when an extra is on
+        stack = self.stack
+        top = stack[-1] if stack else ""
+        self.excl[top] += now - self.t
+        self.t = now
+        if self.merged:  # calls merged into the phase below count as its own
+            self._flush_merged(top)
+        path = self._paths.get((top, name)) or self._new_path(top, name, layer)
+        stack.append(path)
+        self.parent = top
+        self.kinds.append(kind)
+        if self.extras:
+            self._push_extras(path, now)
+
+    def _push_extras(self, path: str, now: float) -> None:
+        stack = self.stack
+        if len(stack) == 1 and self.mem_on and self._mem_left.get(path, MEMORY_MARKS) > 0:
+            self._memory_mark("")
+        if self.trace is not None:
+            self.starts.append(now)
+        if self.counter is not None:
+            self.counter.phase = path
+        if self.rf_on:
+            import torch
+
+            rf = torch.autograd.profiler.record_function(f"rlbench/{path}")
+            rf.__enter__()
+            self.ranges.append((len(stack), rf))
+
+    def _pop(self, now: float) -> None:
+        stack = self.stack
+        path = stack.pop()
+        self.parent = stack[-2] if len(stack) > 1 else ""
+        self.kinds.pop()
+        self.excl[path] += now - self.t
+        self.t = now
+        if self.merged:
+            self._flush_merged(path)
+        self.enters[path] += 1
+        if self.extras:
+            self._pop_extras(path, now)
+
+    def _flush_merged(self, path: str) -> None:
+        self.enters[path] += self.merged
+        self.merges += self.merged
+        self.merged = 0
+
+    def _pop_extras(self, path: str, now: float) -> None:
+        stack = self.stack
+        if self.ranges and self.ranges[-1][0] == len(stack) + 1:
+            self.ranges.pop()[1].__exit__(None, None, None)
+        if self.trace is not None:
+            start = self.starts.pop()
+            if len(self.trace) < self.trace_limit:
+                self.trace.append(TraceEvent(path, start, now))
+            else:
+                self.trace_dropped += 1
+        if not stack and self.mem_on:
+            left = self._mem_left.get(path, MEMORY_MARKS)
+            if left > 0:
+                self._mem_left[path] = left - 1
+                self._memory_mark(path)
+        if self.counter is not None:
+            self.counter.phase = stack[-1] if stack else "other"
+
+    def _memory_mark(self, path: str) -> None:
+        """Book peak-RSS growth since the last mark to ``path`` (``""`` for growth outside any phase)."""
+        self.mem_marks += 1
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _RSS_UNIT
+        if rss > self._rss0:
+            if self._rss0:
+                self.mem_bytes[path] = self.mem_bytes.get(path, 0.0) + (rss - self._rss0)
+            self._rss0 = rss
+        if self._cuda:
+            import torch
+
+            if path:
+                peak = float(torch.cuda.max_memory_allocated())
+                self.cuda_peak_bytes[path] = max(self.cuda_peak_bytes.get(path, 0.0), peak)
+            torch.cuda.reset_peak_memory_stats()
+
+    def _close_sticky(self, now: float) -> None:
+        if self.kinds and self.kinds[-1] == STICKY:
+            self._pop(now)
+
+    # --- automatic events (called by the hooks) -------------------------------------------------------------------
+    def _settle(self) -> None:
+        """Close the automatic phase left pending by :meth:`exit` at the time it really ended."""
+        if self.pending:
+            self.pending = False
+            self._pop(self.t_exit)
+
+    def enter(self, name: str, layer: str, role: int, now: float | None = None) -> bool:
+        """Open automatic phase ``name`` (the caller checked ``depth == 0``); ``role`` drives iteration detection.
+
+        Agent steps are not counted here: the env hook adds them after its call returns
+        (:func:`rlbench.profiling.autohooks.env_wrapper`), so an iteration boundary snapshots the steps before it.
+
+        Returns:
+            Whether an automatic phase is now open on top, so that :meth:`exit` has one to end (a transfer inside
+            the sticky forward opens none).
+        """
+        if now is None:
+            now = self._now()
+        self.depth = 1
+        if self.pending:
+            self.pending = False
+            t_exit = self.t_exit
+            if name == self.auto_name and (now - t_exit < MERGE_GAP_S or (role == INFER and self.t >= self.block_t > 0.0)):
+                # the same kind again (for inference, also anywhere inside the grad-mode block it opened in): one phase
+                self.merged += 1
+                if self.counter is not None:
+                    self.counter.phase = self.stack[-1]
+                return True
+            self._pop(t_exit)
+            if role == INFER and self.hint > t_exit:
+                now = self.hint
+        kinds = self.kinds
+        if kinds and kinds[-1] == STICKY:
+            if role == NEST:  # a transfer inside the loss computation counts as forward
+                return False
+            self._pop(now)
+        if role == ENV:
+            if self.started is None or self.updated:
+                self._new_iteration(now)
+        elif role == UPDATE:
+            self.updated = True
+        self._push(name, layer, AUTO, now)
+        self.auto_name = name
+        return True
+
+    def exit(self, now: float | None = None) -> None:
+        """End what :meth:`enter` opened: the phase is closed lazily, at the next event (see :data:`MERGE_GAP_S`)."""
+        self.depth = 0
+        kinds = self.kinds
+        if kinds and kinds[-1] == AUTO:
+            self.t_exit = self._now() if now is None else now
+            self.pending = True
+            if self.counter is not None:
+                self.counter.phase = self.stack[-2] if len(self.stack) > 1 else "other"
+
+    def enter_forward(self, name: str = FORWARD, now: float | None = None) -> None:
+        """A module called with grad enabled at depth 0: open (or stay in) the sticky training forward ``name``.
+
+        When the call returns the hook only clears ``depth``: the forward stays open for the loss computation."""
+        self.depth = 1
+        self._settle()
+        if self.kinds and self.kinds[-1] == STICKY:
+            if self.stack[-1].endswith(name):
+                self.passthrough += 1
+                return
+            if now is None:
+                now = self._now()
+            self._pop(now)
+        elif now is None:
+            now = self._now()
+        self._push(name, "update", STICKY, now)
+
+    # --- explicit phases ------------------------------------------------------------------------------------------
+    def open_explicit(self, name: str, layer: str, starts_iteration: bool = False) -> None:
+        """Open an explicit phase (always opens; automatic phases inside it open again as its children)."""
+        now = self._now()
+        self._settle()
+        self._close_sticky(now)
+        if starts_iteration and (self.started is None or self.updated):
+            self._new_iteration(now)
+        self.saved_depth.append(self.depth)
+        self.depth = 0
+        self.rf_on = self.profiler_enabled()
+        self.refresh_extras()
+        self._push(name, layer, EXPLICIT, now)
+
+    def close_explicit(self) -> None:
+        """Close the innermost explicit phase (and a sticky forward left open inside it)."""
+        now = self._now()
+        self._settle()
+        self._close_sticky(now)
+        while self.kinds and self.kinds[-1] != EXPLICIT:  # an automatic phase left open by an exception
+            self._pop(now)
+        if self.kinds:
+            self._pop(now)
+            self.depth = self.saved_depth.pop() if self.saved_depth else 0
+
+    # --- iterations -----------------------------------------------------------------------------------------------
+    def _new_iteration(self, now: float) -> None:
+        self._book(now)
+        if self.started is None:
+            self.started = now
+            self.excl.clear()  # what ran before the first env event is start-up, not training
+        self._cuda = _cuda_initialized()
+        index = len(self.iterations)
+        self.iterations.append(IterationMark(now, self.steps, dict(self.excl)))
+        self.updated = False
+        self.mem_on = self.memory and (index < MEMORY_FIRST or index % MEMORY_EVERY == 0)
+        self._mem_left.clear()
+        self.rf_on = self.profiler_enabled()
+        if self.counter is not None:
+            self._stop_counting()
+        elif self.count_iteration is not None and index == self.count_iteration:
+            self.mem_on = False  # the dispatch mode's own allocations are not the script's
+            self._start_counting()
+        self.refresh_extras()
+
+    def _start_counting(self) -> None:
+        from rlbench.instrument.counters import OpCounter
+
+        self.counter = OpCounter()
+        self.counter.phase = self.stack[-1] if self.stack else "other"
+        self.counter.__enter__()
+        self.slow = True
+
+    def _stop_counting(self) -> None:
+        counter, self.counter = self.counter, None
+        self.slow = False
+        counter.__exit__(None, None, None)
+        self.counted = {
+            "ops": dict(counter.ops),
+            "syncs": dict(counter.syncs),
+            "copies": dict(counter.copies),
+            "flops": dict(counter.flops),
+        }
+        self.matmuls = {phase: dict(per) for phase, per in counter.matmuls.items()}
+
+    def finish(self) -> Attribution:
+        """Close every open phase, stop counting, and return what was measured."""
+        now = self._now()
+        self.slow = True  # a hooked call still running (the session ended inside it) must not leave a phase pending
+        self._settle()
+        while self.stack:
+            self._pop(now)
+        self._book(now)
+        if self.counter is not None:  # the counted iteration never ended: its counts are incomplete
+            self.counter.__exit__(None, None, None)
+            self.counter = None
+            self.counted = {}
+            self.matmuls = {}
+            counted = None
+        else:
+            counted = self.count_iteration if self.counted else None
+        return Attribution(
+            started=self.started if self.started is not None else self.t_begin,  # no env event: all of it is the run
+            ended=now,
+            excl=dict(self.excl),
+            enters=dict(self.enters),
+            layers=dict(self.layers),
+            steps=self.steps,
+            iterations=list(self.iterations),
+            mem_bytes=dict(self.mem_bytes),
+            cuda_peak_bytes=dict(self.cuda_peak_bytes),
+            transitions=2 * (sum(self.enters.values()) - self.merges),  # each phase opened once is a push and a pop
+            passthrough=self.passthrough,
+            merges=self.merges,
+            mem_marks=self.mem_marks,
+            counted_iteration=counted,
+            counts=self.counted,
+            matmuls=self.matmuls,
+            trace=list(self.trace or []),
+            trace_dropped=self.trace_dropped,
+            env_ids=sorted({i for i in self.env_ids.values() if i}),
+            synchronized=self.sync is not None,
+        )
+
+
+def _false() -> bool:
+    return False
+
+
+def _cuda_initialized() -> bool:
+    import sys
+
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
+
+
+# --- the active attributor and explicit phases --------------------------------------------------------------------
+class _Active:
+    attributor: Attributor | None = None
+
+
+ACTIVE = _Active()
+
+
+def activate(attributor: Attributor | None) -> None:
+    """Make ``attributor`` the one explicit phases and hooks report to (``None``: none)."""
+    ACTIVE.attributor = attributor
+
+
+class phase:
+    """Name a phase of your code: a context manager, or a decorator.
+
+    Inside ``rlbench profile`` (or a :func:`rlbench.session`) the time is booked to ``name`` (slashes nest:
+    ``"replay/sample"``); automatic phases inside it (env steps, module calls, backward) become its children.
+    Elsewhere it costs one attribute test and does nothing, so it can stay in the code.
+
+    Args:
+        name: The phase's name.
+        layer: Report layer (``environment``, ``inference``, ``advantage``, ``update``, ``replay``, ``transfer``,
+            ``other``); guessed from the name when omitted (``gae`` → advantage).
+    """
+
+    __slots__ = ("layer", "name")
+
+    def __init__(self, name: str, layer: str | None = None) -> None:
+        if not isinstance(name, str) or not name.strip("/") or "//" in name:
+            raise ValueError(f"rlbench.phase: a phase name is a non-empty string like 'gae' or 'replay/sample', got {name!r}")
+        self.name = name.strip("/")
+        self.layer = layer or ""  # "": the records name it from the phase's name (rlbench.results.metrics.guess_layer)
+
+    def __enter__(self) -> phase:
+        a = ACTIVE.attributor
+        if a is not None:
+            a.open_explicit(self.name, self.layer)
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        a = ACTIVE.attributor
+        if a is not None:
+            a.close_explicit()
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        name, layer = self.name, self.layer
+
+        @wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            a = ACTIVE.attributor
+            if a is None:
+                return fn(*args, **kwargs)
+            a.open_explicit(name, layer)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                a.close_explicit()
+
+        return timed

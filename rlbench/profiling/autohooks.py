@@ -1,0 +1,608 @@
+"""The hooks that feed an :class:`~rlbench.profiling.attribution.Attributor` from unmodified training code.
+
+:func:`install` wraps, for the time of a profile (and :func:`uninstall` restores exactly what it replaced):
+
+* gymnasium ``Env``/``VectorEnv`` ``step`` and ``reset`` of every class, those defined later included
+  (``env/step``, ``env/reset``; agent steps from a vector env's ``num_envs``), except the pure forwarding ones of
+  ``Wrapper`` and ``VectorWrapper`` (the env they forward to is timed);
+* ``torch.nn.Module.__call__``: with grad disabled a call is ``inference``; with grad enabled it opens the sticky
+  ``train/forward``;
+* ``torch.no_grad`` and ``torch.inference_mode`` (``__enter__``, ``__exit__``): not events, but marks that stretch
+  the ``inference`` phase of the module calls a block wraps over the whole block (the distribution built and
+  sampled between them included); inside the training forward they do nothing;
+* ``torch.autograd.backward`` / ``grad`` (``train/backward``), and ``train/optimizer`` for every optimizer's whole
+  ``step``, ``zero_grad`` and ``clip_grad_norm_``;
+* ``Tensor.item``, ``.tolist``, ``.numpy``, and host data becoming a tensor: ``torch.tensor``,
+  ``torch.as_tensor``, ``torch.from_numpy`` and the legacy ``torch.Tensor(data)``; where an accelerator is
+  available, also ``.cpu``, ``.cuda`` and ``.to`` with a device (``transfer``). On a CPU-only machine those three
+  are casts or no-ops, not transfers.
+
+Every wrapper starts with one test: when an automatic phase is already open (``depth``) or the call comes from
+another thread, it calls straight through (counted in ``passthrough``, for the overhead estimate, except nested
+module calls, which cost what torch's own ``__call__`` costs).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from rlbench.profiling.attribution import ENV, FORWARD, INFER, MEMORY_MARKS, MERGE_GAP_S, NEST, UPDATE, Attributor
+
+try:  # the hot path in C, where the extension was built (pip builds it wherever a C compiler is found)
+    from rlbench.profiling import _fastevent
+except ImportError:  # pragma: no cover - a pure-Python install: the Python wrappers, the same results, slower
+    _fastevent = None  # type: ignore[assignment]
+
+_get_ident = threading.get_ident
+_perf_counter = time.perf_counter
+# the compiled hooks read CLOCK_MONOTONIC themselves where time.perf_counter is that clock (Linux), as CPython does
+_MONOTONIC = sys.platform.startswith("linux") and time.get_clock_info("perf_counter").implementation.startswith(
+    "clock_gettime(CLOCK_MONOTONIC)"
+)
+# batches of an env hook (how many agent steps one call takes), as the compiled hook knows them
+NOT_ENV, BATCH_NONE, BATCH_ONE, BATCH_VECTOR, BATCH_CALL = -1, 0, 1, 2, 3  # (BATCH_CALL: ask the env hook's batch())
+MARK_ENTER, MARK_EXIT = 1, 2  # the compiled hooks of a grad-mode block's __enter__ and __exit__
+PURE_PYTHON_ENV = "RLBENCH_PURE_PYTHON_HOOKS"  # set (non-empty): install the Python wrappers, not the compiled hooks
+_Restore = list[tuple[Any, str, Any, bool]]  # (owner, attribute, original, was in owner.__dict__)
+
+
+def replace_attr(restore: _Restore, owner: Any, name: str, value: Any) -> None:
+    """Set ``owner.name = value``, remembering in ``restore`` what :func:`uninstall` must put back."""
+    if isinstance(owner, type):  # keep the raw attribute: a staticmethod or classmethod must come back as one
+        had = name in vars(owner)
+        original = vars(owner).get(name)
+    else:
+        had = hasattr(owner, name)
+        original = getattr(owner, name, None)
+    restore.append((owner, name, original, had))
+    setattr(owner, name, value)
+
+
+def event_wrapper(
+    a: Attributor,
+    fn: Callable[..., Any],
+    name: str,
+    layer: str,
+    role: int,
+    *,
+    model: bool = False,
+    skip: int = 0,
+    copy_metadata: bool = True,
+) -> Callable[..., Any]:
+    """``fn`` timed as automatic phase ``name`` (no agent steps counted).
+
+    Args:
+        model: A module call: with grad enabled it opens the sticky training forward instead.
+        skip: Calls that are not events, tested inline (a callback would cost a frame on every call):
+            :data:`SKIP_CAST` a ``Tensor.to`` with only a dtype; :data:`SKIP_NO_DATA` a ``Tensor.__new__`` given a
+            shape or nothing; 0 none.
+        copy_metadata: Copy ``fn``'s name and docstring (``functools.wraps``). Without, the hook is a function:
+            the compiled hook as a builtin function, or the Python wrapper.
+
+    Returns:
+        The compiled hook (:func:`native`) standing for the Python wrapper of :func:`python_event`, or that wrapper
+        itself where the extension is not built or ``RLBENCH_PURE_PYTHON_HOOKS`` is set.
+    """
+    event, paths, path_under = python_event(a, fn, name, layer, role, model=model, skip=skip)
+    event.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
+    hook = native(a, fn, event, name, layer, role, paths, path_under, model=model, skip=skip)
+    if not copy_metadata:  # a function, as torch.compile's polyfill registry requires of Tensor.__new__
+        return event if hook is event else hook.as_function()  # type: ignore[attr-defined]
+    wraps(fn)(event)
+    return _dressed(hook, event, fn)
+
+
+def _dressed(hook: Callable[..., Any], python: Callable[..., Any], fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A compiled ``hook`` given ``fn``'s name and docstring, and the mark :func:`uninstall` unwraps by."""
+    if hook is not python:
+        wraps(fn)(hook)
+        hook.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
+    return hook
+
+
+def python_event(
+    a: Attributor, fn: Callable[..., Any], name: str, layer: str, role: int, *, model: bool = False, skip: int = 0
+) -> tuple[Callable[..., Any], dict[str, str], Callable[[str], str]]:
+    """The Python wrapper of :func:`event_wrapper` (the reference the compiled hook follows line for line).
+
+    The clock is read first thing after the pass-through test and last thing after ``fn`` returns, so the
+    wrapper's own work falls inside the phase it opens, as it does inside a hand timer around the call.
+
+    The common cases run inline, without a call into the attributor: a call of the same kind within
+    :data:`MERGE_GAP_S` of the last one continues it, a call of another kind replaces the pending phase on the stack,
+    and the end of a call only marks the time (the phase closes lazily, at the next event). Everything else (the
+    first phase under a parent, op counting, traces, memory marks) goes through :meth:`Attributor.enter` and
+    :meth:`Attributor.exit`. Where the extension is not built this is the profiler's hot path, so it is written for
+    the fewest bytecodes: measured with cachegrind in ``python -m rlbench.suites.scripts.accuracy``.
+
+    Returns:
+        The wrapper, its path cache (parent path -> this phase's path under it) and what fills that cache.
+    """
+    clock = a.clock
+    thread = a.thread
+    gap = MERGE_GAP_S
+    grad_enabled = _grad_enabled() if model else None
+    infer, update, env = role == INFER, role == UPDATE, role == ENV
+    paths: dict[str, str] = {}  # parent path -> this phase's path under it
+
+    def path_under(parent: str) -> str:
+        path = paths[parent] = a._paths.get((parent, name)) or a._new_path(parent, name, layer)
+        return path
+
+    if skip:
+        import torch
+
+        dtype, tensor_cls, shape_like = torch.dtype, torch.Tensor, (int, torch.Size)
+
+    def event(*args: Any, **kwargs: Any) -> Any:
+        if (
+            a.depth
+            or _get_ident() != thread
+            or (
+                skip
+                and (
+                    ("device" not in kwargs and (len(args) < 2 or isinstance(args[1], dtype)))  # .to(dtype): a cast
+                    if skip == SKIP_CAST
+                    else (len(args) < 2 or args[0] is not tensor_cls or isinstance(args[1], shape_like))  # no data
+                )
+            )
+        ):
+            a.passthrough += 1
+            return fn(*args, **kwargs) if kwargs else fn(*args)
+        now = clock()
+        if grad_enabled is not None and grad_enabled():
+            a.enter_forward(a.forward_names.get(type(args[0]), FORWARD) if a.forward_names else FORWARD, now)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                a.depth = 0  # the forward stays open (sticky) for the loss computation
+        if a.pending and name == a.auto_name and (now - a.t_exit < gap or (infer and a.t >= a.block_t > 0.0)) and not a.slow:
+            a.pending = False  # the same kind again: one phase (the common case of Attributor.enter, inline)
+            a.merged += 1
+            a.depth = 1
+        elif a.pending and not a.extras and (not env or not (a.updated or a.started is None)):
+            # the common transition: the pending phase closes at its t_exit and this one takes its place on the
+            # stack (what Attributor.enter does with a pop and a push, without their calls and list resizing); an
+            # env event that starts an iteration goes through enter()
+            a.pending = False
+            a.depth = 1
+            stack = a.stack
+            old = stack[-1]
+            excl = a.excl
+            t_exit = a.t_exit
+            if infer and a.hint > t_exit:  # a no_grad block was entered for this call: it starts there
+                now = a.hint
+            excl[old] += t_exit - a.t
+            merged = a.merged
+            if merged:
+                a.merges += merged
+                a.merged = 0
+            a.enters[old] += merged + 1
+            parent = a.parent
+            excl[parent] += now - t_exit
+            a.t = now
+            stack[-1] = paths.get(parent) or path_under(parent)
+            if update:
+                a.updated = True
+            a.auto_name = name
+        elif not a.enter(name, layer, role, now):  # a transfer inside the training forward: part of it
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                a.depth = 0
+        try:
+            return fn(*args, **kwargs) if kwargs else fn(*args)
+        finally:
+            if a.slow:  # counting ops, or the attribution has finished: the careful way
+                a.exit()
+            else:  # Attributor.exit, inline: the phase on top is the one this call opened or continued
+                a.depth = 0
+                a.t_exit = clock()
+                a.pending = True
+
+    return event, paths, path_under
+
+
+def native(
+    a: Attributor,
+    fn: Callable[..., Any],
+    fallback: Callable[..., Any],
+    name: str,
+    layer: str,
+    role: int,
+    paths: dict[str, str],
+    path_under: Callable[[str], str],
+    *,
+    model: bool = False,
+    skip: int = 0,
+    batch: int = NOT_ENV,
+    batch_fn: Callable[[Any], int] | None = None,
+    mark: int = 0,
+) -> Callable[..., Any]:
+    """The compiled hook (``rlbench.profiling._fastevent.Event``) standing for the Python wrapper ``fallback``.
+
+    It runs the wrapper's common cases in C, without a Python frame (pass-through, merge, transition, lazy exit),
+    and calls ``fallback`` or the attributor for everything else. It shares the attributor's state (its slots) and
+    the wrapper's path cache, so the two can serve calls in any mix. Returns ``fallback`` itself where the extension
+    is not built (a pure-Python install) or ``RLBENCH_PURE_PYTHON_HOOKS`` is set.
+    """
+    if not native_available():
+        return fallback
+    types: dict[str, Any] = {}
+    if model:  # the training forward it opens, or continues while open (enter_forward's pass-through, in C)
+        types.update(grad_enabled=_grad_enabled(), forward=FORWARD)
+    if skip:
+        import torch
+
+        types.update(dtype=torch.dtype, tensor_cls=torch.Tensor, shape_like=(int, torch.Size))
+    if batch == BATCH_CALL:
+        types["batch_fn"] = batch_fn
+    return _fastevent.Event(
+        a, fn, fallback, name, layer, role, a.clock, a.thread, paths, path_under, MERGE_GAP_S,
+        skip=skip, model=model, batch=batch, mark=mark, direct_clock=a.clock is _perf_counter and _MONOTONIC,
+        memory_marks=MEMORY_MARKS, **types,
+    )  # fmt: skip
+
+
+def native_available() -> bool:
+    """Whether hooks installed now are the compiled ones (the extension is built and not switched off)."""
+    return _fastevent is not None and not os.environ.get(PURE_PYTHON_ENV)
+
+
+SKIP_CAST, SKIP_NO_DATA = 1, 2
+
+
+def _grad_enabled() -> Callable[[], bool]:
+    import torch
+
+    return torch.is_grad_enabled
+
+
+def env_wrapper(a: Attributor, fn: Callable[..., Any], name: str, batch: Callable[[Any], int] | None) -> Callable[..., Any]:
+    """An env method timed as ``name``; ``batch(self)`` gives the agent steps one call takes (``None``: a reset).
+
+    An env called *inside another env's* phase (a wrapper's inner env, a vector env's sub-envs) is part of that env:
+    its instance gets the original method back as an instance attribute (:func:`shadow`), so the calls that follow
+    skip this wrapper altogether instead of passing through it on every step.
+    """
+    method = fn.__name__
+    timed, paths, path_under = python_event(a, fn, name, "environment", ENV)
+
+    @wraps(fn)
+    def env_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if a.depth or _get_ident() != a.thread:
+            a.passthrough += 1
+            outer = a.env_self
+            if a.depth and outer is not None and outer is not self and getattr(type(self), method, None) is hook:
+                shadow(a, self, method, fn)  # (not a subclass's super().step(), which would shadow its own step)
+            return fn(self, *args, **kwargs)
+        a.env_self = self
+        if type(self) not in a.env_ids:
+            a.env_ids[type(self)] = env_id(self)
+        try:
+            out = timed(self, *args, **kwargs)
+        finally:
+            a.env_self = None
+        if batch is not None:  # after the call: an iteration boundary it made snapshots the steps before it
+            a.steps += batch(self)
+        return out
+
+    env_call.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
+    code = {None: BATCH_NONE, _one: BATCH_ONE, vector_batch: BATCH_VECTOR}.get(batch, BATCH_CALL)
+    hook = native(a, fn, env_call, name, "environment", ENV, paths, path_under, batch=code, batch_fn=batch)
+    return _dressed(hook, env_call, fn)
+
+
+def env_id(env: Any) -> str:
+    """The registered id of a gymnasium env, a vector env or a Stable-Baselines3 VecEnv of them (``""``: unknown)."""
+    for candidate in (env, getattr(env, "unwrapped", None), *(getattr(env, "envs", None) or ())[:1]):
+        spec = getattr(candidate, "spec", None)
+        if spec is None:
+            spec = getattr(getattr(candidate, "unwrapped", None), "spec", None)
+        if isinstance(getattr(spec, "id", None), str):
+            return str(spec.id)
+    return ""
+
+
+def shadow(a: Attributor, env: Any, method: str, fn: Callable[..., Any]) -> None:
+    """Give ``env`` its unwrapped ``method`` as an instance attribute (undone by :func:`uninstall`).
+
+    Set and removed with ``object.__setattr__``/``__delattr__``, never through ``vars(env)``: reading an instance's
+    ``__dict__`` turns CPython's inline attribute values into a real dict, and every attribute access of that object
+    (a wrapper reads ``self.env`` and its counters on each step) then misses the interpreter's specialised paths:
+    cachegrind counted a small method call at 2,291 instructions after ``vars(obj)`` against 1,097 before and 1,282
+    with ``object.__setattr__``. An object that takes no attribute (``__slots__``) keeps passing through.
+    """
+    if type(env) in a.unshadowable:
+        return
+    try:
+        object.__setattr__(env, method, fn.__get__(env, type(env)))
+    except (AttributeError, TypeError):
+        a.unshadowable.add(type(env))
+        return
+    a.shadowed.append((weakref.ref(env), method))
+
+
+def _module_call_wrapper(a: Attributor) -> Callable[..., Any]:
+    """``nn.Module.__call__``, whose nested calls (a model's sub-modules) are by far the most frequent hooked calls.
+
+    A nested call (or one from another thread) does what torch's own ``_wrapped_call_impl`` does, in the same one
+    frame, after a single attribute test: it costs what an unprofiled call costs, so it is not counted among the
+    pass-throughs. A top-level call goes on to the event (:func:`event_wrapper`).
+    """
+    import torch
+
+    original = torch.nn.Module.__call__
+    event = event_wrapper(a, original, "inference", "inference", INFER, model=True)
+    if original is not getattr(torch.nn.Module, "_wrapped_call_impl", None) or not hasattr(torch.nn.Module, "_call_impl"):
+        return event  # another torch: the generic wrapper, whose pass-through calls __call__ as it was
+    if native_available():
+        return event  # the compiled hook: its nested call is torch's own _wrapped_call_impl, called from C
+    thread = a.thread
+
+    @wraps(original)
+    def module_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if a.depth or _get_ident() != thread:
+            if self._compiled_call_impl is not None:  # torch's own _wrapped_call_impl, line for line
+                return self._compiled_call_impl(*args, **kwargs)
+            return self._call_impl(*args, **kwargs)
+        return event(self, *args, **kwargs)
+
+    module_call.__rlbench_wrapped__ = original  # type: ignore[attr-defined]
+    return module_call
+
+
+def vector_batch(env: Any) -> int:
+    return int(env.num_envs)
+
+
+def _one(env: Any) -> int:
+    return 1
+
+
+class Hooks:
+    """What :func:`install` changed, to undo it."""
+
+    def __init__(self, a: Attributor) -> None:
+        self.a = a
+        self.restore: _Restore = []
+        self.import_hook: Any = None
+
+    def wrap_env_class(self, cls: type, batch: Callable[[Any], int], delegates: tuple[type, ...] = ()) -> None:
+        """Wrap ``step``/``reset`` defined in ``cls`` itself (inherited ones are wrapped where they are defined).
+
+        Classes in ``delegates`` keep theirs: gymnasium's ``Wrapper`` and ``VectorWrapper`` only forward the call to
+        ``self.env``, whose own method is hooked, so wrapping them times nothing more. They are reached through
+        ``super().step()`` from most wrappers (``RecordEpisodeStatistics``, ``OrderEnforcing``), a class lookup no
+        instance attribute can shadow: wrapped, they were about 8 pass-throughs per step of a 4-env CleanRL loop.
+        """
+        if cls in delegates:
+            return
+        for method, name in (("step", "env/step"), ("reset", "env/reset")):
+            fn = vars(cls).get(method)
+            if fn is None or not callable(fn) or hasattr(fn, "__rlbench_wrapped__"):
+                continue
+            replace_attr(self.restore, cls, method, env_wrapper(self.a, fn, name, batch if method == "step" else None))
+
+
+def all_subclasses(root: type) -> list[type]:
+    """``root`` and every class derived from it, at any depth."""
+    out, todo = [], [root]
+    while todo:
+        cls = todo.pop()
+        out.append(cls)
+        todo.extend(cls.__subclasses__())
+    return out
+
+
+def _install_gymnasium(h: Hooks) -> None:
+    try:
+        import gymnasium
+        from gymnasium.vector import VectorEnv, VectorWrapper
+    except ImportError:
+        return
+    delegates = (gymnasium.Wrapper, VectorWrapper)
+    for root, batch in ((gymnasium.Env, _one), (VectorEnv, vector_batch)):
+        for cls in all_subclasses(root):
+            h.wrap_env_class(cls, batch, delegates)
+
+        def init_subclass(cls: type, _root: type = root, _batch: Callable[[Any], int] = batch, **kwargs: Any) -> None:
+            super(_root, cls).__init_subclass__(**kwargs)  # typing.Generic's bookkeeping
+            h.wrap_env_class(cls, _batch)
+
+        replace_attr(h.restore, root, "__init_subclass__", classmethod(init_subclass))
+
+
+def _install_torch(h: Hooks) -> None:
+    import torch
+
+    a = h.a
+    a.profiler_enabled = torch._C._autograd._profiler_enabled
+    a.rf_on = a.profiler_enabled()
+    a.refresh_extras()
+    replace_attr(h.restore, torch.nn.Module, "__call__", _module_call_wrapper(a))
+    _install_grad_modes(h)
+    for name in ("backward", "grad"):
+        backward = event_wrapper(a, getattr(torch.autograd, name), "train/backward", "update", UPDATE)
+        replace_attr(h.restore, torch.autograd, name, backward)
+    _install_optimizer_steps(h)
+    for owner in (torch.optim.Optimizer, torch.nn.Module):
+        replace_attr(h.restore, owner, "zero_grad", event_wrapper(a, owner.zero_grad, "train/optimizer", "update", UPDATE))
+    clip = event_wrapper(a, torch.nn.utils.clip_grad_norm_, "train/optimizer", "update", UPDATE)
+    replace_attr(h.restore, torch.nn.utils, "clip_grad_norm_", clip)
+    replace_attr(h.restore, torch.nn.utils.clip_grad, "clip_grad_norm_", clip)
+    replace_attr(h.restore, torch.Tensor, "__new__", staticmethod(_tensor_new_wrapper(a)))
+    for name in ("tensor", "as_tensor", "from_numpy"):  # host data becoming a tensor (on a device, a copy to it)
+        replace_attr(h.restore, torch, name, event_wrapper(a, getattr(torch, name), "transfer", "transfer", NEST))
+    moves = _moves_data()
+    for method in ("item", "tolist", "numpy", *(("cpu", "cuda") if moves else ())):
+        replace_attr(
+            h.restore, torch.Tensor, method, event_wrapper(a, getattr(torch.Tensor, method), "transfer", "transfer", NEST)
+        )
+    if moves:  # a transfer when it names a device or another tensor; a dtype cast is not
+        to = event_wrapper(a, torch.Tensor.to, "transfer", "transfer", NEST, skip=SKIP_CAST)
+        replace_attr(h.restore, torch.Tensor, "to", to)
+
+
+def _install_grad_modes(h: Hooks) -> None:
+    """``torch.no_grad`` and ``torch.inference_mode``: a block around inference belongs to that inference.
+
+    ``with torch.no_grad(): action, logp, value = agent.act(obs)`` is what a person times by hand as inference:
+    the module calls, the distribution built from their output and sampled, and the grad-mode switch in and out. The
+    blocks are not events (an event costs a phase transition or a merge): ``__enter__`` marks the time
+    (``Attributor.hint``, where an ``inference`` phase opened by the next hooked call starts instead, and
+    ``Attributor.block_t``); while the block is open, inference calls continue the inference phase opened inside it
+    however far apart they are (the distribution's work between the actor and the critic); ``__exit__`` extends a
+    pending inference phase that ended within the merge gap to the block's end (only then: CleanRL computes GAE
+    inside the block that bootstraps the last value). A block followed by another kind of event changes nothing,
+    and a nested block's exit ends the rule for the outer.
+    """
+    from torch.autograd import grad_mode
+
+    a = h.a
+    clock, thread, gap = a.clock, a.thread, MERGE_GAP_S
+
+    def marked_enter(enter: Callable[..., Any]) -> Callable[..., Any]:
+        @wraps(enter)
+        def begin(self: Any) -> Any:
+            if not a.depth and _get_ident() == thread:
+                a.hint = a.block_t = clock()
+            return enter(self)
+
+        begin.__rlbench_wrapped__ = enter  # type: ignore[attr-defined]
+        return begin
+
+    def extending_exit(leave: Callable[..., Any]) -> Callable[..., Any]:
+        @wraps(leave)
+        def end(self: Any, *args: Any) -> Any:
+            out = leave(self, *args)
+            if not a.depth and _get_ident() == thread:
+                if a.pending and a.auto_name == "inference":  # not the rest of a long block: CleanRL's GAE runs in one
+                    now = clock()
+                    if now - a.t_exit < gap:
+                        a.t_exit = now
+                a.block_t = 0.0
+            return out
+
+        end.__rlbench_wrapped__ = leave  # type: ignore[attr-defined]
+        return end
+
+    def compiled(python: Callable[..., Any], mark: int) -> Callable[..., Any]:
+        fn = python.__rlbench_wrapped__  # type: ignore[attr-defined]
+        # a mark opens no phase: no path cache to share (the compiled hook compares its name with the pending one)
+        return _dressed(native(a, fn, python, "inference", "inference", INFER, {}, str, mark=mark), python, fn)
+
+    for cls in (grad_mode.no_grad, grad_mode.inference_mode):
+        replace_attr(h.restore, cls, "__enter__", compiled(marked_enter(vars(cls)["__enter__"]), MARK_ENTER))
+        replace_attr(h.restore, cls, "__exit__", compiled(extending_exit(vars(cls)["__exit__"]), MARK_EXIT))
+
+
+def _install_optimizer_steps(h: Hooks) -> None:
+    """Time every optimizer's whole ``step`` (torch's own step wrapper, hooks and profiler range included).
+
+    torch wraps a class's ``step`` once, at its first instance (``Optimizer.profile_hook_step``): classes already
+    wrapped get ours around theirs now; the rest get it when torch wraps them. :func:`uninstall` unwraps both.
+    """
+    from torch.optim.optimizer import Optimizer
+
+    a = h.a
+    original = Optimizer.__dict__["profile_hook_step"].__func__
+
+    def profile_hook_step(func: Callable[..., Any]) -> Callable[..., Any]:
+        return event_wrapper(a, original(func), "train/optimizer", "update", UPDATE)
+
+    replace_attr(h.restore, Optimizer, "profile_hook_step", staticmethod(profile_hook_step))
+    for cls in all_subclasses(Optimizer):
+        step = vars(cls).get("step")
+        if step is not None and getattr(step, "hooked", False) and not hasattr(step, "__rlbench_wrapped__"):
+            replace_attr(h.restore, cls, "step", event_wrapper(a, step, "train/optimizer", "update", UPDATE))
+
+
+def _unwrap_optimizer_steps() -> None:
+    """Put back torch's own step wrapper on classes torch wrapped while profiling (ours was inside its assignment)."""
+    from torch.optim.optimizer import Optimizer
+
+    for cls in all_subclasses(Optimizer):
+        step = vars(cls).get("step")
+        if step is not None and hasattr(step, "__rlbench_wrapped__"):
+            inner = step.__rlbench_wrapped__
+            if getattr(step, "hooked", False):  # torch marked ours: without the mark it wraps the class again at the
+                inner.hooked = True  # next instance, and every profile in the process would nest one more wrapper
+            cls.step = inner
+
+
+def _tensor_new_wrapper(a: Attributor) -> Callable[..., Any]:
+    """``torch.Tensor(data)``, the legacy constructor scripts use on env output: a transfer when given data.
+
+    The wrapper keeps no metadata of ``Tensor.__new__`` and its signature stays ``(*args, **kwargs)`` (or none, for
+    the compiled hook): torch.compile's polyfill registry, which checks ``Tensor.__new__`` when ``torch._dynamo`` is
+    first imported (an optimizer's first step does it), accepts a wildcard in place of its own signature, but only
+    in a function, a builtin one included (``Event.as_function``).
+    """
+    import torch
+
+    return event_wrapper(a, torch._C.TensorBase.__new__, "transfer", "transfer", NEST, skip=SKIP_NO_DATA, copy_metadata=False)
+
+
+def _moves_data() -> bool:
+    """Whether ``Tensor.to``/``.cpu``/``.cuda`` can move data here: an accelerator (CUDA, MPS) is available.
+
+    Without one they are dtype casts or no-ops, not transfers, and are left unhooked: the CleanRL-style script calls
+    ``.to(device)`` and ``.cpu()`` about six times per step, each an event the profiler would pay for and book as
+    nothing. (``.numpy()``, ``.item()`` and tensors made from host data stay hooked: on a CPU they convert data.)
+    """
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    return bool(torch.cuda.is_available() or (mps is not None and mps.is_available()))
+
+
+def install(a: Attributor) -> Hooks:
+    """Install every automatic hook of gymnasium and torch for ``a`` (the labels of SB3 and TorchRL are
+    :func:`rlbench.profiling.libraries.install_labels`'s; :func:`rlbench.profiling.session.install_hooks` installs both).
+
+    Returns:
+        The installed hooks; pass them to :func:`uninstall`.
+    """
+    h = Hooks(a)
+    try:
+        _install_gymnasium(h)
+        _install_torch(h)
+    except BaseException:
+        uninstall(h)
+        raise
+    return h
+
+
+def uninstall(h: Hooks) -> None:
+    """Restore everything :func:`install` replaced, in reverse order."""
+    if h.import_hook is not None:
+        h.import_hook.remove()
+        h.import_hook = None
+    for owner, name, original, had in reversed(h.restore):
+        if had:
+            setattr(owner, name, original)
+        else:
+            try:
+                delattr(owner, name)
+            except AttributeError:
+                pass
+    if h.restore and "torch.optim" in sys.modules:
+        _unwrap_optimizer_steps()
+    h.restore = []
+    for ref, method in h.a.shadowed:
+        env = ref()
+        if env is not None:
+            try:
+                object.__delattr__(env, method)
+            except AttributeError:  # the script replaced or removed it itself
+                pass
+    h.a.shadowed.clear()
+    h.a.unshadowable.clear()
