@@ -50,8 +50,8 @@ class MicroConfig:
     select: str = option("pytest -k expression selecting benchmarks, e.g. 'numpy or numba'", default="")
     max_time: float = option("seconds pytest-benchmark spends per benchmark (more: tighter medians)", default=0.3)
     threads: int = option(
-        "torch/OpenMP intra-op threads in the benchmark process (1: on 2 shared cores an idle-spinning pool beside "
-        "microsecond calls slowed numba GAE 3.6 -> 6.1 us and NumPy GAE 36 -> 57 us)",
+        "torch/OpenMP intra-op threads in the benchmark process (default 1: an idle-spinning thread pool beside "
+        "microsecond calls slows them on a machine with few cores; measure both with --threads)",
         default=1,
     )
     timeout: float = option(
