@@ -171,14 +171,15 @@ def first_json(name):
     return None
 
 
-def cpu_model():
+def cpu_line():
+    """The machine as every record names it (rlbench's own fingerprint), or what Python knows if rlbench is broken."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+        from rlbench.results.fingerprint import machine_fingerprint
+
+        m = machine_fingerprint()
+        return f"{m['cpu']}, {m['cores']} cores; machine id `{m['id']}`"
+    except Exception as exc:  # noqa: BLE001 - the summary must be written whatever broke
+        return f"{platform.processor() or platform.machine()} (rlbench not importable: {exc})"
 
 
 try:
@@ -199,8 +200,6 @@ try:
     ).stdout.strip()
 except (OSError, subprocess.SubprocessError):
     driver = ""
-import os
-
 lines = [
     f"# Device check: `{device}`" + (" (quick dry run)" if quick == "1" else ""),
     "",
@@ -208,7 +207,7 @@ lines = [
     "",
     "|  |  |",
     "|---|---|",
-    f"| CPU | {cpu_model()}, {os.cpu_count()} cores |",
+    f"| CPU | {cpu_line()} |",
     f"| GPU | {gpu}{', driver ' + driver if driver else ''} |",
     f"| Software | {soft} |",
     f"| Profiler hooks | {hooks} |",
