@@ -183,8 +183,21 @@ def test_grad_mode_blocks_around_inference_count_as_inference(trace):
     assert 0.006 <= r.excl["inference"] < 0.006 + 0.01, r.excl
     assert r.excl[""] >= 0.02 and r.enters["train/forward"] == 1 and r.excl["train/forward"] >= 0.002
     if trace:  # the first phase ends at the block's __exit__, after the module call returned
-        first = next(e for e in r.trace if e.path == "inference")
-        assert first.end > returned
+        # The extension holds only if __exit__ follows the return within the 20 us merge gap: a preempted CI
+        # machine can stretch that once, never five times in a row. Removing the extension fails every try.
+        ends = []
+        for _ in range(5):
+            first = next(e for e in r.trace if e.path == "inference")
+            ends.append((first.end, returned))
+            if first.end > returned:
+                break
+            with Session(Settings(count_iteration=None, memory=False, trace_limit=trace)) as s:
+                x.numpy()
+                with torch.no_grad():
+                    net(x)
+                    returned = time.perf_counter()
+            r = s.outcome.attribution
+        assert first.end > returned, ends
 
 
 def test_inference_calls_inside_one_grad_mode_block_are_one_phase_however_far_apart():
