@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import sys
 import time
@@ -145,35 +146,33 @@ def profile_command(argv: list[str], t0: float) -> int:
     )
     check_options(opts)
     from rlbench.profiling.launcher import run_profile
-    from rlbench.report.plots import ChartWorker
 
     command_line = "rlbench profile " + shlex.join(argv)
     announce = None if (args.quiet or args.json) else _announcer(target.name, opts)
-    charts = ChartWorker()
-    try:
-        outcome = run_profile(target, opts, writer, meta={"command": command_line}, on_repeat=announce)
-        if outcome.interrupted:
-            what = "terminated (SIGTERM)" if outcome.exit_code == 143 else "interrupted"
-            print(
-                f"rlbench: {what}: {outcome.repeats_done} of {opts.repeats} repeats saved in {outcome.records_path}"
-                + (f"; `rlbench report {outcome.records_path}` renders them" if outcome.repeats_done else ""),
-                file=sys.stderr,
-            )
-            return outcome.exit_code
-        if outcome.error:
-            saved = (
-                f"{outcome.repeats_done} finished repeats saved in {outcome.records_path}"
-                if outcome.repeats_done
-                else "no repeat finished"
-            )
-            log = f"; its output is in {outcome.logs[-1]}" if outcome.logs else ""
-            print(f"rlbench: error: {target.name} {outcome.error}; {saved}{log}", file=sys.stderr)
-            return 1
-        from rlbench.report.kinds import render_run
+    outcome = run_profile(target, opts, writer, meta={"command": command_line}, on_repeat=announce)
+    if outcome.interrupted:
+        what = "terminated (SIGTERM)" if outcome.exit_code == 143 else "interrupted"
+        print(
+            f"rlbench: {what}: {outcome.repeats_done} of {opts.repeats} repeats saved in {outcome.records_path}"
+            + (f"; `rlbench report {outcome.records_path}` renders them" if outcome.repeats_done else ""),
+            file=sys.stderr,
+        )
+        return outcome.exit_code
+    if outcome.error:
+        saved = (
+            f"{outcome.repeats_done} finished repeats saved in {outcome.records_path}"
+            if outcome.repeats_done
+            else "no repeat finished"
+        )
+        log = f"; its output is in {outcome.logs[-1]}" if outcome.logs else ""
+        print(f"rlbench: error: {target.name} {outcome.error}; {saved}{log}", file=sys.stderr)
+        return 1
+    from rlbench.report.kinds import render_run
 
-        rendered = render_run(outcome.records_path, report_path, run_id=writer.run_id, worker=charts)
-    finally:
-        charts.close()
+    cost = _CommandCost(t0, outcome.child_s, outcome.child_rlbench_s)
+    # the profile report's one chart is a bar chart, drawn with Pillow in-process: no matplotlib worker to wait for
+    rendered = render_run(outcome.records_path, report_path, run_id=writer.run_id, finish=cost.fill)
+    _store_cost(writer, outcome, cost)
     summary: dict[str, Any] = rendered.summary()
     summary.update(
         {
@@ -185,6 +184,8 @@ def profile_command(argv: list[str], t0: float) -> int:
             "report": str(report_path),
             "trace": str(trace) if trace else None,
             "cli_wall_s": time.perf_counter() - t0,
+            "command_own_s": cost.own_s,
+            "hooks_share": cost.hooks_share,
         }
     )
     if args.json:
@@ -194,6 +195,43 @@ def profile_command(argv: list[str], t0: float) -> int:
 
         renderer(rendered.kind).print_summary(summary)
     return 0
+
+
+class _CommandCost:
+    """What the command itself cost, measured in this run: its wall from the CLI's start (``t0``) to the report
+    written, minus the script's own run in the child processes (their wall less rlbench's own work in them, which
+    each child measures and returns)."""
+
+    def __init__(self, t0: float, children_s: float, children_rlbench_s: float) -> None:
+        self.t0 = t0
+        self.children_s = children_s
+        self.script_s = children_s - children_rlbench_s
+        self.command_s = self.own_s = self.hooks_share = math.nan
+
+    def fill(self, text: str, records: list[Any]) -> str:
+        """``render_run``'s ``finish``: measure now (the charts are drawn, the report is about to be written) and put
+        the cost line where the report left its place."""
+        from rlbench.report.data import RunData
+        from rlbench.report.profiled import COMMAND_COST_MARK, command_cost_line
+        from rlbench.results.metrics import PROFILE_OVERHEAD_S
+
+        self.hooks_share = float(RunData.from_records(records).meta(PROFILE_OVERHEAD_S, "share", math.nan))
+        self.command_s = time.perf_counter() - self.t0
+        self.own_s = self.command_s - self.script_s
+        line = command_cost_line(self.own_s, self.command_s, self.script_s, self.hooks_share)
+        return text.replace(COMMAND_COST_MARK, line)
+
+
+def _store_cost(writer: Any, outcome: Any, cost: _CommandCost) -> None:
+    """Append ``profile/command_s`` to the run's records, so a re-rendered report keeps the measured cost line."""
+    from rlbench.results.metrics import PROFILE_COMMAND_S, Metric
+    from rlbench.results.records import metric_records
+
+    if not outcome.record_fields or not math.isfinite(cost.own_s):
+        return
+    meta = {"command_s": cost.command_s, "script_s": cost.script_s, "children_s": cost.children_s}
+    metric = Metric(PROFILE_COMMAND_S, "s", "none", [cost.own_s], meta=meta)
+    writer.write(metric_records([metric], **outcome.record_fields))
 
 
 def _announcer(name: str, opts: Any) -> Any:

@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,6 +182,13 @@ class ProfileOutcome:
     interrupted: bool = False
     exit_code: int = 0
     logs: list[Path] = field(default_factory=list)
+    child_s: float = 0.0
+    """Wall seconds the children ran, summed over repeats (from start to exit, as this process saw them)."""
+    child_rlbench_s: float = 0.0
+    """Of which rlbench's own work in the children, outside the script (each child measures its own)."""
+    record_fields: dict[str, Any] = field(default_factory=dict)
+    """What :func:`metric_records` was given for the first repeat (but the metrics): the command's cost is stored
+    with the same identity after the report."""
 
 
 def _numbered(path: Path, k: int) -> Path:
@@ -213,7 +221,7 @@ def run_profile(
     params = profile_params(target, opts)
     dhash = definition_hash(target.name, PROFILE_VERSION, params)
     where = Path(target.target).resolve().parent if not target.module else Path.cwd()
-    fp: dict[str, Any] | None = None
+    fp = _Fingerprint(where)  # git and package metadata are read while the first child runs, not after it
     remove_orphan_dirs("rlbench-profile-")
     with tempfile.TemporaryDirectory(prefix=f"rlbench-profile-{os.getpid()}-") as tmp:
         try:
@@ -221,28 +229,25 @@ def run_profile(
                 seed = opts.seed + k
                 if on_repeat is not None:
                     on_repeat(k, seed)
-                result = _run_repeat(target, opts, k, seed, Path(tmp), writer, outcome)
+                result = _run_repeat(target, opts, k, seed, Path(tmp), writer, outcome, fp)
                 if result is None:
                     break
-                if fp is None:
-                    fp = fingerprint()
-                    fp["git"] = git_fingerprint(where, rlbench_first=False)  # the user's code, not rlbench's
-                    fp["rlbench_git"] = git_fingerprint()
                 metrics, load, device = result
                 metrics = [*metrics, *load_metrics(load)]
-                records = metric_records(
-                    metrics,
-                    run_id=writer.run_id,
-                    timestamp=utc_now(),
-                    benchmark=target.name,
-                    params=params,
-                    definition_hash=dhash,
-                    repeat=k,
-                    seed=seed if opts.seed_arg else None,
-                    device=device,
-                    fingerprint=fp,
-                    meta={**(meta or {}), "kind": "profile", "report": "profile", "repeats": opts.repeats},
-                )
+                fields: dict[str, Any] = {
+                    "run_id": writer.run_id,
+                    "timestamp": utc_now(),
+                    "benchmark": target.name,
+                    "params": params,
+                    "definition_hash": dhash,
+                    "repeat": k,
+                    "seed": seed if opts.seed_arg else None,
+                    "device": device,
+                    "fingerprint": fp.result(),
+                    "meta": {**(meta or {}), "kind": "profile", "report": "profile", "repeats": opts.repeats},
+                }
+                outcome.record_fields = outcome.record_fields or fields
+                records = metric_records(metrics, **fields)
                 with signals_deferred():
                     try:
                         writer.write(records)
@@ -255,6 +260,35 @@ def run_profile(
             outcome.interrupted = True
             outcome.exit_code = interrupt_exit_code(exc)
     return outcome
+
+
+class _Fingerprint:
+    """The records' fingerprint, taken in a thread (its ``git`` and package-metadata reads overlap the child)."""
+
+    def __init__(self, where: Path) -> None:
+        self.where = where
+        self.value: dict[str, Any] | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._take, name="rlbench-fingerprint", daemon=True)
+            self.thread.start()
+
+    def _take(self) -> None:
+        fp = fingerprint()
+        fp["git"] = git_fingerprint(self.where, rlbench_first=False)  # the user's code, not rlbench's
+        fp["rlbench_git"] = git_fingerprint()
+        self.value = fp
+
+    def result(self) -> dict[str, Any]:
+        self.start()
+        assert self.thread is not None
+        self.thread.join()
+        if self.value is None:  # the thread failed: take it here, so the error shows
+            self._take()
+        assert self.value is not None
+        return self.value
 
 
 def write_child_spec(
@@ -292,7 +326,14 @@ def child_env() -> dict[str, str]:
 
 
 def _run_repeat(
-    target: Target, opts: Options, k: int, seed: int, tmp: Path, writer: RunWriter, outcome: ProfileOutcome
+    target: Target,
+    opts: Options,
+    k: int,
+    seed: int,
+    tmp: Path,
+    writer: RunWriter,
+    outcome: ProfileOutcome,
+    fp: _Fingerprint | None = None,
 ) -> tuple[list[Metric], Any, str] | None:
     out = tmp / f"repeat-{k}.json"
     spec_path = write_child_spec(
@@ -315,8 +356,11 @@ def _run_repeat(
     stderr = log if log is not None else None
     probe = LoadProbe()
     where = f"repeat {k}" + (f" (seed {seed})" if opts.seed_arg else "")
+    started = time.perf_counter()
     try:
         with subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, preexec_fn=die_with_parent) as proc:
+            if fp is not None:
+                fp.start()
             try:
                 proc.wait(timeout=opts.timeout)
             except subprocess.TimeoutExpired:
@@ -327,6 +371,7 @@ def _run_repeat(
                 end_child(proc, grace_s=5.0)
                 raise
     finally:
+        outcome.child_s += time.perf_counter() - started
         if log is not None:
             log.close()
     load = probe.stop()
@@ -337,6 +382,7 @@ def _run_repeat(
             raise KeyboardInterrupt
         return None
     data = json.loads(out.read_text(encoding="utf-8"))
+    outcome.child_rlbench_s += float(data.get("rlbench_s") or 0.0)
     if data["status"] == "interrupted":
         raise KeyboardInterrupt
     if data["status"] != "ok":

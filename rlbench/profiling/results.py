@@ -150,17 +150,31 @@ def attribution_metrics(
         Metric(WALL_S, "s", "lower", [(startup_s or 0.0) + (r.ended - r.started)], meta={"run_s": r.ended - r.started}),
         Metric(WARMUP_S, "s", "lower", [warm_s]),
         Metric(TRAIN_S, "s", "lower", [train_s]),
-        Metric(ENV_STEPS, "steps", "none", [float(steps)], meta={"all_steps": r.steps, "envs": r.env_ids}),
+        Metric(
+            ENV_STEPS,
+            "steps",
+            "none",
+            [float(steps)],
+            meta={"all_steps": r.steps, "envs": r.env_ids, "steady_steps": steady_steps, "warmup_steps": warm_steps},
+        ),
         Metric(ITERATIONS, "count", "none", [float(1 + len(keep) if warm else len(keep))], meta={"detected": len(marks)}),
         Metric(PROFILE_EXCLUDED_S, "s", "none", [excluded_s], meta={"counted_iteration": r.counted_iteration}),
     ]
     if startup_s is not None:
         m.append(Metric(STARTUP_S, "s", "lower", [startup_s]))
     if warm:
-        m.append(Metric(time_metric(WARMUP), "s", "lower", [warm_s], meta={"events": 1, "layer": "other"}))
+        # what the first iteration held: agent steps, and seconds in update phases (a replay prefill has ~none)
+        warm_excl = _delta(warm[0].excl, warm[1].excl)
+        update_s = sum(v for q, v in warm_excl.items() if _layer(r, q) == "update")
+        meta = {"events": 1, "layer": "other", "steps": warm_steps, "update_s": update_s}
+        m.append(Metric(time_metric(WARMUP), "s", "lower", [warm_s], meta=meta))
     whole = inclusive(r.excl, paths)  # over all of training: warm-up and the counted iteration included
     for p in paths:
         meta = {"events": r.enters.get(p, 0), "layer": _layer(r, p), "run_s": whole[p]}
+        # calls are counted over the whole run only; where the phase ran in the steady state alone they are its
+        # steady-state calls exactly (per-call figures then divide steady seconds by steady calls)
+        if whole[p] - incl[p] <= 1e-9 * max(whole[p], 1.0):
+            meta["steady_events"] = r.enters.get(p, 0)
         m.append(Metric(time_metric(p), "s", "lower", [incl[p]], meta=meta))
     samples, per_sample = _chunks(complete, MAX_ITER_SAMPLES)
     if samples and warm:

@@ -17,8 +17,8 @@ from typing import Any
 from rlbench.analysis.stats import amdahl_bound
 from rlbench.report.data import RunData
 from rlbench.report.format import fmt, fmt_s, md_table, pct
-from rlbench.report.phases import Breakdown, layer_of, per_event_us
-from rlbench.results.metrics import LAYERS, TIMER_OVERHEAD_S, TRAIN_S, WARMUP_S
+from rlbench.report.phases import Breakdown, layer_of, per_event_us, steady_steps
+from rlbench.results.metrics import LAYERS, TIMER_OVERHEAD_S, TRAIN_S, WARMUP, WARMUP_S, time_metric
 
 MIN_SHARE = {"advantage": 0.02}  # a layer needs this share of steady time to be reported (default 5%)
 
@@ -31,6 +31,8 @@ class Finding:
     share: float
     evidence: str
     action: str
+    ranked: bool = True
+    """``False``: a one-time cost outside the steady state, listed after the ranked bottlenecks, not against them."""
 
     @property
     def bound(self) -> float:
@@ -172,6 +174,16 @@ def _replay(d: RunData, b: Breakdown, phases: list[str], s: float, measured: dic
 
 
 def _transfer(d: RunData, b: Breakdown, phases: list[str], s: float, measured: dict[str, str]) -> Finding:
+    if _cpu_only(d):  # no device to wait for: these are conversions between NumPy arrays and tensors
+        return Finding(
+            "NumPy ↔ tensor conversion",
+            b.share(s),
+            f"{pct(b.share(s))} of steady time: {_phase_list(d, phases)}. The run used no GPU (CPU only), so this "
+            "is converting between NumPy arrays / Python numbers and tensors, not waiting for a device.",
+            "Convert once per batch rather than per element (`torch.from_numpy` shares memory; `torch.tensor` and "
+            "`as_tensor` of a list copy), keep observations as one preallocated array, and avoid `.item()` / "
+            "`.tolist()` / `.numpy()` inside per-step loops.",
+        )
     return Finding(
         "Host-device transfer",
         b.share(s),
@@ -187,6 +199,53 @@ def _other_named(d: RunData, b: Breakdown, phases: list[str], s: float, measured
         b.share(s),
         f"{pct(b.share(s))} of steady time: {_phase_list(d, phases)}.",
         "Split these phases further (`rlbench.phase(...)` names sub-phases) to see what they hold.",
+    )
+
+
+def _cpu_only(d: RunData) -> bool:
+    """Whether the run used no accelerator: every record's device is the CPU (``rlbench profile`` records the
+    device the script used: ``cuda`` once CUDA was initialized)."""
+    devices = {str(r.device or "").lower() for r in d.records}
+    return bool(devices) and all(dev == "cpu" or dev.startswith("cpu") for dev in devices)
+
+
+def warmup_finding(d: RunData, b: Breakdown) -> Finding | None:
+    """The first iteration when it took more than twice a steady one: a replay prefill (many more agent steps than a
+    steady iteration, next to no update) is named as such; anything else is one-time costs. Neither is ranked
+    against the steady-state bottlenecks."""
+    warm, per_iter = d.med(WARMUP_S), b.steady_s / b.iterations
+    if not (math.isfinite(warm) and per_iter > 0 and warm > 2 * per_iter):
+        return None
+    train = d.med(TRAIN_S)
+    share = (warm - per_iter) / train if train > 0 else 0.0
+    warm_steps = d.meta(time_metric(WARMUP), "steps")
+    update_s = d.meta(time_metric(WARMUP), "update_s")
+    steps = steady_steps(d, b)
+    steps_per_iter = steps / b.iterations if steps and math.isfinite(steps) else math.nan
+    if (
+        warm_steps is not None
+        and update_s is not None
+        and math.isfinite(steps_per_iter)
+        and warm_steps >= 4 * max(steps_per_iter, 1.0)
+        and update_s <= 0.1 * warm
+    ):
+        return Finding(
+            "Replay prefill (first iteration)",
+            share,
+            f"replay prefill (learning_starts): {int(warm_steps):,} agent steps of random acting before the first "
+            f"update, {fmt_s(warm)} ({fmt(warm_steps / steps_per_iter, 0)}× a steady iteration's "
+            f"{fmt(steps_per_iter, 0)} steps; {fmt_s(update_s)} of it in updates).",
+            "A one-time cost set by `learning_starts`, left out of the steady state and not ranked against it; it "
+            "is acting and env stepping without updates, so its speed is the environment's and inference's.",
+            ranked=False,
+        )
+    return Finding(
+        "Warm-up (first iteration)",
+        share,
+        f"The first iteration took {fmt_s(warm)}, {fmt(warm / per_iter, 1)}× a steady iteration ({fmt_s(per_iter)}).",
+        "One-time costs (lazy kernel init, allocator growth, compilation) — amortized over longer runs; left out "
+        "of the steady state and not ranked against it.",
+        ranked=False,
     )
 
 
@@ -238,17 +297,7 @@ def findings(
                 ),
             )
         )
-    warm, per_iter = d.med(WARMUP_S), b.steady_s / b.iterations
-    if math.isfinite(warm) and per_iter > 0 and warm > 2 * per_iter:
-        train = d.med(TRAIN_S)
-        out.append(
-            Finding(
-                "Warm-up (first iteration)",
-                (warm - per_iter) / train if train > 0 else 0.0,
-                f"The first iteration took {fmt_s(warm)}, {fmt(warm / per_iter, 1)}× a steady iteration ({fmt_s(per_iter)}).",
-                "One-time costs (lazy kernel init, allocator growth, compilation) — amortized over longer runs.",
-            )
-        )
+    warm = warmup_finding(d, b)
     ov = d.med(TIMER_OVERHEAD_S)
     if math.isfinite(ov) and b.share(ov) > 0.005:
         profiled = d.first.meta.get("kind") == "profile"
@@ -269,7 +318,7 @@ def findings(
                 else "Time fewer, coarser phases in per-step loops.",
             )
         )
-    return sorted(out, key=lambda f: f.bound, reverse=True)
+    return sorted(out, key=lambda f: f.bound, reverse=True) + ([warm] if warm is not None else [])
 
 
 def bottlenecks_section(found: list[Finding]) -> list[str]:
@@ -281,7 +330,12 @@ def bottlenecks_section(found: list[Finding]) -> list[str]:
         "(`1 / (1 - share)`); no optimization of a part can beat its bound.",
         "",
     ]
-    if not found:
-        return [*lines, "No layer reaches 5% of steady-state time: nothing stands out."]
-    rows = [[str(i), f.title, pct(f.share), f"≤ {fmt(f.bound, 2)}×", f.evidence, f.action] for i, f in enumerate(found, 1)]
+    ranked = [f for f in found if f.ranked]
+    rows = [[str(i), f.title, pct(f.share), f"≤ {fmt(f.bound, 2)}×", f.evidence, f.action] for i, f in enumerate(ranked, 1)]
+    rows += [["–", f.title, f"{pct(f.share)} of training", "–", f.evidence, f.action] for f in found if not f.ranked]
+    if not ranked:
+        lines.append("No layer reaches 5% of steady-state time: nothing stands out.")
+        if not rows:
+            return lines
+        lines.append("")
     return [*lines, md_table(["#", "Bottleneck", "Share", "Bound", "Measured", "What to try"], rows)]

@@ -17,6 +17,7 @@ imported from pytest-benchmark JSON) get one from :func:`sniff`.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
@@ -90,7 +91,12 @@ class Rendered:
 
 
 def render_run(
-    records_path: str | Path, output: Path | None, run_id: str | None = None, chart: bool = True, worker: Any = None
+    records_path: str | Path,
+    output: Path | None,
+    run_id: str | None = None,
+    chart: bool = True,
+    worker: Any = None,
+    finish: Callable[[str, list[Record]], str] | None = None,
 ) -> Rendered:
     """Render the report of one run (``run_id`` or the latest) and write it with its charts.
 
@@ -99,7 +105,10 @@ def render_run(
         output: Markdown file to write; ``None`` writes nothing.
         run_id: Run to report on (unique prefix accepted); the latest when ``None``.
         chart: Also draw the charts beside ``output``.
-        worker: A :class:`~rlbench.report.plots.ChartWorker` to draw with (in-process when ``None`` or if it fails).
+        worker: A :class:`~rlbench.report.plots.ChartWorker` to draw matplotlib's charts with (in-process when
+            ``None`` or if it fails); bar charts are always drawn in-process, with Pillow.
+        finish: Called with the markdown and the records once the charts are drawn, right before the markdown is
+            written; returns the markdown to write (``rlbench profile`` fills in its own measured cost).
     """
     from rlbench.results.store import read_run
 
@@ -111,16 +120,27 @@ def render_run(
     if output is not None:
         try:
             output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(text, encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"cannot write the report to {str(output)!r} ({exc.strerror or exc})") from None
         if stem is not None and charts:
-            jobs = [(c, output.with_name(output.stem + c.suffix)) for c in charts]
-            if worker is None or not worker.draw(jobs):
-                from rlbench.report.plots import draw
+            from rlbench.report.charts import Chart
+            from rlbench.report.plots import draw
 
-                for c, path in jobs:
+            jobs = [(c, output.with_name(output.stem + c.suffix)) for c in charts]
+            slow = [(c, path) for c, path in jobs if not isinstance(c, Chart)]  # matplotlib's: the worker's job
+            for c, path in jobs:
+                if isinstance(c, Chart):  # bar charts: Pillow, in-process, ~30 ms
                     draw(c, path)
+            if slow and (worker is None or not worker.draw(slow)):
+                for c, path in slow:
+                    draw(c, path)
+    if finish is not None:
+        text = finish(text, records)
+    if output is not None:
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write the report to {str(output)!r} ({exc.strerror or exc})") from None
     return Rendered(text, kind, records)
 
 

@@ -15,7 +15,18 @@ from rlbench.analysis.stats import median, summarize
 from rlbench.report.charts import Bar, Chart
 from rlbench.report.data import RunData
 from rlbench.report.format import fmt, md_table, pct
-from rlbench.results.metrics import ENV_STEPS, ITER_TIME, ITERATIONS, LAYERS, TIME, TRAIN_S, WARMUP, WARMUP_S, guess_layer
+from rlbench.results.metrics import (
+    ENV_STEPS,
+    ITER_TIME,
+    ITERATIONS,
+    LAYERS,
+    SPS_STEADY,
+    TIME,
+    TRAIN_S,
+    WARMUP,
+    WARMUP_S,
+    guess_layer,
+)
 
 OTHER = "Python/other"
 
@@ -66,15 +77,46 @@ def breakdown(d: RunData, leaves: tuple[str, ...] | None = None) -> Breakdown:
     return Breakdown(steady, leaf, max(steady - sum(leaf.values()), 0.0), max(iters, 1))
 
 
-def per_event_us(d: RunData, phase: str) -> float:
-    """Median seconds of a phase over its timed events, in µs (NaN when it has none).
+def steady_steps(d: RunData, b: Breakdown) -> float:
+    """Agent steps of the steady state (the warm-up's left out), the steps its per-step figures divide by.
 
-    A profiled run counts events over all of training, so its whole-run seconds (``meta["run_s"]``) go with them.
+    Recorded by profiled runs (``env_steps`` ``meta["steady_steps"]``); else the steady steps/s times the steady
+    seconds; else, for records with neither, the run's steps spread evenly over its iterations.
+    """
+    recorded = d.meta(ENV_STEPS, "steady_steps")
+    if recorded is not None:
+        return float(median([float(r.meta.get("steady_steps", math.nan)) for r in d.by_metric[ENV_STEPS]]))
+    if d.has(SPS_STEADY) and math.isfinite(d.med(SPS_STEADY)) and b.steady_s > 0:
+        return d.med(SPS_STEADY) * b.steady_s
+    total = d.med(ENV_STEPS) if d.has(ENV_STEPS) else math.nan
+    return total * b.iterations / (b.iterations + 1) if total and math.isfinite(total) else math.nan
+
+
+def per_event_us(d: RunData, phase: str) -> float:
+    """Steady-state seconds of a phase per steady-state call, in µs (NaN when that cannot be told).
+
+    A profiled run counts calls over the whole run, not per iteration. Where the phase ran in the steady state
+    alone, those are its steady calls (``meta["steady_events"]``). Where it also ran in the warm-up, an environment
+    phase's calls are taken as proportional to agent steps (a fixed batch per call); any other phase gets no
+    per-call figure, since its warm-up calls (none, one, or thousands) cannot be told apart. Records written before
+    the steady calls were recorded divide whole-run seconds (``meta["run_s"]``) by whole-run calls.
     """
     ev = d.meta(TIME + phase, "events", 0) or 0
+    if not ev:
+        return math.nan
     run_s = d.meta(TIME + phase, "run_s")
-    seconds = run_s if run_s is not None else d.med(TIME + phase)
-    return seconds / ev * 1e6 if ev else math.nan
+    if run_s is None:  # rlbench's own loops: events and seconds are both the steady state's
+        return d.med(TIME + phase) / ev * 1e6
+    steady_ev = d.meta(TIME + phase, "steady_events")
+    if steady_ev is not None:
+        return d.med(TIME + phase) / steady_ev * 1e6 if steady_ev else math.nan
+    all_steps = d.meta(ENV_STEPS, "all_steps")
+    steady = d.meta(ENV_STEPS, "steady_steps")
+    if steady is None:  # older records: whole-run seconds over whole-run calls
+        return run_s / ev * 1e6
+    if layer_of(d, phase) == "environment" and all_steps and steady:
+        return d.med(TIME + phase) / (ev * steady / all_steps) * 1e6
+    return math.nan
 
 
 def layer_seconds(d: RunData, b: Breakdown) -> dict[str, float]:
@@ -125,8 +167,7 @@ def phase_table(d: RunData, b: Breakdown) -> list[str]:
 
 def layer_table(d: RunData, b: Breakdown) -> list[str]:
     """Section: steady-state time grouped by layer (environment, inference, ..., Python/other)."""
-    total_steps = d.med(ENV_STEPS)
-    per_iter_steps = total_steps / (b.iterations + 1) if total_steps and math.isfinite(total_steps) else math.nan
+    steps = steady_steps(d, b)
     rows = []
     for layer, s in [*((LAYERS[k], v) for k, v in layer_seconds(d, b).items()), (OTHER, b.other_s)]:
         rows.append(
@@ -135,10 +176,17 @@ def layer_table(d: RunData, b: Breakdown) -> list[str]:
                 fmt(s, 3),
                 pct(b.share(s)),
                 fmt(s / b.iterations * 1e3, 2),
-                fmt(s / b.iterations / per_iter_steps * 1e6, 2),
+                fmt(s / steps * 1e6, 2) if steps and math.isfinite(steps) else "–",
             ]
         )
-    return ["## Time by layer", "", md_table(["Layer", "Time (s)", "Share", "ms / iteration", "µs / agent step"], rows)]
+    lines = ["## Time by layer", ""]
+    if steps and math.isfinite(steps) and b.steady_s > 0:
+        lines += [
+            f"Per agent step over the steady state's {fmt(steps, 0)} agent steps (the warm-up's left out): the rows add "
+            f"up to {fmt(b.steady_s / steps * 1e6, 2)} µs, {fmt(steps / b.steady_s, 0)} steady-state steps/s.",
+            "",
+        ]
+    return [*lines, md_table(["Layer", "Time (s)", "Share", "ms / iteration", "µs / agent step"], rows)]
 
 
 def phase_chart(d: RunData, b: Breakdown) -> Chart:

@@ -20,6 +20,7 @@ from rlbench.results.metrics import (
     LIMITS,
     MACHINE,
     MEM,
+    PROFILE_COMMAND_S,
     PROFILE_EVENT_US,
     PROFILE_EVENTS,
     PROFILE_EXCLUDED_S,
@@ -51,10 +52,43 @@ def is_profiled(d: RunData) -> bool:
     return d.first.meta.get("kind") == "profile"
 
 
+COMMAND_COST_MARK = "<!-- rlbench profile: the command's measured cost -->"
+"""Where ``rlbench profile`` puts :func:`command_cost_line` once the report and its charts are done (the figure
+covers them); a re-rendered report reads it from the ``profile/command_s`` record instead."""
+
+
+def command_cost_line(own_s: float, command_s: float, script_s: float, hooks_share: float) -> str:
+    """The whole cost of profiling, in one line: the hooks' share of the run and the command's own seconds."""
+    if math.isfinite(hooks_share):
+        hooks = f"hooks ≈ **{pct(hooks_share, 2)}** of the training wall time (lower bound)"
+    else:
+        hooks = "hooks: not measured"
+    return (
+        f"Profiling cost: {hooks}; start-up and the command's own work **{fmt_s(own_s)}** (measured in this run: "
+        f"the whole command's wall from the CLI's start to the report written, {fmt_s(command_s)}, minus the script's "
+        f"own run in its process, {fmt_s(script_s)}; the rest is the CLI's start, rlbench's imports, hooks set-up and "
+        "results in the script's process, fingerprints, records, report and charts)."
+    )
+
+
+def command_cost(d: RunData) -> list[str]:
+    """The cost line from the ``profile/command_s`` record, or the place the running command fills in."""
+    share = d.meta(PROFILE_OVERHEAD_S, "share", math.nan)
+    if d.has(PROFILE_COMMAND_S):
+        m = d.by_metric[PROFILE_COMMAND_S][0].meta
+        own = d.med(PROFILE_COMMAND_S)
+        return [command_cost_line(own, m.get("command_s", math.nan), m.get("script_s", math.nan), share)]
+    if str(d.first.meta.get("command", "")).startswith("rlbench profile"):
+        return [COMMAND_COST_MARK]
+    return []
+
+
 def overhead_section(d: RunData, b: Breakdown) -> list[str]:
-    """What the hooks cost: events of each kind times their cost measured in the same run."""
+    """What the hooks cost: events of each kind times their cost measured in the same run; and what the command
+    cost around the script (measured by the command, :func:`command_cost`)."""
+    cost = command_cost(d)
     if not d.has(PROFILE_OVERHEAD_S):
-        return []
+        return ["## What profiling cost", "", *cost] if cost else []
     ev = d.by_metric[PROFILE_EVENTS][0].meta
     full = d.med(PROFILE_EVENTS) - (ev.get("merges") or 0)
     rows = [
@@ -86,7 +120,7 @@ def overhead_section(d: RunData, b: Breakdown) -> list[str]:
             f"Iteration {it} ran under the op counter (`--count-ops`: a torch dispatch mode, which slows what it counts): "
             f"its {fmt_s(excluded)} are left out of the steady state above.",
         ]
-    return lines
+    return [*lines, "", *cost] if cost else lines
 
 
 def _exclusive_iter_s(d: RunData, phase: str) -> float:

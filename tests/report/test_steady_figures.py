@@ -1,0 +1,114 @@
+"""Per-step and per-call figures over the steady state, a replay prefill named as such, CPU-only transfer advice.
+
+A SAC-style run whose first iteration is the replay prefill (5,000 agent steps of random acting, one update) and
+whose 100 steady iterations each take one agent step, an inference, an update and a transfer.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from rlbench.profiling.attribution import Attribution, IterationMark
+from rlbench.profiling.results import attribution_metrics
+from rlbench.report.advice import bottlenecks_section, findings
+from rlbench.report.data import RunData
+from rlbench.report.phases import breakdown, layer_table, per_event_us
+from rlbench.results.metrics import SPS_STEADY
+from rlbench.results.records import metric_records
+
+PREFILL_STEPS, STEADY = 5000, 100
+# seconds per steady iteration, by phase; Python/other is the rest of 0.1 s
+PER_ITER = {"env/step": 0.02, "inference": 0.01, "train/backward": 0.03, "transfer": 0.02}
+LAYERS = {"env/step": "environment", "inference": "inference", "train/backward": "update", "transfer": "transfer"}
+
+
+def _attribution() -> Attribution:
+    warm = {"env/step": 6.0, "train/backward": 0.05}  # the prefill: env steps and the first update, no inference
+    marks, excl, t = [IterationMark(0.0, 0, {})], dict(warm), 10.0
+    steps = PREFILL_STEPS
+    for _ in range(STEADY):
+        marks.append(IterationMark(t, steps, dict(excl)))
+        for p, s in PER_ITER.items():
+            excl[p] = excl.get(p, 0.0) + s
+        t += 0.1
+        steps += 1
+    return Attribution(
+        started=0.0,
+        ended=t,
+        excl=excl,
+        enters={"env/step": PREFILL_STEPS + STEADY, "inference": STEADY, "train/backward": STEADY + 1, "transfer": STEADY},
+        layers=dict(LAYERS),
+        steps=steps,
+        iterations=marks,
+        mem_bytes={},
+        cuda_peak_bytes={},
+        transitions=0,
+        passthrough=0,
+        merges=0,
+        mem_marks=0,
+        counted_iteration=None,
+    )
+
+
+def _run(device: str = "cpu") -> RunData:
+    metrics = attribution_metrics(_attribution())
+    records = metric_records(
+        metrics,
+        run_id="r",
+        timestamp="2026-11-26T00:00:00+00:00",
+        benchmark="sac.py",
+        params={"command": "sac.py"},
+        definition_hash="h",
+        repeat=0,
+        seed=None,
+        device=device,
+        fingerprint={},
+        meta={"kind": "profile", "report": "profile"},
+    )
+    return RunData.from_records(records)
+
+
+def test_layer_rows_per_agent_step_add_up_to_the_steady_state_steps_per_second():
+    d = _run()
+    b = breakdown(d)
+    text = "\n".join(layer_table(d, b))
+    rows = [line for line in text.splitlines() if line.startswith("|") and not line.startswith("|-")][1:]
+    per_step = [float(line.strip("|").split("|")[4].replace(",", "")) for line in rows]
+    # each steady iteration is 0.1 s for one agent step: 100,000 µs per step, whatever the prefill held
+    assert sum(per_step) == pytest.approx(1e6 / d.med(SPS_STEADY), rel=1e-3)
+    assert sum(per_step) == pytest.approx(100_000, rel=1e-3)
+
+
+def test_a_replay_prefill_is_named_and_not_ranked_against_the_steady_state():
+    d = _run()
+    found = findings(d, breakdown(d))
+    prefill = [f for f in found if "prefill" in f.title.lower()]
+    assert len(prefill) == 1 and not prefill[0].ranked
+    assert (
+        "replay prefill (learning_starts): 5,000 agent steps of random acting before the first update" in prefill[0].evidence
+    )
+    assert found[-1] is prefill[0]  # after every ranked bottleneck
+    assert not any("lazy kernel init" in f.action for f in found)
+    table = "\n".join(bottlenecks_section(found))
+    assert re.search(r"\| – \| Replay prefill", table)
+
+
+def test_transfer_advice_on_a_cpu_only_run_speaks_of_numpy_tensor_conversion():
+    found = {f.title: f for f in findings(_run("cpu"), breakdown(_run("cpu")))}
+    cpu = next(f for t, f in found.items() if "NumPy" in t)
+    assert "waits for the device" not in cpu.action and "NumPy" in cpu.evidence
+    on_gpu = {f.title: f for f in findings(_run("cuda"), breakdown(_run("cuda")))}
+    assert "waits for the device" in on_gpu["Host-device transfer"].action
+
+
+def test_per_call_figures_divide_steady_seconds_by_steady_calls():
+    d = _run()
+    # inference ran in the steady state alone: its 100 calls are steady calls, 10 ms each
+    assert per_event_us(d, "inference") == pytest.approx(10_000, rel=1e-6)
+    # env steps also ran in the prefill: steady calls are taken in proportion to agent steps (batch of 1): 20 ms
+    assert per_event_us(d, "env/step") == pytest.approx(20_000, rel=1e-6)
+    # the update's warm-up calls cannot be told apart from its steady ones: no per-call figure rather than a wrong one
+    assert math.isnan(per_event_us(d, "train/backward"))
