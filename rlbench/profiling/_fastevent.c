@@ -5,7 +5,7 @@
  * within the merge gap (a merge), the transition from a pending phase to this one, and the lazy exit. It also runs
  * the cases of Attributor.enter and enter_forward that occur once per minibatch while the training forward is open
  * (see leave_forward and in_forward). Everything else (the first phase under a parent, an env step that starts an
- * iteration, the first module call of a training forward, op counting, traces, memory marks, an env class seen for
+ * iteration, a module call outside the open training forward (acting, a target, the forward's first call), op counting, traces, memory marks, an env class seen for
  * the first time, an inner env to shadow) goes to the Python wrapper it was built with (`fallback`), or to
  * Attributor.enter/exit, exactly as the Python wrapper would.
  *
@@ -19,14 +19,14 @@
 #include <time.h>
 
 enum {
-    S_DEPTH, S_PENDING, S_AUTO_NAME, S_T_EXIT, S_T, S_BLOCK_T, S_HINT, S_MERGED, S_MERGES, S_SLOW, S_EXTRAS,
+    S_DEPTH, S_PENDING, S_AUTO_NAME, S_T_EXIT, S_T, S_MERGED, S_MERGES, S_SLOW, S_EXTRAS,
     S_UPDATED, S_STARTED, S_STACK, S_EXCL, S_ENTERS, S_PARENT, S_PASSTHROUGH, S_ENV_SELF, S_ENV_IDS, S_STEPS,
-    S_MEM_LEFT, S_KINDS, S_FORWARD_NAMES, S_N
+    S_MEM_LEFT, S_KINDS, S_FORWARD_NAMES, S_ENV_WIDTH, S_N
 };
 static const char *slot_names[S_N] = {
-    "depth", "pending", "auto_name", "t_exit", "t", "block_t", "hint", "merged", "merges", "slow", "extras",
+    "depth", "pending", "auto_name", "t_exit", "t", "merged", "merges", "slow", "extras",
     "updated", "started", "stack", "excl", "enters", "parent", "passthrough", "env_self", "env_ids", "steps",
-    "_mem_left", "kinds", "forward_names",
+    "_mem_left", "kinds", "forward_names", "env_width",
 };
 /* Attributor.extras when memory marks are the only extra on (attribution.MEMORY_ONLY) */
 #define MEMORY_ONLY 2
@@ -37,8 +37,6 @@ enum { AUTO = 0, STICKY = 1, EXPLICIT = 2 };
 enum { SKIP_CAST = 1, SKIP_NO_DATA = 2 };
 /* env batches: not an env, a reset (no steps), one step, a vector env's num_envs, what batch_fn(env) says */
 enum { NOT_ENV = -1, BATCH_NONE = 0, BATCH_ONE = 1, BATCH_VECTOR = 2, BATCH_CALL = 3 };
-/* grad-mode marks (autohooks._install_grad_modes): not one, a block's __enter__, its __exit__ */
-enum { NOT_MARK = 0, MARK_ENTER = 1, MARK_EXIT = 2 };
 
 typedef struct {
     PyObject_HEAD
@@ -60,7 +58,7 @@ typedef struct {
     PyObject *shape_like;   /* SKIP_NO_DATA: (int, torch.Size) */
     PyObject *forward;      /* a module call: the training forward's name (attribution.FORWARD), else None */
     unsigned long thread;
-    int role, skip, model, batch, mark, direct_clock;
+    int role, skip, model, batch, direct_clock;
     long memory_marks; /* attribution.MEMORY_MARKS: marks around a top-level phase's first occurrences */
     double gap;
     Py_ssize_t off[S_N];
@@ -253,10 +251,6 @@ transition(Event *e, double now)
     double t_exit = as_double(SLOT(e, S_T_EXIT));
     set_slot(e, S_PENDING, Py_NewRef(Py_False));
     set_slot(e, S_DEPTH, Py_NewRef(one));
-    if (e->role == INFER) {
-        double hint = as_double(SLOT(e, S_HINT));
-        if (hint > t_exit) now = hint; /* a no_grad block was entered for this call: it starts there */
-    }
     return replace_top(e, t_exit, now);
 }
 
@@ -355,10 +349,8 @@ timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         same = PyObject_RichCompareBool(SLOT(e, S_AUTO_NAME), e->name, Py_EQ);
         if (same < 0) return NULL;
     }
-    if (same && !truth(SLOT(e, S_SLOW))) {
-        double block_t = as_double(SLOT(e, S_BLOCK_T));
-        same = now - as_double(SLOT(e, S_T_EXIT)) < e->gap ||
-               (e->role == INFER && as_double(SLOT(e, S_T)) >= block_t && block_t > 0.0);
+    if (same && !truth(SLOT(e, S_SLOW))) { /* (module calls, whose grad-mode blocks merge further, are Python's) */
+        same = now - as_double(SLOT(e, S_T_EXIT)) < e->gap;
     }
     else {
         same = 0;
@@ -393,33 +385,6 @@ timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     return finish(e, PyObject_Vectorcall(e->fn, args, nargsf, kwnames));
 }
 
-/* a grad-mode block's __enter__ marks the time; its __exit__ extends inference that ended within the merge gap */
-static PyObject *
-mark_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-    int here = !truth(SLOT(e, S_DEPTH)) && PyThread_get_thread_ident() == e->thread;
-    if (e->mark == MARK_ENTER && here) {
-        double t = read_clock(e);
-        if (PyErr_Occurred() || set_double(e, S_HINT, t) < 0 || set_double(e, S_BLOCK_T, t) < 0) return NULL;
-    }
-    PyObject *out = PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
-    if (out == NULL || e->mark == MARK_ENTER || !here) return out;
-    if (truth(SLOT(e, S_PENDING))) {
-        int same = PyObject_RichCompareBool(SLOT(e, S_AUTO_NAME), e->name, Py_EQ);
-        if (same < 0) goto fail;
-        if (same) { /* not the rest of a long block: CleanRL's GAE runs in one */
-            double now = read_clock(e);
-            if (PyErr_Occurred()) goto fail;
-            if (now - as_double(SLOT(e, S_T_EXIT)) < e->gap && set_double(e, S_T_EXIT, now) < 0) goto fail;
-        }
-    }
-    if (set_double(e, S_BLOCK_T, 0.0) < 0) goto fail;
-    return out;
-fail:
-    Py_DECREF(out);
-    return NULL;
-}
-
 static PyObject *
 event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -440,13 +405,17 @@ event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         PyObject *ge = PyObject_CallNoArgs(e->grad_enabled);
         if (ge == NULL) return NULL;
         Py_DECREF(ge);
-        if (ge == Py_True) { /* the training forward: the Python wrapper, unless it is open already */
+        if (ge == Py_True) { /* the training forward's next call, while it is open: inside it */
             int inside = in_forward(e);
             if (inside < 0) return NULL;
-            if (!inside) return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
-            if (add_long(e, S_PASSTHROUGH, 1) < 0) return NULL;
-            return call_inside(e, args, nargsf, kwnames);
+            if (inside) {
+                if (add_long(e, S_PASSTHROUGH, 1) < 0) return NULL;
+                return call_inside(e, args, nargsf, kwnames);
+            }
         }
+        /* everything else is decided by the Python wrapper: acting, a target, the forward's first call
+         * (autohooks._model_event: the batch's width against the env's) */
+        return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
     }
     if (e->batch == NOT_ENV) return timed(e, args, nargsf, kwnames);
     if (nargs < 1) return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
@@ -469,6 +438,9 @@ event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         if (steps == -1 && PyErr_Occurred()) goto fail;
     }
     if (add_long(e, S_STEPS, steps) < 0) goto fail;
+    PyObject *width = PyLong_FromLong(steps); /* a module call on a batch this wide is acting */
+    if (width == NULL) goto fail;
+    set_slot(e, S_ENV_WIDTH, width);
     return out;
 fail:
     Py_DECREF(out);
@@ -483,22 +455,22 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"attributor", "fn", "fallback", "name", "layer", "role", "clock", "thread", "paths",
                              "path_under", "gap", "skip", "model", "batch", "grad_enabled", "dtype", "tensor_cls",
-                             "shape_like", "mark", "direct_clock", "batch_fn", "memory_marks", "forward", NULL};
+                             "shape_like", "direct_clock", "batch_fn", "memory_marks", "forward", NULL};
     PyObject *a, *fn, *fallback, *name, *layer, *role_obj, *clock, *thread, *paths, *path_under;
     PyObject *grad_enabled = Py_None, *dtype = Py_None, *tensor_cls = Py_None, *shape_like = Py_None;
     PyObject *batch_fn = Py_None, *forward = Py_None;
     long memory_marks = 8;
     double gap;
-    int skip = 0, model = 0, batch = NOT_ENV, mark = NOT_MARK, direct = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUOOOO!Od|ipiOOOOipOlO", kwlist, &a, &fn, &fallback, &name, &layer,
+    int skip = 0, model = 0, batch = NOT_ENV, direct = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUOOOO!Od|ipiOOOOpOlO", kwlist, &a, &fn, &fallback, &name, &layer,
                                      &role_obj, &clock, &thread, &PyDict_Type, &paths, &path_under, &gap, &skip,
-                                     &model, &batch, &grad_enabled, &dtype, &tensor_cls, &shape_like, &mark, &direct,
+                                     &model, &batch, &grad_enabled, &dtype, &tensor_cls, &shape_like, &direct,
                                      &batch_fn, &memory_marks, &forward))
         return NULL;
     Event *e = (Event *)type->tp_alloc(type, 0);
     if (e == NULL) return NULL;
     e->a = Py_NewRef(a);
-    e->vectorcall = (vectorcallfunc)(mark ? mark_call : event_call);
+    e->vectorcall = (vectorcallfunc)event_call;
     e->role = (int)PyLong_AsLong(role_obj);
     e->thread = PyLong_AsUnsignedLong(thread);
     if (PyErr_Occurred()) goto error;
@@ -506,7 +478,6 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     e->skip = skip;
     e->model = model;
     e->batch = batch;
-    e->mark = mark;
     e->direct_clock = direct;
     e->memory_marks = memory_marks;
     if ((model && grad_enabled == Py_None) || (forward != Py_None && !PyUnicode_Check(forward)) ||

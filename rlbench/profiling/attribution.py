@@ -29,16 +29,21 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import wraps
+from threading import get_ident as _get_ident
 from time import perf_counter as _clock
 from typing import Any
 
-# frame kinds
-AUTO, STICKY, EXPLICIT = 0, 1, 2
+# frame kinds: ACTING is the sticky policy call of acting (see Attributor.enter_acting)
+AUTO, STICKY, EXPLICIT, ACTING = 0, 1, 2, 3
 # roles of automatic events: an env event after an update starts an iteration; an update event marks one; both and
 # inference close a sticky forward, while a transfer inside one nests in it
 ENV, UPDATE, INFER, NEST = 0, 1, 2, 3
 
 FORWARD = "train/forward"
+ACT = "inference"  # acting: the policy's call on the env's batch, with or without grad, up to the env step
+TARGET = "train/target"  # module calls and tensor work under no_grad inside the update (TD targets, alpha's log-pi)
+TARGET_UPDATE = "train/target_update"  # copies or lerps of one module's parameters into another's
+ADVANTAGE = "advantage"  # after the rollout's last acting call, what runs before the update (the GAE loop)
 MERGE_GAP_S = 20e-6
 """An automatic phase called again within this many seconds of its last return continues it: the glue between calls
 (a tensor reshaped between two transfers, a module's output unpacked) counts with them, as a hand timer around the
@@ -93,6 +98,9 @@ class Attribution:
     env_ids: list[str] = field(default_factory=list)
     synchronized: bool = False
     hooks: str = "python"  # which hooks ran: "compiled" (rlbench/profiling/_fastevent.c) or "python"
+    other_threads_cpu_s: float = 0.0  # CPU seconds Python threads other than the attributed one used meanwhile
+    other_threads: int = 0  # how many such threads ran
+    foreign_phases: int = 0  # rlbench.phase blocks opened from those threads (not attributed)
 
 
 class Attributor:
@@ -113,8 +121,10 @@ class Attributor:
         "_now",
         "_paths",
         "_rss0",
+        "act_return",
         "auto_name",
         "block_t",
+        "blocks",
         "clock",
         "count_iteration",
         "counted",
@@ -124,8 +134,10 @@ class Attributor:
         "enters",
         "env_ids",
         "env_self",
+        "env_width",
         "excl",
         "extras",
+        "foreign_phases",
         "forward_names",
         "hint",
         "iterations",
@@ -138,6 +150,7 @@ class Attributor:
         "memory",
         "merged",
         "merges",
+        "param_ptrs",
         "parent",
         "passthrough",
         "pending",
@@ -145,6 +158,7 @@ class Attributor:
         "ranges",
         "rf_on",
         "saved_depth",
+        "seen_modules",
         "shadowed",
         "slow",
         "stack",
@@ -156,6 +170,7 @@ class Attributor:
         "t_begin",
         "t_exit",
         "thread",
+        "thread_cpu",
         "trace",
         "trace_dropped",
         "trace_limit",
@@ -211,12 +226,21 @@ class Attributor:
         self.auto_name = ""
         self.hint = 0.0  # when a grad-mode block was entered: an inference phase opening next starts there
         self.block_t = 0.0  # when the grad-mode block still open was entered (0: none); see autohooks._install_grad_modes
+        self.blocks = 0  # grad-mode blocks open at depth 0 (Normal.sample opens one inside the policy's block)
+        self.env_width = 0  # agent steps the last env step took: a module call on a batch this wide is acting (0: none yet)
+        self.act_return = 0.0  # when the last call of the open acting phase returned
+        self.param_ptrs: set[int] = set()  # data pointers of the parameters of every module called at top level
+        self.seen_modules: set[int] = set()  # ids of the modules whose parameters are in param_ptrs
+        self.foreign_phases = 0  # rlbench.phase blocks opened from another thread (not attributed: see phase)
         self.merges = 0
         self.mem_marks = 0
         self._now: Callable[[], float] = _clock if sync is None else self._synced_now
         self.clock = self._now  # what hooks read the time with (synchronized under --sync)
         self.forward_names: dict[type, str] = {}  # module classes whose grad-enabled call is a named forward (a loss)
         self.thread = threading.get_ident()  # phases follow the thread that started attribution
+        # CPU seconds of each other Python thread since attribution started: threads already running count from
+        # now; a thread started later adds its whole thread_time when its run() returns (autohooks._install_threads)
+        self.thread_cpu: dict[int, float] = {k: -v for k, v in _live_threads_cpu(self.thread).items()}
         self.env_self: Any = None  # the env whose step or reset is the open env phase
         self.env_ids: dict[type, str] = {}  # registered env id of each env class stepped at top level
         self.shadowed: list[tuple[Any, str]] = []  # (weak env, method) given back their unwrapped method
@@ -340,8 +364,11 @@ class Attributor:
             torch.cuda.reset_peak_memory_stats()
 
     def _close_sticky(self, now: float) -> None:
-        if self.kinds and self.kinds[-1] == STICKY:
+        kind = self.kinds[-1] if self.kinds else AUTO
+        if kind == STICKY:
             self._pop(now)
+        elif kind == ACTING:
+            self._close_acting(now, split=True)
 
     # --- automatic events (called by the hooks) -------------------------------------------------------------------
     def _settle(self) -> None:
@@ -366,8 +393,11 @@ class Attributor:
         if self.pending:
             self.pending = False
             t_exit = self.t_exit
-            if name == self.auto_name and (now - t_exit < MERGE_GAP_S or (role == INFER and self.t >= self.block_t > 0.0)):
-                # the same kind again (for inference, also anywhere inside the grad-mode block it opened in): one phase
+            if name == self.auto_name and (
+                now - t_exit < MERGE_GAP_S or (role == INFER and self.t >= self.block_t > 0.0) or name == TARGET_UPDATE
+            ):
+                # the same kind again (for inference and targets, also anywhere inside the grad-mode block it opened
+                # in; for a target update, with nothing else between: the polyak loop's arithmetic): one phase
                 self.merged += 1
                 if self.counter is not None:
                     self.counter.phase = self.stack[-1]
@@ -376,10 +406,13 @@ class Attributor:
             if role == INFER and self.hint > t_exit:
                 now = self.hint
         kinds = self.kinds
-        if kinds and kinds[-1] == STICKY:
-            if role == NEST:  # a transfer inside the loss computation counts as forward
+        if kinds and kinds[-1] >= STICKY and kinds[-1] != EXPLICIT:
+            if role == NEST:  # a transfer inside the loss computation (or the action's conversion) is part of it
                 return False
-            self._pop(now)
+            if kinds[-1] == ACTING:
+                self._close_acting(now, split=role != ENV)
+            else:
+                self._pop(now)
         if role == ENV:
             if self.started is None or self.updated:
                 self._new_iteration(now)
@@ -405,6 +438,10 @@ class Attributor:
         When the call returns the hook only clears ``depth``: the forward stays open for the loss computation."""
         self.depth = 1
         self._settle()
+        if self.kinds and self.kinds[-1] == ACTING:
+            if now is None:
+                now = self._now()
+            self._close_acting(now, split=True)
         if self.kinds and self.kinds[-1] == STICKY:
             if self.stack[-1].endswith(name):
                 self.passthrough += 1
@@ -415,6 +452,64 @@ class Attributor:
         elif now is None:
             now = self._now()
         self._push(name, "update", STICKY, now)
+
+    def enter_acting(self, now: float) -> None:
+        """A module called on the env's batch (``env_width`` rows) at depth 0, with or without grad: acting.
+
+        Acting is sticky like the training forward: the policy's other calls (the critic beside the actor), the
+        distribution built and sampled from their output, the argmax, the noise and the conversion to the action all
+        belong to it, up to the env step (or another event) that closes it (:meth:`_close_acting`). It starts at the
+        grad-mode block the call sits in, where one is open.
+        """
+        self.depth = 1
+        self._settle()
+        kinds = self.kinds
+        if kinds and kinds[-1] == ACTING:  # the policy's next call: the same acting
+            self.passthrough += 1
+            return
+        if kinds and kinds[-1] == STICKY:
+            self._pop(now)
+        start = self.hint if self.blocks and self.hint > self.t else now
+        self._push(ACT, "inference", ACTING, start)
+        self.auto_name = ACT
+
+    def _close_acting(self, now: float, split: bool) -> None:
+        """Close the acting phase on top at ``now``. Closed by something else than the env step (``split``), what ran
+        after its last call returned is the work between the rollout and the update: ``advantage`` (CleanRL computes
+        GAE in the block that bootstraps the last value; SB3 between ``predict_values`` and its labelled
+        ``compute_returns_and_advantage``)."""
+        last = self.act_return
+        if split and self.t <= last < now:
+            self._pop(last)
+            self._push(ADVANTAGE, "advantage", AUTO, last)
+        self._pop(now)
+
+    def block_enter(self, now: float) -> None:
+        """A ``torch.no_grad``/``inference_mode`` block entered at depth 0 (see autohooks._install_grad_modes)."""
+        self.blocks += 1
+        if self.blocks == 1:
+            self.hint = self.block_t = now
+
+    def block_exit(self, now: float) -> None:
+        """Its exit: the outermost block's end also ends an inference or target phase that opened inside it (the
+        block counts whole: the TD target's arithmetic after its last module call)."""
+        if self.blocks > 1:
+            self.blocks -= 1
+            return
+        self.blocks = 0
+        if self.pending and self.t >= self.block_t > 0.0 and self.auto_name in (ACT, TARGET):
+            self.t_exit = now
+        self.block_t = 0.0
+
+    def watch_module(self, module: Any) -> None:
+        """Remember the parameters of a module called at top level: a copy into them is a target-network update."""
+        self.seen_modules.add(id(module))
+        params = getattr(module, "parameters", None)
+        if params is not None:
+            try:
+                self.param_ptrs.update(p.data_ptr() for p in params())
+            except Exception:
+                pass
 
     # --- explicit phases ------------------------------------------------------------------------------------------
     def open_explicit(self, name: str, layer: str, starts_iteration: bool = False) -> None:
@@ -497,6 +592,10 @@ class Attributor:
             counted = None
         else:
             counted = self.count_iteration if self.counted else None
+        threads = dict(self.thread_cpu)
+        for ident, cpu in _live_threads_cpu(self.thread).items():
+            threads[ident] = threads.get(ident, 0.0) + cpu
+        threads = {k: v for k, v in threads.items() if v > 1e-6}
         return Attribution(
             started=self.started if self.started is not None else self.t_begin,  # no env event: all of it is the run
             ended=now,
@@ -518,7 +617,25 @@ class Attributor:
             trace_dropped=self.trace_dropped,
             env_ids=sorted({i for i in self.env_ids.values() if i}),
             synchronized=self.sync is not None,
+            other_threads_cpu_s=sum(threads.values()),
+            other_threads=len(threads),
+            foreign_phases=self.foreign_phases,
         )
+
+
+def _live_threads_cpu(main: int) -> dict[int, float]:
+    """CPU seconds of every live Python thread but ``main`` (threads still running when attribution ends)."""
+    import time
+
+    out = {}
+    for t in threading.enumerate():
+        if t.ident is None or t.ident == main or not t.is_alive():
+            continue
+        try:
+            out[t.ident] = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        except (AttributeError, OSError):  # not on this platform, or the thread just ended
+            continue
+    return out
 
 
 def _false() -> bool:
@@ -569,12 +686,15 @@ class phase:
     def __enter__(self) -> phase:
         a = ACTIVE.attributor
         if a is not None:
-            a.open_explicit(self.name, self.layer)
+            if _get_ident() == a.thread:
+                a.open_explicit(self.name, self.layer)
+            else:  # phases follow the thread that started attribution: another thread's never lands on its stack
+                a.foreign_phases += 1
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         a = ACTIVE.attributor
-        if a is not None:
+        if a is not None and _get_ident() == a.thread:
             a.close_explicit()
 
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -583,7 +703,9 @@ class phase:
         @wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
             a = ACTIVE.attributor
-            if a is None:
+            if a is None or _get_ident() != a.thread:
+                if a is not None:
+                    a.foreign_phases += 1
                 return fn(*args, **kwargs)
             a.open_explicit(name, layer)
             try:

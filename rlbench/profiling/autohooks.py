@@ -5,11 +5,13 @@
 * gymnasium ``Env``/``VectorEnv`` ``step`` and ``reset`` of every class, those defined later included
   (``env/step``, ``env/reset``; agent steps from a vector env's ``num_envs``), except the pure forwarding ones of
   ``Wrapper`` and ``VectorWrapper`` (the env they forward to is timed);
-* ``torch.nn.Module.__call__``: with grad disabled a call is ``inference``; with grad enabled it opens the sticky
-  ``train/forward``;
-* ``torch.no_grad`` and ``torch.inference_mode`` (``__enter__``, ``__exit__``): not events, but marks that stretch
-  the ``inference`` phase of the module calls a block wraps over the whole block (the distribution built and
-  sampled between them included); inside the training forward they do nothing;
+* ``torch.nn.Module.__call__`` at top level, by what the loop is doing (:func:`_model_event`): a call on the env's
+  batch is acting (``inference``, with or without grad, sticky up to the env step); with grad on another batch it
+  opens the sticky ``train/forward``; under ``no_grad`` on another batch it is ``train/target``;
+* ``torch.no_grad`` and ``torch.inference_mode`` (``__enter__``, ``__exit__``): not events, but marks that make the
+  outermost block count whole for the acting or target phase opened inside it;
+* ``Tensor.copy_``/``lerp_`` (and their ``torch._foreach_`` forms) into a called module's parameters, and
+  ``Module.load_state_dict`` once training has started: ``train/target_update``;
 * ``torch.autograd.backward`` / ``grad`` (``train/backward``), and ``train/optimizer`` for every optimizer's whole
   ``step``, ``zero_grad`` and ``clip_grad_norm_``;
 * ``Tensor.item``, ``.tolist``, ``.numpy``, and host data becoming a tensor: ``torch.tensor``,
@@ -33,7 +35,20 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from rlbench.profiling.attribution import ENV, FORWARD, INFER, MEMORY_MARKS, MERGE_GAP_S, NEST, UPDATE, Attributor
+from rlbench.profiling.attribution import (
+    ACT,
+    ENV,
+    EXPLICIT,
+    FORWARD,
+    INFER,
+    MEMORY_MARKS,
+    MERGE_GAP_S,
+    NEST,
+    TARGET,
+    TARGET_UPDATE,
+    UPDATE,
+    Attributor,
+)
 
 try:  # the hot path in C, where the extension was built (pip builds it wherever a C compiler is found)
     from rlbench.profiling import _fastevent
@@ -48,7 +63,6 @@ _MONOTONIC = sys.platform.startswith("linux") and time.get_clock_info("perf_coun
 )
 # batches of an env hook (how many agent steps one call takes), as the compiled hook knows them
 NOT_ENV, BATCH_NONE, BATCH_ONE, BATCH_VECTOR, BATCH_CALL = -1, 0, 1, 2, 3  # (BATCH_CALL: ask the env hook's batch())
-MARK_ENTER, MARK_EXIT = 1, 2  # the compiled hooks of a grad-mode block's __enter__ and __exit__
 PURE_PYTHON_ENV = "RLBENCH_PURE_PYTHON_HOOKS"  # set (non-empty): install the Python wrappers, not the compiled hooks
 _Restore = list[tuple[Any, str, Any, bool]]  # (owner, attribute, original, was in owner.__dict__)
 
@@ -72,14 +86,12 @@ def event_wrapper(
     layer: str,
     role: int,
     *,
-    model: bool = False,
     skip: int = 0,
     copy_metadata: bool = True,
 ) -> Callable[..., Any]:
-    """``fn`` timed as automatic phase ``name`` (no agent steps counted).
+    """``fn`` timed as automatic phase ``name`` (no agent steps counted; module calls are :func:`_model_event`'s).
 
     Args:
-        model: A module call: with grad enabled it opens the sticky training forward instead.
         skip: Calls that are not events, tested inline (a callback would cost a frame on every call):
             :data:`SKIP_CAST` a ``Tensor.to`` with only a dtype; :data:`SKIP_NO_DATA` a ``Tensor.__new__`` given a
             shape or nothing; 0 none.
@@ -90,9 +102,9 @@ def event_wrapper(
         The compiled hook (:func:`native`) standing for the Python wrapper of :func:`python_event`, or that wrapper
         itself where the extension is not built or ``RLBENCH_PURE_PYTHON_HOOKS`` is set.
     """
-    event, paths, path_under = python_event(a, fn, name, layer, role, model=model, skip=skip)
+    event, paths, path_under = python_event(a, fn, name, layer, role, skip=skip)
     event.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
-    hook = native(a, fn, event, name, layer, role, paths, path_under, model=model, skip=skip)
+    hook = native(a, fn, event, name, layer, role, paths, path_under, skip=skip)
     if not copy_metadata:  # a function, as torch.compile's polyfill registry requires of Tensor.__new__
         return event if hook is event else hook.as_function()  # type: ignore[attr-defined]
     wraps(fn)(event)
@@ -108,7 +120,7 @@ def _dressed(hook: Callable[..., Any], python: Callable[..., Any], fn: Callable[
 
 
 def python_event(
-    a: Attributor, fn: Callable[..., Any], name: str, layer: str, role: int, *, model: bool = False, skip: int = 0
+    a: Attributor, fn: Callable[..., Any], name: str, layer: str, role: int, *, skip: int = 0
 ) -> tuple[Callable[..., Any], dict[str, str], Callable[[str], str]]:
     """The Python wrapper of :func:`event_wrapper` (the reference the compiled hook follows line for line).
 
@@ -128,8 +140,7 @@ def python_event(
     clock = a.clock
     thread = a.thread
     gap = MERGE_GAP_S
-    grad_enabled = _grad_enabled() if model else None
-    infer, update, env = role == INFER, role == UPDATE, role == ENV
+    update, env = role == UPDATE, role == ENV
     paths: dict[str, str] = {}  # parent path -> this phase's path under it
 
     def path_under(parent: str) -> str:
@@ -157,13 +168,7 @@ def python_event(
             a.passthrough += 1
             return fn(*args, **kwargs) if kwargs else fn(*args)
         now = clock()
-        if grad_enabled is not None and grad_enabled():
-            a.enter_forward(a.forward_names.get(type(args[0]), FORWARD) if a.forward_names else FORWARD, now)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                a.depth = 0  # the forward stays open (sticky) for the loss computation
-        if a.pending and name == a.auto_name and (now - a.t_exit < gap or (infer and a.t >= a.block_t > 0.0)) and not a.slow:
+        if a.pending and name == a.auto_name and now - a.t_exit < gap and not a.slow:
             a.pending = False  # the same kind again: one phase (the common case of Attributor.enter, inline)
             a.merged += 1
             a.depth = 1
@@ -177,8 +182,6 @@ def python_event(
             old = stack[-1]
             excl = a.excl
             t_exit = a.t_exit
-            if infer and a.hint > t_exit:  # a no_grad block was entered for this call: it starts there
-                now = a.hint
             excl[old] += t_exit - a.t
             merged = a.merged
             if merged:
@@ -224,7 +227,6 @@ def native(
     skip: int = 0,
     batch: int = NOT_ENV,
     batch_fn: Callable[[Any], int] | None = None,
-    mark: int = 0,
 ) -> Callable[..., Any]:
     """The compiled hook (``rlbench.profiling._fastevent.Event``) standing for the Python wrapper ``fallback``.
 
@@ -246,7 +248,7 @@ def native(
         types["batch_fn"] = batch_fn
     return _fastevent.Event(
         a, fn, fallback, name, layer, role, a.clock, a.thread, paths, path_under, MERGE_GAP_S,
-        skip=skip, model=model, batch=batch, mark=mark, direct_clock=a.clock is _perf_counter and _MONOTONIC,
+        skip=skip, model=model, batch=batch, direct_clock=a.clock is _perf_counter and _MONOTONIC,
         memory_marks=MEMORY_MARKS, **types,
     )  # fmt: skip
 
@@ -291,7 +293,9 @@ def env_wrapper(a: Attributor, fn: Callable[..., Any], name: str, batch: Callabl
         finally:
             a.env_self = None
         if batch is not None:  # after the call: an iteration boundary it made snapshots the steps before it
-            a.steps += batch(self)
+            n = batch(self)
+            a.steps += n
+            a.env_width = n
         return out
 
     env_call.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
@@ -340,7 +344,11 @@ def _module_call_wrapper(a: Attributor) -> Callable[..., Any]:
     import torch
 
     original = torch.nn.Module.__call__
-    event = event_wrapper(a, original, "inference", "inference", INFER, model=True)
+    fallback = _model_event(a, original)
+    fallback.__rlbench_wrapped__ = original  # type: ignore[attr-defined]
+    wraps(original)(fallback)
+    hook = native(a, original, fallback, "inference", "inference", INFER, {}, str, model=True)
+    event = _dressed(hook, fallback, original)
     if original is not getattr(torch.nn.Module, "_wrapped_call_impl", None) or not hasattr(torch.nn.Module, "_call_impl"):
         return event  # another torch: the generic wrapper, whose pass-through calls __call__ as it was
     if native_available():
@@ -357,6 +365,81 @@ def _module_call_wrapper(a: Attributor) -> Callable[..., Any]:
 
     module_call.__rlbench_wrapped__ = original  # type: ignore[attr-defined]
     return module_call
+
+
+def batch_width(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """Rows of a module call's first input: a tensor's or array's first dimension (1 for an unbatched vector), a
+    TensorDict's first batch dimension (1 for an unbatched one); 0 when it has none of these (unknown)."""
+    x = args[1] if len(args) > 1 else next(iter(kwargs.values()), None) if kwargs else None
+    shape = getattr(x, "batch_size", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else 1
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        return 0
+    try:
+        return int(shape[0]) if len(shape) > 1 else 1
+    except (TypeError, IndexError):
+        return 0
+
+
+def _model_event(a: Attributor, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A module called at top level, decided by what the loop is doing, not only by grad mode.
+
+    * On the env's batch (as many rows as the last env step took agent steps, :attr:`Attributor.env_width`), with
+      or without grad: **acting**, ``inference`` (:meth:`Attributor.enter_acting`): CleanRL's DQN and SAC call the
+      policy to act with grad enabled.
+    * With grad enabled on another batch: the sticky training forward ``train/forward``.
+    * Under ``no_grad`` on another batch, once the env's width is known: ``train/target``, in the update layer (the
+      TD target's target network, SAC's next action and alpha's log-pi); the whole grad-mode block counts.
+    * Before any env step (width unknown): ``inference`` without grad, as a person would call it.
+
+    Every module's parameters are noted the first time it is called (:meth:`Attributor.watch_module`): a copy into
+    them is a target-network update. Nested calls (a model's sub-modules) call straight through.
+    """
+    clock, thread = a.clock, a.thread
+    grad_enabled = _grad_enabled()
+    seen = a.seen_modules
+
+    def model_call(*args: Any, **kwargs: Any) -> Any:
+        if a.depth or _get_ident() != thread:
+            return fn(*args, **kwargs)
+        now = clock()
+        if id(args[0]) not in seen:
+            a.watch_module(args[0])
+        width = a.env_width
+        acting = width and batch_width(args, kwargs) == width
+        if acting:
+            kinds = a.kinds
+            if kinds and kinds[-1] == EXPLICIT and (a.stack[-1] == ACT or a.stack[-1].endswith("/" + ACT)):
+                a.passthrough += 1  # a library's labelled acting (SB3's predict): its inference already
+                a.depth = 1
+            else:
+                a.enter_acting(now)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                a.depth = 0
+                a.act_return = clock()
+        if grad_enabled():
+            a.enter_forward(a.forward_names.get(type(args[0]), FORWARD) if a.forward_names else FORWARD, now)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                a.depth = 0  # the forward stays open (sticky) for the loss computation
+        if width and not (a.kinds and a.kinds[-1] == EXPLICIT and a.layers.get(a.stack[-1]) == "advantage"):
+            opened = a.enter(TARGET, "update", INFER, now)
+        else:  # before any env step, or inside a labelled advantage (TorchRL's GAE calls the value network)
+            opened = a.enter(ACT, "inference", INFER, now)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if opened:
+                a.exit()
+            else:
+                a.depth = 0
+
+    return model_call
 
 
 def vector_batch(env: Any) -> int:
@@ -429,6 +512,7 @@ def _install_torch(h: Hooks) -> None:
     a.refresh_extras()
     replace_attr(h.restore, torch.nn.Module, "__call__", _module_call_wrapper(a))
     _install_grad_modes(h)
+    _install_target_updates(h)
     for name in ("backward", "grad"):
         backward = event_wrapper(a, getattr(torch.autograd, name), "train/backward", "update", UPDATE)
         replace_attr(h.restore, torch.autograd, name, backward)
@@ -452,28 +536,25 @@ def _install_torch(h: Hooks) -> None:
 
 
 def _install_grad_modes(h: Hooks) -> None:
-    """``torch.no_grad`` and ``torch.inference_mode``: a block around inference belongs to that inference.
+    """``torch.no_grad`` and ``torch.inference_mode``: a block counts whole, however it nests.
 
-    ``with torch.no_grad(): action, logp, value = agent.act(obs)`` is what a person times by hand as inference:
-    the module calls, the distribution built from their output and sampled, and the grad-mode switch in and out. The
-    blocks are not events (an event costs a phase transition or a merge): ``__enter__`` marks the time
-    (``Attributor.hint``, where an ``inference`` phase opened by the next hooked call starts instead, and
-    ``Attributor.block_t``); while the block is open, inference calls continue the inference phase opened inside it
-    however far apart they are (the distribution's work between the actor and the critic); ``__exit__`` extends a
-    pending inference phase that ended within the merge gap to the block's end (only then: CleanRL computes GAE
-    inside the block that bootstraps the last value). A block followed by another kind of event changes nothing,
-    and a nested block's exit ends the rule for the outer.
+    The blocks are not events (an event costs a phase transition or a merge): the outermost ``__enter__`` at depth 0
+    marks the time (:meth:`Attributor.block_enter`): acting that opens inside the block starts there, and inference
+    or ``train/target`` calls inside it continue each other however far apart they are (the distribution's work
+    between the actor and the critic, the TD target's maths). The outermost ``__exit__``
+    (:meth:`Attributor.block_exit`) extends a pending inference or target phase that opened inside the block to the
+    block's end. Blocks nested inside (``Normal.sample`` opens its own) change nothing.
     """
     from torch.autograd import grad_mode
 
     a = h.a
-    clock, thread, gap = a.clock, a.thread, MERGE_GAP_S
+    clock, thread = a.clock, a.thread
 
     def marked_enter(enter: Callable[..., Any]) -> Callable[..., Any]:
         @wraps(enter)
         def begin(self: Any) -> Any:
             if not a.depth and _get_ident() == thread:
-                a.hint = a.block_t = clock()
+                a.block_enter(clock())
             return enter(self)
 
         begin.__rlbench_wrapped__ = enter  # type: ignore[attr-defined]
@@ -483,25 +564,93 @@ def _install_grad_modes(h: Hooks) -> None:
         @wraps(leave)
         def end(self: Any, *args: Any) -> Any:
             out = leave(self, *args)
-            if not a.depth and _get_ident() == thread:
-                if a.pending and a.auto_name == "inference":  # not the rest of a long block: CleanRL's GAE runs in one
-                    now = clock()
-                    if now - a.t_exit < gap:
-                        a.t_exit = now
-                a.block_t = 0.0
+            if not a.depth and _get_ident() == thread and a.blocks:
+                a.block_exit(clock())
             return out
 
         end.__rlbench_wrapped__ = leave  # type: ignore[attr-defined]
         return end
 
-    def compiled(python: Callable[..., Any], mark: int) -> Callable[..., Any]:
-        fn = python.__rlbench_wrapped__  # type: ignore[attr-defined]
-        # a mark opens no phase: no path cache to share (the compiled hook compares its name with the pending one)
-        return _dressed(native(a, fn, python, "inference", "inference", INFER, {}, str, mark=mark), python, fn)
-
     for cls in (grad_mode.no_grad, grad_mode.inference_mode):
-        replace_attr(h.restore, cls, "__enter__", compiled(marked_enter(vars(cls)["__enter__"]), MARK_ENTER))
-        replace_attr(h.restore, cls, "__exit__", compiled(extending_exit(vars(cls)["__exit__"]), MARK_EXIT))
+        replace_attr(h.restore, cls, "__enter__", marked_enter(vars(cls)["__enter__"]))
+        replace_attr(h.restore, cls, "__exit__", extending_exit(vars(cls)["__exit__"]))
+
+
+def _install_target_updates(h: Hooks) -> None:
+    """Target-network updates: ``train/target_update``.
+
+    ``Tensor.copy_`` and ``Tensor.lerp_`` (and their ``torch._foreach_`` forms) into the parameters of a module the
+    script has called (a hand-written polyak loop: ``tp.data.copy_(tau * p.data + (1 - tau) * tp.data)``), and
+    ``Module.load_state_dict`` once training has started (DQN's hard update). Consecutive copies with nothing
+    hooked between them are one phase, the loop's arithmetic included. Libraries' own helpers (SB3's
+    ``polyak_update``, TorchRL's ``SoftUpdate``) are labelled in :mod:`rlbench.profiling.libraries`.
+    """
+    import torch
+
+    a = h.a
+    clock, thread, ptrs = a.clock, a.thread, a.param_ptrs
+
+    def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        opened = a.enter(TARGET_UPDATE, "update", UPDATE, clock())
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if opened:
+                a.exit()
+            else:
+                a.depth = 0
+
+    def into_params(fn: Callable[..., Any], many: bool) -> Callable[..., Any]:
+        @wraps(fn)
+        def op(dest: Any, *args: Any, **kwargs: Any) -> Any:
+            if a.depth or not ptrs or _get_ident() != thread:
+                return fn(dest, *args, **kwargs)
+            try:
+                ptr = (dest[0] if many else dest).data_ptr()
+            except Exception:
+                return fn(dest, *args, **kwargs)
+            if ptr not in ptrs:
+                return fn(dest, *args, **kwargs)
+            return timed(fn, dest, *args, **kwargs)
+
+        op.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
+        return op
+
+    for name in ("copy_", "lerp_"):
+        replace_attr(h.restore, torch.Tensor, name, into_params(getattr(torch.Tensor, name), False))
+    for name in ("_foreach_copy_", "_foreach_lerp_"):
+        if hasattr(torch, name):
+            replace_attr(h.restore, torch, name, into_params(getattr(torch, name), True))
+
+    load = torch.nn.Module.load_state_dict
+
+    @wraps(load)
+    def load_state_dict(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if a.depth or a.started is None or _get_ident() != thread:
+            return load(self, *args, **kwargs)
+        return timed(load, self, *args, **kwargs)
+
+    load_state_dict.__rlbench_wrapped__ = load  # type: ignore[attr-defined]
+    replace_attr(h.restore, torch.nn.Module, "load_state_dict", load_state_dict)
+
+
+def _install_threads(h: Hooks) -> None:
+    """Python threads started while profiling add their CPU seconds when they end (``Attributor.thread_cpu``): the
+    report says how busy threads other than the attributed one were. Phases follow one thread only."""
+    inner = getattr(threading.Thread, "_bootstrap_inner", None)
+    if inner is None:  # another Python: live threads are still read when attribution ends
+        return
+    cpu = h.a.thread_cpu
+
+    @wraps(inner)
+    def bootstrap_inner(self: Any) -> None:
+        try:
+            inner(self)
+        finally:
+            cpu[_get_ident()] = time.thread_time()
+
+    bootstrap_inner.__rlbench_wrapped__ = inner  # type: ignore[attr-defined]
+    replace_attr(h.restore, threading.Thread, "_bootstrap_inner", bootstrap_inner)
 
 
 def _install_optimizer_steps(h: Hooks) -> None:
@@ -575,6 +724,7 @@ def install(a: Attributor) -> Hooks:
     try:
         _install_gymnasium(h)
         _install_torch(h)
+        _install_threads(h)
     except BaseException:
         uninstall(h)
         raise

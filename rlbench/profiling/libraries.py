@@ -8,10 +8,16 @@ Generic hooks see env steps, module calls and backward passes; these labels add 
   ``replay/sample``. The rollout buffer's per-step ``add`` is left unlabelled: a label there cost two phase
   transitions per vector step (about 5,600 of the 23,600 instructions per agent step that the hooks added to the
   SB3 PPO script, in cachegrind), and its two ``.cpu().numpy()`` calls show as ``collect/transfer`` without it.
+  ``BasePolicy.predict`` is acting (``inference``) as a whole, its eval-mode switch and conversions included; the
+  ``polyak_update`` the algorithms import is ``train/target_update``.
 * **TorchRL**: a collector's batches (each step of its ``iterator``, or a direct ``rollout()``) are ``collect``;
   ``EnvBase.step``/``reset``/``step_and_maybe_reset`` are env events counting the env's batch size; value
   estimators (GAE, TD(λ), V-trace) are ``advantage``; replay buffers' ``extend``/``add``/``sample`` are
-  ``replay/...``; a loss module called with grad enabled is the training forward ``train/loss``.
+  ``replay/...``; a loss module called with grad enabled is the training forward ``train/loss``; a target-network
+  updater's ``step`` (``SoftUpdate``, ``HardUpdate``) is ``train/target_update``.
+* **Any replay buffer by shape**: a class the script (or any library) defines while profiling, named like one, with a
+  ``sample`` and an ``add``/``push``/``store``/``extend``/``insert`` (:func:`replay_methods`): CleanRL's copy of
+  SB3's buffer, a script's own ``ReplayMemory``.
 
 The labels go on through a ``sys.meta_path`` finder that patches a module right after it is executed, so a script
 that never imports the library pays nothing.
@@ -21,13 +27,14 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import re
 import sys
 from collections.abc import Callable
 from functools import wraps
 from threading import get_ident
 from typing import Any
 
-from rlbench.profiling.attribution import Attributor
+from rlbench.profiling.attribution import TARGET_UPDATE, Attributor
 from rlbench.profiling.autohooks import all_subclasses, env_wrapper, replace_attr, vector_batch
 
 Patcher = Callable[[Any, Any], None]  # (hooks, module) -> None
@@ -109,13 +116,31 @@ def _sb3_algorithms(h: Any, module: Any) -> None:
 
 
 def _sb3_algorithm_module(h: Any, module: Any) -> None:
-    """A module defining an algorithm class (PPO, SAC, ...): label the classes it defines."""
+    """A module defining an algorithm class (PPO, SAC, ...): label the classes it defines, and the ``polyak_update``
+    it imported by name (DQN, SAC, TD3: the target-network update, ``train/target_update``)."""
     from stable_baselines3.common.base_class import BaseAlgorithm
 
     for value in vars(module).values():
         if isinstance(value, type) and issubclass(value, BaseAlgorithm):
             _label(h, value, "collect_rollouts", "collect", "other", starts_iteration=True)
             _label(h, value, "train", "train", "update")
+    _label_function(h, module, "polyak_update", TARGET_UPDATE, "update")
+
+
+def _sb3_policies(h: Any, module: Any) -> None:
+    """``BasePolicy.predict`` is acting as a whole: switching to eval mode, the observation's conversion, the call
+    under ``no_grad``, the action's conversion and clipping (off-policy algorithms act through it)."""
+    _label(h, module.BasePolicy, "predict", "inference", "inference")
+
+
+def _sb3_utils(h: Any, module: Any) -> None:
+    _label_function(h, module, "polyak_update", TARGET_UPDATE, "update")
+
+
+def _label_function(h: Any, module: Any, name: str, label: str, layer: str) -> None:
+    fn = getattr(module, name, None)
+    if fn is not None and callable(fn) and not hasattr(fn, "__rlbench_wrapped__"):
+        replace_attr(h.restore, module, name, label_wrapper(h.a, fn, label, layer))
 
 
 # --- TorchRL ------------------------------------------------------------------------------------------------------
@@ -150,6 +175,11 @@ def _torchrl_buffers(h: Any, module: Any) -> None:
             _label(h, cls, method, f"replay/{method}", "replay")
 
 
+def _torchrl_updaters(h: Any, module: Any) -> None:
+    for cls in all_subclasses(module.TargetNetUpdater):  # SoftUpdate, HardUpdate
+        _label(h, cls, "step", TARGET_UPDATE, "update")
+
+
 def _torchrl_losses(h: Any, module: Any) -> None:
     for cls in all_subclasses(module.LossModule):
         h.a.forward_names[cls] = "train/loss"
@@ -159,6 +189,8 @@ PATCHES: dict[str, tuple[str, Patcher]] = {
     # module executed -> (attribute it must have, patcher)
     "stable_baselines3.common.vec_env.base_vec_env": ("VecEnv", _sb3_vec_env),
     "stable_baselines3.common.buffers": ("RolloutBuffer", _sb3_buffers),
+    "stable_baselines3.common.policies": ("BasePolicy", _sb3_policies),
+    "stable_baselines3.common.utils": ("polyak_update", _sb3_utils),
     "stable_baselines3.common.base_class": ("BaseAlgorithm", _sb3_algorithms),
     "stable_baselines3.common.on_policy_algorithm": ("OnPolicyAlgorithm", _sb3_algorithm_module),
     "stable_baselines3.common.off_policy_algorithm": ("OffPolicyAlgorithm", _sb3_algorithm_module),
@@ -175,6 +207,7 @@ PATCHES: dict[str, tuple[str, Patcher]] = {
     "torchrl.objectives.value.advantages": ("ValueEstimatorBase", _torchrl_values),
     "torchrl.data.replay_buffers.replay_buffers": ("ReplayBuffer", _torchrl_buffers),
     "torchrl.objectives.common": ("LossModule", _torchrl_losses),
+    "torchrl.objectives.utils": ("TargetNetUpdater", _torchrl_updaters),
     "torchrl.objectives": ("LossModule", _torchrl_losses),
 }
 
@@ -239,8 +272,56 @@ class _Loader(importlib.abc.Loader):
         return getattr(self.inner, name)
 
 
+# --- replay buffers by shape --------------------------------------------------------------------------------------
+REPLAY_NAME = re.compile(r"replay|buffer|memory", re.IGNORECASE)
+REPLAY_WRITES = ("add", "push", "store", "extend", "insert")
+
+
+def replay_methods(cls: type) -> list[str]:
+    """The methods of ``cls`` to label, if it is a replay buffer by shape: a class named like one (``replay``,
+    ``buffer``, ``memory``) with a ``sample`` method and a method that writes (``add``, ``push``, ``store``,
+    ``extend``, ``insert``). SB3's ``ReplayBuffer`` and every copy of it (CleanRL's ``cleanrl_utils.buffers``, a
+    script's own), TorchRL's, a hand-written ``ReplayMemory``. A rollout buffer (``add`` and ``get``, no ``sample``)
+    is not one."""
+    name = cls.__name__
+    if not REPLAY_NAME.search(name) or "rollout" in name.lower() or not callable(getattr(cls, "sample", None)):
+        return []
+    writes = [m for m in REPLAY_WRITES if callable(getattr(cls, m, None))]
+    return [*writes, "sample"] if writes else []
+
+
+def label_replay(h: Any, cls: type) -> None:
+    """Label a replay buffer's methods ``replay/<method>`` (``replay/add``, ``replay/sample``; inherited ones too)."""
+    for method in replay_methods(cls):
+        fn = getattr(cls, method)
+        if hasattr(fn, "__rlbench_wrapped__") or isinstance(vars(cls).get(method), (staticmethod, classmethod)):
+            continue
+        replace_attr(h.restore, cls, method, label_wrapper(h.a, fn, f"replay/{method}", "replay"))
+
+
+def _install_class_watch(h: Any) -> None:
+    """Watch every class the script defines (``builtins.__build_class__``) for a replay buffer by shape."""
+    import builtins
+
+    build = builtins.__build_class__
+
+    @wraps(build)
+    def build_class(func: Any, name: str, *bases: Any, **kwargs: Any) -> Any:
+        cls = build(func, name, *bases, **kwargs)
+        if isinstance(cls, type) and REPLAY_NAME.search(name):
+            try:
+                label_replay(h, cls)
+            except Exception:
+                pass
+        return cls
+
+    build_class.__rlbench_wrapped__ = build  # type: ignore[attr-defined]
+    replace_attr(h.restore, builtins, "__build_class__", build_class)
+
+
 def install_labels(h: Any) -> _PostImport:
-    """Label the libraries already imported, and the others when they are."""
+    """Label the libraries already imported, and the others when they are; watch new classes for replay buffers."""
+    _install_class_watch(h)
     hook = _PostImport(h)
     sys.meta_path.insert(0, hook)
     for name in PATCHES:
