@@ -25,6 +25,7 @@ from rlbench.results.metrics import (
     PROFILE_EXCLUDED_S,
     PROFILE_OVERHEAD_S,
     PROFILE_PASSTHROUGH_US,
+    PROFILE_THREADS_S,
     SPS,
     SPS_STEADY,
     STARTUP_S,
@@ -162,6 +163,9 @@ def attribution_metrics(
     ]
     if startup_s is not None:
         m.append(Metric(STARTUP_S, "s", "lower", [startup_s]))
+    if r.other_threads or r.foreign_phases:  # phases follow one thread: say what the others did meanwhile
+        meta = {"threads": r.other_threads, "foreign_phases": r.foreign_phases, "run_s": r.ended - r.started}
+        m.append(Metric(PROFILE_THREADS_S, "s", "none", [r.other_threads_cpu_s], meta=meta))
     if warm:
         # what the first iteration held: agent steps, and seconds in update phases (a replay prefill has ~none)
         warm_excl = _delta(warm[0].excl, warm[1].excl)

@@ -26,6 +26,7 @@ from rlbench.results.metrics import (
     PROFILE_EXCLUDED_S,
     PROFILE_OVERHEAD_S,
     PROFILE_PASSTHROUGH_US,
+    PROFILE_THREADS_S,
     TIME,
 )
 
@@ -235,3 +236,27 @@ def no_eval_note() -> list[str]:
         'direction="higher")` after its evaluation to see it here and have `rlbench gate` check that a faster '
         "change still learns.",
     ]
+
+
+def threads_section(d: RunData) -> list[str]:
+    """What Python threads other than the profiled one did: phases follow the thread that started the script, so a
+    trainer in worker threads would otherwise show as "Python/other" with nothing to say why."""
+    if not d.has(PROFILE_THREADS_S):
+        return []
+    meta = d.by_metric[PROFILE_THREADS_S][0].meta
+    cpu, run_s = d.med(PROFILE_THREADS_S), float(meta.get("run_s") or math.nan)
+    lines = [
+        "## Other threads",
+        "",
+        f"{fmt(meta.get('threads'), 0)} Python thread(s) besides the profiled one used **{fmt_s(cpu)}** of CPU "
+        f"({pct(cpu / run_s if run_s > 0 else math.nan, 1)} of the run's wall time, first repeat). Phases follow the "
+        "main thread only: their work is not in the tables above, and the main thread's time waiting for them "
+        "(a `join`, a queue) shows as Python/other.",
+    ]
+    if meta.get("foreign_phases"):
+        lines += [
+            "",
+            f"{fmt(meta['foreign_phases'], 0)} `rlbench.phase` block(s) opened in those threads were not attributed "
+            "(they never land on the main thread's phases).",
+        ]
+    return lines

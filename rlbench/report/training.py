@@ -25,6 +25,7 @@ from rlbench.report.profiled import (
     memory_section,
     no_eval_note,
     overhead_section,
+    threads_section,
     user_metrics_section,
 )
 from rlbench.report.summary import console_footer, leaf_phase_times, scalar_summary
@@ -305,6 +306,7 @@ def render(
             learning(d) if d.has(EVAL_RETURN) else no_eval_note(),
             user_metrics_section(d),
             bottlenecks_section(findings(d, b, alternatives=alternatives.measured(d, context or []))),
+            threads_section(d),
             overhead_section(d, b),
             _counters(d),
             limits_section(d),

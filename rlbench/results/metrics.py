@@ -55,6 +55,7 @@ PROFILE_EVENT_US = "profile/event_us"  #: cost of one automatic phase (open and 
 PROFILE_PASSTHROUGH_US = "profile/passthrough_us"  #: cost of one nested hooked call that passes straight through
 PROFILE_EVENTS = "profile/events"  #: phases opened (meta: ``passthrough``, the nested calls)
 PROFILE_EXCLUDED_S = "profile/excluded_s"  #: steady time left out: the iteration that ran under the op counter
+PROFILE_THREADS_S = "profile/other_threads_cpu_s"  #: CPU seconds other Python threads used (meta: threads, phases)
 PROFILE_COMMAND_S = "profile/command_s"  #: ``rlbench profile``'s own wall outside the children (meta: whole, children)
 MEM = "mem/"  #: prefix: peak-RSS growth per top-level phase, bytes (``cuda_mem/``: CUDA peak allocated per phase)
 CUDA_MEM = "cuda_mem/"

@@ -220,3 +220,29 @@ def test_a_threaded_trainer_is_reported_and_its_phases_stay_off_the_main_stack()
     assert "worker" not in r.enters and "main/worker" not in r.enters and r.enters["main"] == 1
     assert r.foreign_phases == 1
     assert r.other_threads == 1 and r.other_threads_cpu_s >= 30 * MS, (r.other_threads, r.other_threads_cpu_s)
+
+
+def test_the_report_says_what_other_threads_did(tmp_path):
+    from tests.cli.cli_helpers import run_cli
+
+    script = tmp_path / "threaded.py"
+    script.write_text(
+        "import threading, time\n"
+        "import gymnasium as gym\n"
+        "def train():\n"
+        "    env = gym.make('CartPole-v1')\n"
+        "    env.reset(seed=0)\n"
+        "    end = time.thread_time() + 0.3\n"
+        "    while time.thread_time() < end:\n"
+        "        env.step(0)[2] and env.reset()\n"
+        "t = threading.Thread(target=train)\n"
+        "t.start()\n"
+        "t.join()\n",
+        encoding="utf-8",
+    )
+    proc = run_cli(["profile", "--quiet", "--store", "st", "--", "python", str(script)], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = next((tmp_path / "st").glob("*.md")).read_text(encoding="utf-8")
+    assert "## Other threads" in report or "Other threads" in report, report[:3000]
+    line = next(x for x in report.splitlines() if "Python thread(s) besides the profiled one" in x)
+    assert line.startswith("1 Python thread(s)"), line
