@@ -18,8 +18,21 @@ import rlbench.suites.scripts
 SCRIPTS_DIR = Path(rlbench.suites.scripts.__file__).parent
 HAND_DIR = SCRIPTS_DIR / "hand"
 FINAL_LINE = re.compile(r"^final: episodes=(\d+) mean_return_last10=(nan|-?\d+(?:\.\d+)?) global_step=(\d+)$")
-LEAF_PHASES = ("env", "inference", "forward", "backward", "optimizer", "advantage", "transfer")
-TINY = "1024"  # two rollouts/batches of 512 steps in every script
+LEAF_PHASES = (
+    "env",
+    "inference",
+    "acting",
+    "forward",
+    "backward",
+    "optimizer",
+    "advantage",
+    "transfer",
+    "replay",
+    "target",
+    "target_update",
+)
+TINY = "1024"  # two rollouts/batches of 512 steps in the PPO scripts; past learning_starts (500) in the off-policy ones
+OFF_POLICY = {"env", "acting", "replay", "target", "forward", "backward", "optimizer", "target_update"}
 
 # script name -> (budget flag, library it needs, phases its hand copy books, {parent phase: the phases nested in it})
 SCRIPTS = {
@@ -41,7 +54,35 @@ SCRIPTS = {
         {"env", "inference", "forward", "backward", "optimizer", "advantage", "replay", "collect"},
         {"collect": ("env", "inference")},
     ),
+    "cleanrl_dqn": ("--total-timesteps", None, OFF_POLICY, {}),
+    "cleanrl_sac": ("--total-timesteps", None, OFF_POLICY, {}),
+    "cleanrl_td3": ("--total-timesteps", None, OFF_POLICY, {}),
+    "cleanrl_ppo_continuous": (
+        "--total-timesteps",
+        None,
+        {"env", "acting", "advantage", "forward", "backward", "optimizer"},
+        {},
+    ),
+    "sb3_dqn": (
+        "--total-timesteps",
+        "stable_baselines3",
+        OFF_POLICY | {"collect", "train"},
+        {"collect": ("env", "acting", "target_update"), "train": ("target", "forward", "backward", "optimizer")},
+    ),
+    "sb3_sac": (
+        "--total-timesteps",
+        "stable_baselines3",
+        OFF_POLICY | {"collect", "train"},
+        {"collect": ("env", "acting"), "train": ("target", "forward", "backward", "optimizer", "target_update")},
+    ),
+    "torchrl_dqn": (
+        "--total-frames",
+        "torchrl",
+        {"env", "acting", "replay", "forward", "backward", "optimizer", "target_update", "collect"},
+        {"collect": ("env", "acting")},
+    ),
 }
+NEW_SCRIPTS = ["cleanrl_dqn", "cleanrl_sac", "cleanrl_td3", "cleanrl_ppo_continuous", "sb3_dqn", "sb3_sac", "torchrl_dqn"]
 
 
 HARNESSES = {"__init__", "accuracy", "overhead", "fanout"}  # rlbench's measurement drivers beside the example scripts
@@ -135,6 +176,23 @@ def test_sb3_script_and_hand_copy(tmp_path: Path) -> None:
 @pytest.mark.slow  # imports and trains torchrl twice (seconds)
 def test_torchrl_script_and_hand_copy(tmp_path: Path) -> None:
     _check_script_and_hand_copy("torchrl_ppo", tmp_path)
+
+
+@pytest.mark.slow  # trains each script twice (seconds; the SB3 and TorchRL ones import their library twice)
+@pytest.mark.parametrize("name", NEW_SCRIPTS)
+def test_off_policy_and_continuous_script_and_hand_copy(name: str, tmp_path: Path) -> None:
+    _check_script_and_hand_copy(name, tmp_path)
+
+
+def test_accuracy_harness_covers_every_script() -> None:
+    from rlbench.suites.scripts import accuracy
+
+    files = {cfg["file"] for cfg in accuracy.SCRIPTS.values()}
+    assert files == {f"{name}.py" for name in SCRIPTS}
+    for name, cfg in accuracy.SCRIPTS.items():
+        assert set(cfg["top"]) <= set(cfg["map"]), name
+        assert name in accuracy.INSTRUCTION_BUDGETS and name in accuracy.OVERHEAD_ARGS, name
+        assert accuracy.INSTRUCTION_BUDGETS[name][0] == cfg["args"][0] == accuracy.OVERHEAD_ARGS[name][0], name
 
 
 @pytest.mark.slow

@@ -1,0 +1,259 @@
+"""TD3 on Pendulum-v1 in one file, written the way CleanRL's td3_continuous_action.py is (argparse in place of tyro, no
+logging backends).
+
+Run: python cleanrl_td3.py --seed 1 --total-timesteps 3000
+"""
+
+import argparse
+import random
+import time
+from typing import NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=1, help="seed of the experiment")
+    parser.add_argument("--torch-threads", type=int, default=1, help="torch.set_num_threads")
+    parser.add_argument("--cuda", action="store_true", help="use CUDA when it is available")
+    parser.add_argument("--env-id", type=str, default="Pendulum-v1", help="the id of the environment")
+    parser.add_argument("--total-timesteps", type=int, default=3000, help="total timesteps of the experiment")
+    parser.add_argument("--learning-rate", type=float, default=3e-4, help="the learning rate of the optimizers")
+    parser.add_argument("--buffer-size", type=int, default=10000, help="the replay memory buffer size")
+    parser.add_argument("--gamma", type=float, default=0.99, help="the discount factor gamma")
+    parser.add_argument("--tau", type=float, default=0.005, help="the target network update rate")
+    parser.add_argument("--batch-size", type=int, default=64, help="the batch size of samples from the replay memory")
+    parser.add_argument("--policy-noise", type=float, default=0.2, help="the scale of the target policy smoothing noise")
+    parser.add_argument("--exploration-noise", type=float, default=0.1, help="the scale of the exploration noise")
+    parser.add_argument("--learning-starts", type=int, default=500, help="timestep to start learning")
+    parser.add_argument("--policy-frequency", type=int, default=2, help="the frequency of training the policy (delayed)")
+    parser.add_argument("--noise-clip", type=float, default=0.5, help="the clip of the target policy smoothing noise")
+    return parser.parse_args()
+
+
+def make_env(env_id):
+    def thunk():
+        env = gym.make(env_id)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        return env
+
+    return thunk
+
+
+def make_envs(env_id, num_envs):
+    """A SyncVectorEnv that resets a finished sub-env within the step that ended it, as gymnasium 0.29 did."""
+    kwargs = {}
+    if hasattr(gym.vector, "AutoresetMode"):  # gymnasium >= 1.1 defaults to resetting on the next step instead
+        kwargs["autoreset_mode"] = gym.vector.AutoresetMode.SAME_STEP
+    return gym.vector.SyncVectorEnv([make_env(env_id) for _ in range(num_envs)], **kwargs)
+
+
+def final_observations(infos):
+    """The last observations of the episodes that ended on this step (None where a sub-env did not finish)."""
+    return infos.get("final_obs", infos.get("final_observation"))
+
+
+def finished_returns(infos):
+    """Returns of the episodes that ended on this step, in gymnasium's 1.x or 0.29 vector info layout."""
+    final = infos.get("final_info")
+    if isinstance(final, dict):  # gymnasium >= 1.1, same-step autoreset: the finished episodes' infos, batched
+        infos = final
+    if "episode" in infos:
+        return [float(r) for r in infos["episode"]["r"][infos["_episode"]]]
+    return [float(info["episode"]["r"]) for info in final or [] if info and "episode" in info]  # gymnasium 0.29
+
+
+class ReplayBufferSamples(NamedTuple):
+    observations: torch.Tensor
+    actions: torch.Tensor
+    next_observations: torch.Tensor
+    dones: torch.Tensor
+    rewards: torch.Tensor
+
+
+class ReplayBuffer:
+    """Transitions in preallocated numpy arrays, a ring of buffer_size steps per env, sampled uniformly as tensors
+    (the layout of Stable-Baselines3's ReplayBuffer, which CleanRL imports)."""
+
+    def __init__(self, buffer_size, observation_space, action_space, device, n_envs=1):
+        self.buffer_size = buffer_size
+        self.n_envs = n_envs
+        self.device = device
+        self.action_dim = int(np.prod(action_space.shape)) if action_space.shape else 1
+        self.observations = np.zeros((buffer_size, n_envs, *observation_space.shape), dtype=observation_space.dtype)
+        self.next_observations = np.zeros((buffer_size, n_envs, *observation_space.shape), dtype=observation_space.dtype)
+        self.actions = np.zeros((buffer_size, n_envs, self.action_dim), dtype=action_space.dtype)
+        self.rewards = np.zeros((buffer_size, n_envs), dtype=np.float32)
+        self.dones = np.zeros((buffer_size, n_envs), dtype=np.float32)
+        self.pos = 0
+        self.full = False
+
+    def add(self, obs, next_obs, action, reward, done, infos):
+        self.observations[self.pos] = np.array(obs)
+        self.next_observations[self.pos] = np.array(next_obs)
+        self.actions[self.pos] = np.array(action).reshape((self.n_envs, self.action_dim))
+        self.rewards[self.pos] = np.array(reward)
+        self.dones[self.pos] = np.array(done)
+        self.pos += 1
+        if self.pos == self.buffer_size:
+            self.full = True
+            self.pos = 0
+
+    def sample(self, batch_size):
+        upper = self.buffer_size if self.full else self.pos
+        batch_inds = np.random.randint(0, upper, size=batch_size)
+        env_inds = np.random.randint(0, self.n_envs, size=batch_size)
+        data = (
+            self.observations[batch_inds, env_inds],
+            self.actions[batch_inds, env_inds],
+            self.next_observations[batch_inds, env_inds],
+            self.dones[batch_inds, env_inds].reshape(-1, 1),
+            self.rewards[batch_inds, env_inds].reshape(-1, 1),
+        )
+        return ReplayBufferSamples(*(torch.tensor(array, device=self.device) for array in data))
+
+
+class QNetwork(nn.Module):
+    def __init__(self, envs):
+        super().__init__()
+        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        act_dim = int(np.prod(envs.single_action_space.shape))
+        self.fc1 = nn.Linear(obs_dim + act_dim, 64)
+        self.fc2 = nn.Linear(64, 64)
+        self.fc3 = nn.Linear(64, 1)
+
+    def forward(self, x, a):
+        x = torch.cat([x, a], 1)
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+class Actor(nn.Module):
+    def __init__(self, envs):
+        super().__init__()
+        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        act_dim = int(np.prod(envs.single_action_space.shape))
+        self.fc1 = nn.Linear(obs_dim, 64)
+        self.fc2 = nn.Linear(64, 64)
+        self.fc_mu = nn.Linear(64, act_dim)
+        high, low = envs.single_action_space.high, envs.single_action_space.low
+        self.register_buffer("action_scale", torch.tensor((high - low) / 2.0, dtype=torch.float32))
+        self.register_buffer("action_bias", torch.tensor((high + low) / 2.0, dtype=torch.float32))
+
+    def forward(self, x):
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        x = torch.tanh(self.fc_mu(x))
+        return x * self.action_scale + self.action_bias
+
+
+if __name__ == "__main__":
+    args = parse_args()
+    torch.set_num_threads(args.torch_threads)
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = True
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    envs = make_envs(args.env_id, 1)
+    assert isinstance(envs.single_action_space, gym.spaces.Box), "only continuous action space is supported"
+    envs.single_action_space.seed(args.seed)
+
+    actor = Actor(envs).to(device)
+    qf1 = QNetwork(envs).to(device)
+    qf2 = QNetwork(envs).to(device)
+    qf1_target = QNetwork(envs).to(device)
+    qf2_target = QNetwork(envs).to(device)
+    target_actor = Actor(envs).to(device)
+    target_actor.load_state_dict(actor.state_dict())
+    qf1_target.load_state_dict(qf1.state_dict())
+    qf2_target.load_state_dict(qf2.state_dict())
+    q_optimizer = optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=args.learning_rate)
+    actor_optimizer = optim.Adam(list(actor.parameters()), lr=args.learning_rate)
+
+    rb = ReplayBuffer(args.buffer_size, envs.single_observation_space, envs.single_action_space, device)
+
+    episode_returns = []
+    start_time = time.time()
+    obs, _ = envs.reset(seed=args.seed)
+    for global_step in range(args.total_timesteps):
+        if global_step < args.learning_starts:
+            actions = np.array([envs.single_action_space.sample() for _ in range(envs.num_envs)])
+        else:
+            with torch.no_grad():
+                actions = actor(torch.Tensor(obs).to(device))
+                actions += torch.normal(0, actor.action_scale * args.exploration_noise)
+                actions = actions.cpu().numpy().clip(envs.single_action_space.low, envs.single_action_space.high)
+
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        episode_returns.extend(finished_returns(infos))
+
+        # a truncated episode's next observation is its last one, not the first of the episode that replaced it
+        real_next_obs = next_obs.copy()
+        for idx, trunc in enumerate(truncations):
+            if trunc:
+                real_next_obs[idx] = final_observations(infos)[idx]
+        rb.add(obs, real_next_obs, actions, rewards, terminations, infos)
+        obs = next_obs
+
+        if global_step > args.learning_starts:
+            data = rb.sample(args.batch_size)
+            with torch.no_grad():
+                clipped_noise = (torch.randn_like(data.actions, device=device) * args.policy_noise).clamp(
+                    -args.noise_clip, args.noise_clip
+                ) * target_actor.action_scale
+                next_state_actions = (target_actor(data.next_observations) + clipped_noise).clamp(
+                    envs.single_action_space.low[0], envs.single_action_space.high[0]
+                )
+                qf1_next_target = qf1_target(data.next_observations, next_state_actions)
+                qf2_next_target = qf2_target(data.next_observations, next_state_actions)
+                min_qf_next_target = torch.min(qf1_next_target, qf2_next_target)
+                next_q_value = data.rewards.flatten() + (1 - data.dones.flatten()) * args.gamma * min_qf_next_target.view(-1)
+            qf1_a_values = qf1(data.observations, data.actions).view(-1)
+            qf2_a_values = qf2(data.observations, data.actions).view(-1)
+            qf1_loss = F.mse_loss(qf1_a_values, next_q_value)
+            qf2_loss = F.mse_loss(qf2_a_values, next_q_value)
+            qf_loss = qf1_loss + qf2_loss
+
+            q_optimizer.zero_grad()
+            qf_loss.backward()
+            q_optimizer.step()
+
+            if global_step % args.policy_frequency == 0:
+                actor_loss = -qf1(data.observations, actor(data.observations)).mean()
+                actor_optimizer.zero_grad()
+                actor_loss.backward()
+                actor_optimizer.step()
+
+                # update the target networks
+                for param, target_param in zip(actor.parameters(), target_actor.parameters()):
+                    target_param.data.copy_(args.tau * param.data + (1 - args.tau) * target_param.data)
+                for param, target_param in zip(qf1.parameters(), qf1_target.parameters()):
+                    target_param.data.copy_(args.tau * param.data + (1 - args.tau) * target_param.data)
+                for param, target_param in zip(qf2.parameters(), qf2_target.parameters()):
+                    target_param.data.copy_(args.tau * param.data + (1 - args.tau) * target_param.data)
+
+        if (global_step + 1) % 1000 == 0:
+            recent = episode_returns[-10:]
+            print(
+                f"global_step={global_step + 1} SPS={int((global_step + 1) / (time.time() - start_time))} "
+                f"mean_return_last10={np.mean(recent) if recent else float('nan'):.1f}",
+                flush=True,
+            )
+
+    envs.close()
+    last10 = episode_returns[-10:]
+    mean_last10 = float(np.mean(last10)) if last10 else float("nan")
+    print(
+        f"final: episodes={len(episode_returns)} mean_return_last10={mean_last10:.2f} global_step={args.total_timesteps}",
+        flush=True,
+    )
