@@ -150,6 +150,7 @@ class Attributor:
         "memory",
         "merged",
         "merges",
+        "param_hint",
         "param_ptrs",
         "parent",
         "passthrough",
@@ -229,6 +230,7 @@ class Attributor:
         self.blocks = 0  # grad-mode blocks open at depth 0 (Normal.sample opens one inside the policy's block)
         self.env_width = 0  # agent steps the last env step took: a module call on a batch this wide is acting (0: none yet)
         self.act_return = 0.0  # when the last call of the open acting phase returned
+        self.param_hint = 0.0  # when a module's parameters() was last listed at depth 0 (a polyak loop's zip)
         self.param_ptrs: set[int] = set()  # data pointers of the parameters of every module called at top level
         self.seen_modules: set[int] = set()  # ids of the modules whose parameters are in param_ptrs
         self.foreign_phases = 0  # rlbench.phase blocks opened from another thread (not attributed: see phase)
@@ -403,8 +405,6 @@ class Attributor:
                     self.counter.phase = self.stack[-1]
                 return True
             self._pop(t_exit)
-            if role == INFER and self.hint > t_exit:
-                now = self.hint
         kinds = self.kinds
         if kinds and kinds[-1] >= STICKY and kinds[-1] != EXPLICIT:
             if role == NEST:  # a transfer inside the loss computation (or the action's conversion) is part of it
@@ -413,6 +413,10 @@ class Attributor:
                 self._close_acting(now, split=role != ENV)
             else:
                 self._pop(now)
+        if role == INFER and self.blocks and self.hint > self.t:  # opened in a grad-mode block: it starts there
+            now = self.hint
+        elif name == TARGET_UPDATE and self.param_hint > self.t:  # the polyak loop's zip and first arithmetic
+            now = self.param_hint
         if role == ENV:
             if self.started is None or self.updated:
                 self._new_iteration(now)

@@ -582,8 +582,10 @@ def _install_target_updates(h: Hooks) -> None:
     ``Tensor.copy_`` and ``Tensor.lerp_`` (and their ``torch._foreach_`` forms) into the parameters of a module the
     script has called (a hand-written polyak loop: ``tp.data.copy_(tau * p.data + (1 - tau) * tp.data)``), and
     ``Module.load_state_dict`` once training has started (DQN's hard update). Consecutive copies with nothing
-    hooked between them are one phase, the loop's arithmetic included. Libraries' own helpers (SB3's
-    ``polyak_update``, TorchRL's ``SoftUpdate``) are labelled in :mod:`rlbench.profiling.libraries`.
+    hooked between them are one phase, the loop's arithmetic included; it starts where the loop listed the
+    modules' ``parameters()`` (:attr:`Attributor.param_hint`), so the first parameter's arithmetic is in it too.
+    Libraries' own helpers (SB3's ``polyak_update``, TorchRL's ``SoftUpdate``) are labelled in
+    :mod:`rlbench.profiling.libraries`.
     """
     import torch
 
@@ -621,6 +623,17 @@ def _install_target_updates(h: Hooks) -> None:
     for name in ("_foreach_copy_", "_foreach_lerp_"):
         if hasattr(torch, name):
             replace_attr(h.restore, torch, name, into_params(getattr(torch, name), True))
+
+    listed = torch.nn.Module.parameters
+
+    @wraps(listed)
+    def parameters(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not a.depth and _get_ident() == thread:  # a polyak loop starts here: `for tp, p in zip(t.parameters(), ...)`
+            a.param_hint = clock()
+        return listed(self, *args, **kwargs)
+
+    parameters.__rlbench_wrapped__ = listed  # type: ignore[attr-defined]
+    replace_attr(h.restore, torch.nn.Module, "parameters", parameters)
 
     load = torch.nn.Module.load_state_dict
 
