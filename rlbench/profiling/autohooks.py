@@ -613,6 +613,17 @@ def _install_target_updates(h: Hooks) -> None:
                 return fn(dest, *args, **kwargs)
             if ptr not in ptrs:
                 return fn(dest, *args, **kwargs)
+            if a.pending and a.auto_name == TARGET_UPDATE and not a.slow:
+                # the loop's next copy (the common case of Attributor.enter's merge, inline: one per parameter)
+                a.pending = False
+                a.merged += 1
+                a.depth = 1
+                try:
+                    return fn(dest, *args, **kwargs)
+                finally:
+                    a.depth = 0
+                    a.t_exit = clock()
+                    a.pending = True
             return timed(fn, dest, *args, **kwargs)
 
         op.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
