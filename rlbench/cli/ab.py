@@ -39,6 +39,9 @@ def build_ab_parser() -> Parser:
         action="store_true",
         help="gate even when the two sides' machine load differs enough to explain the result (rare: rounds interleave)",
     )
+    from rlbench.cli.compare import add_inconclusive_argument
+
+    add_inconclusive_argument(p)
     p.add_argument("--summary", metavar="PATH", help="write the gate's markdown table here (e.g. $GITHUB_STEP_SUMMARY)")
     p.add_argument("--report", metavar="PATH", help="write the markdown comparison report here")
     p.add_argument("--keep", metavar="DIR", help="keep both sides' records in DIR/store-base and DIR/store-head")
@@ -101,7 +104,14 @@ def ab_command(argv: list[str]) -> int:
         results = compare(result.base, result.head, min_effect=args.min_effect, metrics=args.metric)
         write_output(report, comparison_markdown(results, result.base, result.head, notes, args.min_effect), "--report")
     if thresholds:
-        outcome = evaluate(result.base, result.head, thresholds, learning_drop=drop, allow_busy=args.allow_busy)
+        outcome = evaluate(
+            result.base,
+            result.head,
+            thresholds,
+            learning_drop=drop,
+            allow_busy=args.allow_busy,
+            on_inconclusive=args.inconclusive,
+        )
         from rlbench.analysis.compare import sample_flags
 
         notes = notes + sample_flags([c.result for c in outcome.checks])
@@ -109,18 +119,23 @@ def ab_command(argv: list[str]) -> int:
         if args.summary:
             write_output(summary, text, "--summary")
         if args.json:
-            checks = [
-                {"metric": c.threshold.metric, "failed": c.failed, "reason": c.reason, **c.result.to_dict()}
-                for c in outcome.checks
-            ]
-            print(
-                json.dumps(
-                    {"exit_code": outcome.exit_code, "base": result.base_rev, "head": result.head_rev, "checks": checks}
-                )
-            )
+            from rlbench.cli.compare import check_dict
+
+            out = {
+                "exit_code": outcome.exit_code,
+                "verdict": outcome.verdict,
+                "base": result.base_rev,
+                "head": result.head_rev,
+                "notes": notes,
+                "checks": [check_dict(c) for c in outcome.checks],
+            }
+            print(json.dumps(out))
         else:
             sys.stdout.write(text)
-        return outcome.exit_code
+        sys.stdout.flush()
+        from rlbench.cli.compare import finish_gate
+
+        return finish_gate(outcome)
     results = compare(result.base, result.head, min_effect=args.min_effect, metrics=args.metric)
     if args.json:
         print(json.dumps({"base": result.base_rev, "head": result.head_rev, "cases": [r.to_dict() for r in results]}))
