@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rlbench.results.fingerprint import HARDWARE_FIELDS
 from rlbench.results.metrics import MACHINE, MACHINE_OTHER_CPU
 from rlbench.results.records import Record
 
@@ -493,6 +494,22 @@ def load_check(base: list[Record], cand: list[Record]) -> LoadCheck:
     return LoadCheck(side_load(base), side_load(cand))
 
 
+def _why(name: str, base: list[Record], cand: list[Record]) -> str:
+    """For differing machine ids: which hardware fields differ (CPU identity, ISA flags, GPUs...), as `` (...)``."""
+    if name != "machine":
+        return ""
+
+    def values_of(records: list[Record], key: str) -> set[str]:
+        return {json.dumps((r.fingerprint.get("machine") or {}).get(key), sort_keys=True) for r in records}
+
+    differ = []
+    for key in HARDWARE_FIELDS:
+        fb, fc = values_of(base, key), values_of(cand, key)
+        if fb != fc:
+            differ.append(f"{key} {' / '.join(sorted(fb))} vs {' / '.join(sorted(fc))}")
+    return f" ({'; '.join(differ)})" if differ else ""
+
+
 def mismatches(base: list[Record], cand: list[Record]) -> list[str]:
     """Why two sets of records should not be compared: differing machines, software or benchmark definitions.
 
@@ -514,7 +531,9 @@ def mismatches(base: list[Record], cand: list[Record]) -> list[str]:
     for name, get in checks.items():
         vb, vc = values(base, get), values(cand, get)
         if vb != vc:
-            out.append(f"{name}: baseline {', '.join(sorted(vb))} vs candidate {', '.join(sorted(vc))}")
+            out.append(
+                f"{name}: baseline {', '.join(sorted(vb))} vs candidate {', '.join(sorted(vc))}{_why(name, base, cand)}"
+            )
     defs_b = {(r.benchmark, r.definition_hash) for r in base}  # parameters may differ; the definition may not
     defs_c = {(r.benchmark, r.definition_hash) for r in cand}
     for bench in sorted({b for b, _ in defs_b} & {b for b, _ in defs_c}):
