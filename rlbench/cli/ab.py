@@ -62,7 +62,7 @@ def ab_command(argv: list[str]) -> int:
     cut = argv.index("--")
     args = build_ab_parser().parse_args(argv[:cut])
     run_argv = argv[cut + 1 :]
-    from rlbench.analysis.ab import run_ab, split_run_args
+    from rlbench.analysis.ab import run_ab, split_run_args, uncommitted_changes
     from rlbench.analysis.compare import compare, mismatches
     from rlbench.analysis.gate import Threshold, evaluate
     from rlbench.report.comparison import gate_markdown
@@ -75,6 +75,16 @@ def ab_command(argv: list[str]) -> int:
     from rich.console import Console
 
     err = Console(stderr=True)
+    dirty = uncommitted_changes(Path.cwd())
+    dirty_note = (
+        f"uncommitted changes in {len(dirty)} tracked file(s) ({', '.join(dirty[:3])}{', ...' if len(dirty) > 3 else ''}) "
+        f"are not measured: rlbench ab compares the commits {args.base_rev} and {args.head_rev}; commit the changes to "
+        "measure them"
+        if dirty
+        else None
+    )
+    if dirty_note:
+        print(f"rlbench: warning: {dirty_note}", file=sys.stderr, flush=True)
 
     def progress(k: int, side: str) -> None:
         if not args.json:
@@ -98,6 +108,8 @@ def ab_command(argv: list[str]) -> int:
         f"{args.base_rev} = {result.base_rev[:12]} vs {args.head_rev} = {result.head_rev[:12]}, {result.rounds} "
         "interleaved rounds, paired by seed"
     ] + [f"MISMATCH (compared anyway): {d}" for d in diffs]
+    if dirty_note:
+        notes.append(f"NOTE: {dirty_note}")
     if args.report:
         from rlbench.report.comparison import comparison_markdown
 
