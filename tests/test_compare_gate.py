@@ -72,13 +72,15 @@ def test_ratio_of_medians_hand_computed() -> None:
 def test_aa_is_no_change_and_shift_is_detected() -> None:
     base = side("a", 1.0)
     same = compare(base, side("b", 1.0), metrics=["time/update"])[0]
-    assert same.verdict == "no change" and same.ci_low <= 1.0 <= same.ci_high and same.paired
+    # the interval contains 1: the words say so, and give the interval as a change
+    assert same.verdict.startswith("no clear change (") and same.ci_low <= 1.0 <= same.ci_high and same.paired
     slower = compare(base, side("c", 1.10), metrics=["time/update"])[0]
     assert slower.verdict == "slower" and slower.ci_low > 1.05
     faster = compare(base, side("d", 0.8), metrics=["time/update"])[0]
     assert faster.verdict == "faster"
     small = compare(base, side("e", 1.03), metrics=["time/update"], min_effect=0.05)[0]
-    assert small.verdict == "no change"  # significant maybe, but below the minimum effect
+    # below the minimum effect: never "faster"/"slower"; "no clear change" or, when significant, "small change"
+    assert small.verdict.startswith("small change (" if small.significant else "no clear change (")
 
 
 def test_gate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -168,7 +170,7 @@ def test_too_few_samples_is_an_error_not_a_pass() -> None:
     base = [rec("a", "sps", [100.0], seed=0, direction="higher", unit="steps/s")]
     cand = [rec("b", "sps", [50.0], seed=0, direction="higher", unit="steps/s")]
     (r,) = compare(base, cand)
-    assert r.insufficient and r.verdict == "no change" and r.ratio == 0.5
+    assert r.insufficient and r.verdict == "too few samples" and r.ratio == 0.5
     with pytest.raises(DataError, match="too few samples"):
         evaluate(base, cand, [Threshold.parse("sps:5%")], learning_drop=None)
 

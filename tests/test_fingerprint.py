@@ -17,9 +17,10 @@ from rlbench.results import fingerprint as fpmod
 
 def test_machine_fingerprint_fields_and_id() -> None:
     info = fpmod.machine_fingerprint()
-    assert set(info) == {"cpu", "cores", "memory_gib", "arch", "os", "gpus", "id"}
+    assert set(info) == {"cpu", "cpu_id", "isa", "cores", "memory_gib", "arch", "os", "gpus", "gpu_capability", "id"}
     assert info["cores"] == os.cpu_count() and isinstance(info["cpu"], str) and info["cpu"]
-    hardware = {k: info[k] for k in ("cpu", "cores", "memory_gib", "arch", "gpus")}
+    fields = ("cpu", "cpu_id", "isa", "cores", "memory_gib", "arch", "gpus", "gpu_capability")
+    hardware = {k: info[k] for k in fields}
     assert info["id"] == hashlib.sha256(json.dumps(hardware, sort_keys=True).encode()).hexdigest()[:12]
     if Path("/proc/meminfo").exists():
         assert info["memory_gib"] > 0

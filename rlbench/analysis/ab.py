@@ -80,6 +80,47 @@ def split_run_args(run_argv: list[str]) -> tuple[list[str], int]:
     return [*args, *tail], seed
 
 
+def uncommitted_changes(repo: Path) -> list[str]:
+    """Tracked files with uncommitted changes in the checkout around ``repo`` (``ab`` measures commits, not these)."""
+    try:
+        top = Path(_git(["rev-parse", "--show-toplevel"], repo))
+        out = _git(["status", "--porcelain", "--untracked-files=no", "--ignore-submodules=dirty"], top)
+    except UsageError:
+        return []
+    return [line.split(maxsplit=1)[1] for line in out.splitlines() if len(line.split(maxsplit=1)) == 2]
+
+
+def _init_submodules(tree: Path, top: Path, rev: str) -> None:
+    """Check out the submodules of the revision in ``tree`` (a worktree has none until asked).
+
+    Each submodule that the user's checkout already holds is cloned from there (no network); the others from their
+    configured URL. Nothing is written to the repository's shared config: the URLs are given per command.
+
+    Raises:
+        UsageError: A submodule could not be checked out (its message says how to fetch it).
+    """
+    if not (tree / ".gitmodules").is_file():
+        return
+    try:
+        listing = _git(["config", "-f", ".gitmodules", "--get-regexp", r"^submodule\..*\.path$"], tree)
+    except UsageError:
+        return  # a .gitmodules without submodules
+    overrides: list[str] = ["-c", "protocol.file.allow=always"]
+    for line in listing.splitlines():
+        key, _, path = line.partition(" ")
+        name = key[len("submodule.") : -len(".path")]
+        local = top / path
+        if (local / ".git").exists():
+            overrides += ["-c", f"submodule.{name}.url={local.resolve()}"]
+    try:
+        _git([*overrides, "submodule", "update", "--init", "--recursive"], tree)
+    except UsageError as exc:
+        raise UsageError(
+            f"rlbench ab could not check out the submodules of {rev!r} in its worktree ({exc}); run "
+            "`git submodule update --init --recursive` in your checkout (or fetch them) and try again"
+        ) from None
+
+
 @dataclass
 class ABResult:
     """Records of both sides and where they came from."""
@@ -133,6 +174,7 @@ def run_ab(
         where = Path(repo).resolve().relative_to(top.resolve()) if Path(repo).resolve() != top.resolve() else Path()
         for side, sha in shas.items():
             _git(["worktree", "add", "--detach", str(trees[side]), sha], top)
+            _init_submodules(trees[side], top, base_rev if side == "base" else head_rev)
             if (trees[side] / "rlbench" / "__init__.py").is_file():  # rlbench's own repository: run that revision's rlbench
                 paths[side] = _import_path(trees[side], work / f"meta-{side}")
                 cwds[side] = work
@@ -146,7 +188,11 @@ def run_ab(
             for side in ("base", "head") if k % 2 == 0 else ("head", "base"):
                 if on_run:
                     on_run(k, side)
-                _run_side(trees[side], paths[side], args, seed + k, work / f"store-{side}", cwds[side])
+                try:
+                    _run_side(trees[side], paths[side], args, seed + k, work / f"store-{side}", cwds[side])
+                except SideFailed as exc:
+                    kept = _keep_after_failure(work, keep, exc, list(shas))
+                    raise RlbenchError(f"{exc.message}; records and logs of both sides kept in {kept}") from None
         base, head = read_records(work / "store-base"), read_records(work / "store-head")
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
@@ -162,6 +208,36 @@ def run_ab(
                     )
             subprocess.run(["git", "worktree", "prune"], cwd=top, capture_output=True, check=False)
             shutil.rmtree(work, ignore_errors=True)
+
+
+class SideFailed(RlbenchError):
+    """One side's run exited non-zero: its message, and its full output to keep."""
+
+    def __init__(self, message: str, store: Path, output: str) -> None:
+        super().__init__(message)
+        self.message, self.store, self.output = message, store, output
+
+
+def _keep_after_failure(work: Path, keep: Path | None, exc: SideFailed, sides: list[str]) -> Path:
+    """Move both sides' stores (records, tracebacks) out of the work directory before it is removed.
+
+    They go to ``keep`` when given, else to ``.rlbench/ab-failed-<time>-<pid>`` in the current directory. The failing
+    side's whole output is saved there as ``<side>-output.log``, and every path the message named is rewritten to
+    where the file now is.
+    """
+    import time
+
+    dest = keep or Path.cwd() / ".rlbench" / f"ab-failed-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    dest.mkdir(parents=True, exist_ok=True)
+    for side in sides:
+        src = work / f"store-{side}"
+        if src.is_dir():
+            shutil.copytree(src, dest / f"store-{side}", dirs_exist_ok=True)
+    side = exc.store.name.removeprefix("store-")
+    text = exc.output.replace(str(exc.store), str(dest / exc.store.name))
+    (dest / f"{side}-output.log").write_text(text, encoding="utf-8")
+    exc.message = exc.message.replace(str(exc.store), str(dest / exc.store.name))
+    return dest
 
 
 def _remove_orphans(top: Path) -> None:
@@ -211,13 +287,12 @@ def _run_side(tree: Path, path: str, args: list[str], seed: int, store: Path, cw
     env = dict(os.environ)
     env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     command, rest = args[0], args[1:]
+    shown = shlex.join([command, "--seed", str(seed), *rest])  # the user's command for this round, not ab's options
     if command == "profile":  # ab's options go before profile's `--`; the script and its arguments stay after it
         rest = ["--repeats", "1", "--store", str(store), "--quiet", "--report", str(store / "last-report.md"), *rest]
         cmd = [sys.executable, "-m", "rlbench", "profile", "--seed", str(seed), *rest]
         proc = run_child(cmd, cwd=cwd, env=env)
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise RlbenchError(f"run of {tree.name} ({shlex.join(cmd[3:])}) exited {proc.returncode}: {last}")
+        _check_side(proc, tree, cmd, shown, store)
         return
     cmd = [
         sys.executable,
@@ -236,6 +311,13 @@ def _run_side(tree: Path, path: str, args: list[str], seed: int, store: Path, cw
         str(store / "last-report.md"),
     ]
     proc = run_child(cmd, cwd=cwd, env=env)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RlbenchError(f"run of {tree.name} ({shlex.join(cmd[3:])}) exited {proc.returncode}: {last}")
+    _check_side(proc, tree, cmd, shown, store)
+
+
+def _check_side(proc: subprocess.CompletedProcess, tree: Path, cmd: list[str], shown: str, store: Path) -> None:
+    """Raise :class:`SideFailed` (with the run's whole output) when a side's run exited non-zero."""
+    if proc.returncode == 0:
+        return
+    last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+    output = f"$ {shlex.join(cmd)}\n--- stdout ---\n{proc.stdout or ''}\n--- stderr ---\n{proc.stderr or ''}"
+    raise SideFailed(f"run of {tree.name} ({shown}) exited {proc.returncode}: {last}", store, output)

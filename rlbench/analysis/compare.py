@@ -10,7 +10,11 @@ Pure functions over :class:`~rlbench.results.records.Record` lists; nothing here
   interleaves them round by round), the comparison is **paired**: per seed, the ratio of that seed's
   medians, and the bootstrap resamples seeds — which cancels machine drift between rounds.
 * A **verdict** needs both: the interval excludes 1 (significance) and the point estimate differs from
-  1 by at least ``min_effect`` (default 5%).
+  1 by at least ``min_effect`` (default 5%). The words match the interval: "faster", "slower", "better" or
+  "worse" only when it excludes 1; otherwise "no clear change (-3% … +21%)", the interval as a change.
+* **What the run could detect**: the interval's half-width on its better side (the one a regression must clear
+  to exclude 1), times :data:`POWER_FACTOR`, is the regression this run would have found 4 times in 5 at its
+  measured noise.
 """
 
 from __future__ import annotations
@@ -22,11 +26,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rlbench.results.fingerprint import HARDWARE_FIELDS
 from rlbench.results.metrics import MACHINE, MACHINE_OTHER_CPU
 from rlbench.results.records import Record
 
 RATE_OR_TIME_UNITS = ("s", "steps/s", "us", "ms", "ops/s", "req/s")
 MIN_SAMPLES = 5  # below this, a bootstrap interval is not trusted: no verdict (and the gate refuses)
+POWER_FACTOR = (1.959964 + 0.841621) / 1.959964
+"""(z(0.975) + z(0.80)) / z(0.975): a true change of this many half-widths of a 95% interval is significant 4 times in 5."""
+DECIDED = ("faster", "slower", "better", "worse", "changed")
+"""Verdict words that claim a change (the interval excludes 1 and the change is at least the minimum effect)."""
 
 
 @dataclass
@@ -84,8 +93,12 @@ class CaseResult:
         n_cand: Candidate sample count.
         significant: The interval excludes 1.
         insufficient: Too few samples (pairs) for an interval; the values are exact when zero-variance counters.
-        verdict: ``faster``/``slower`` (time and rate metrics), ``better``/``worse`` (others), ``no change``,
-            or ``changed`` for metrics without a direction.
+        verdict: ``faster``/``slower`` (time and rate metrics), ``better``/``worse`` (others), or ``changed`` for
+            metrics without a direction, only when the interval excludes 1; ``small change (…)`` when it does but the
+            change is below the minimum effect; ``no clear change (-3% … +21%)`` when it contains 1; ``no change`` for an
+            exactly equal count; ``too few samples`` or ``not comparable`` when there is no interval.
+        exact: Noise-free on both sides (the ratio is known exactly).
+        units: Independent units behind the interval: paired seeds, else the smaller side's repeats (seeds).
     """
 
     case: Case
@@ -100,6 +113,60 @@ class CaseResult:
     significant: bool
     verdict: str
     insufficient: bool = False
+    exact: bool = False
+    units: int = 0
+
+    @property
+    def has_interval(self) -> bool:
+        """Whether the confidence interval is known (finite bounds)."""
+        return math.isfinite(self.ci_low) and math.isfinite(self.ci_high)
+
+    @property
+    def worst_regression(self) -> float:
+        """The largest regression the interval admits, as a fraction of the baseline (negative: none, it is better).
+
+        ``1 - low`` for a higher-is-better metric, ``high - 1`` for a lower-is-better one: the interval rules out any
+        regression larger than this. 0 for an exact, unchanged count; NaN without an interval or a direction.
+        """
+        if not self.has_interval or self.case.direction not in ("higher", "lower"):
+            return math.nan
+        return 1.0 - self.ci_low if self.case.direction == "higher" else self.ci_high - 1.0
+
+    @property
+    def worse_half_width(self) -> float:
+        """Distance from the estimate to the interval's bound on the worse side (both sides for no direction)."""
+        if not self.has_interval or not math.isfinite(self.ratio):
+            return math.nan
+        if self.case.direction == "higher":
+            return max(self.ratio - self.ci_low, 0.0)
+        if self.case.direction == "lower":
+            return max(self.ci_high - self.ratio, 0.0)
+        return max(self.ratio - self.ci_low, self.ci_high - self.ratio, 0.0)
+
+    @property
+    def detectable(self) -> float:
+        """The smallest regression this run would have found significant 4 times in 5, at its measured noise (fraction).
+
+        A regression shows when the interval around the worse estimate stops reaching 1, so what counts is the
+        interval's half-width on its *better* side (toward 1): ``POWER_FACTOR`` times it. 0 for an exact count (any
+        change shows); NaN without an interval.
+        """
+        if self.exact:
+            return 0.0
+        if not self.has_interval or not math.isfinite(self.ratio):
+            return math.nan
+        if self.case.direction == "higher":
+            half = self.ci_high - self.ratio
+        elif self.case.direction == "lower":
+            half = self.ratio - self.ci_low
+        else:
+            half = max(self.ratio - self.ci_low, self.ci_high - self.ratio)
+        return POWER_FACTOR * max(half, 0.0)
+
+    @property
+    def change_range(self) -> str:
+        """The interval as a change of the metric, e.g. ``−3.1% … +21.0%``."""
+        return change_range(self.ci_low, self.ci_high)
 
     @property
     def improvement(self) -> float:
@@ -131,7 +198,20 @@ class CaseResult:
             "significant": self.significant,
             "verdict": self.verdict,
             "insufficient": self.insufficient,
+            "exact": self.exact,
+            "units": self.units,
+            "worst_regression": _num(self.worst_regression),
+            "detectable": _num(self.detectable),
         }
+
+
+def change_range(low: float, high: float) -> str:
+    """A ratio interval as a signed change in percent, ``−3.1% … +21.0%`` (a true minus sign)."""
+
+    def pct(v: float) -> str:
+        return f"{100 * (v - 1.0):+.1f}%".replace("-", "\u2212")
+
+    return f"{pct(low)} … {pct(high)}"
 
 
 def _num(v: float) -> float | None:
@@ -218,7 +298,7 @@ def compare_case(case: Case, min_effect: float = 0.05, confidence: float = 0.95,
     paired = timing and None not in seeds and len(seeds) >= MIN_SAMPLES and set(case.base) == set(case.cand)
     # noise-free: counters by definition, or anything seen twice or more per side with zero spread
     constant = b.size > 0 and c.size > 0 and np.ptp(b) == 0 and np.ptp(c) == 0
-    exact = constant and (case.unit == "count" or min(b.size, c.size) >= 2)
+    exact = bool(constant and (case.unit == "count" or min(b.size, c.size) >= 2))
     insufficient = not paired and min(b.size, c.size) < MIN_SAMPLES and not exact
     if exact:  # noise-free: the ratio is known exactly, also from zero (0 -> 2,048 syncs is an infinite increase)
         mb, mc = float(b[0]), float(c[0])
@@ -239,6 +319,7 @@ def compare_case(case: Case, min_effect: float = 0.05, confidence: float = 0.95,
     significant = bool(math.isfinite(low) and (low > 1.0 or high < 1.0)) or bool(exact and ratio != 1.0)
     base_med = float(np.median(b)) if b.size else math.nan
     cand_med = float(np.median(c)) if c.size else math.nan
+    units = len(seeds) if paired else min(len(case.base), len(case.cand))
     return CaseResult(
         case,
         base_med,
@@ -250,14 +331,25 @@ def compare_case(case: Case, min_effect: float = 0.05, confidence: float = 0.95,
         int(b.size),
         int(c.size),
         significant,
-        _verdict(case, ratio, significant, min_effect),
+        _verdict(case, ratio, low, high, significant, min_effect, exact),
         insufficient,
+        exact,
+        units,
     )
 
 
-def _verdict(case: Case, ratio: float, significant: bool, min_effect: float) -> str:
-    if math.isnan(ratio) or not significant or abs(ratio - 1.0) < min_effect:
-        return "no change"
+def _verdict(case: Case, ratio: float, low: float, high: float, significant: bool, min_effect: float, exact: bool) -> str:
+    """Words that the interval supports (see the module docstring)."""
+    if math.isnan(ratio):
+        return "not comparable"
+    if exact and not significant:
+        return "no change"  # equal noise-free counts: known exactly
+    if not exact and not (math.isfinite(low) and math.isfinite(high)):
+        return "too few samples"
+    if not significant:
+        return f"no clear change ({change_range(low, high)})"
+    if abs(ratio - 1.0) < min_effect:
+        return f"small change ({change_range(low, high)})"
     if case.direction == "none":
         return "changed"
     better = ratio > 1.0 if case.direction == "higher" else ratio < 1.0
@@ -340,6 +432,8 @@ def sample_flags(results: list[CaseResult]) -> list[str]:
 
 BUSY_DIFFERENCE = 0.10
 """Sides whose other-process CPU shares differ by this much (10% of the machine) can explain a timing effect."""
+HEAVY_LOAD = 0.50
+"""A side whose other processes used more than half the machine (median over repeats): its timings cannot back a PASS."""
 
 
 def side_load(records: list[Record]) -> float | None:
@@ -369,6 +463,15 @@ class LoadCheck:
             f"candidate {pct(self.cand)}"
         )
 
+    @property
+    def heavy(self) -> bool:
+        """Load that makes a timing PASS untrustworthy: either side above :data:`HEAVY_LOAD`, or the sides
+        :data:`BUSY_DIFFERENCE` apart (a side not recorded counts as no evidence either way)."""
+        known = [v for v in (self.base, self.cand) if v is not None]
+        if any(v > HEAVY_LOAD for v in known):
+            return True
+        return len(known) == 2 and abs(self.cand - self.base) >= BUSY_DIFFERENCE  # type: ignore[operator]
+
     def explains(self, r: CaseResult) -> bool:
         """Whether the load difference could have produced this timing result's direction.
 
@@ -389,6 +492,22 @@ class LoadCheck:
 def load_check(base: list[Record], cand: list[Record]) -> LoadCheck:
     """Both sides' recorded machine load."""
     return LoadCheck(side_load(base), side_load(cand))
+
+
+def _why(name: str, base: list[Record], cand: list[Record]) -> str:
+    """For differing machine ids: which hardware fields differ (CPU identity, ISA flags, GPUs...), as `` (...)``."""
+    if name != "machine":
+        return ""
+
+    def values_of(records: list[Record], key: str) -> set[str]:
+        return {json.dumps((r.fingerprint.get("machine") or {}).get(key), sort_keys=True) for r in records}
+
+    differ = []
+    for key in HARDWARE_FIELDS:
+        fb, fc = values_of(base, key), values_of(cand, key)
+        if fb != fc:
+            differ.append(f"{key} {' / '.join(sorted(fb))} vs {' / '.join(sorted(fc))}")
+    return f" ({'; '.join(differ)})" if differ else ""
 
 
 def mismatches(base: list[Record], cand: list[Record]) -> list[str]:
@@ -412,7 +531,9 @@ def mismatches(base: list[Record], cand: list[Record]) -> list[str]:
     for name, get in checks.items():
         vb, vc = values(base, get), values(cand, get)
         if vb != vc:
-            out.append(f"{name}: baseline {', '.join(sorted(vb))} vs candidate {', '.join(sorted(vc))}")
+            out.append(
+                f"{name}: baseline {', '.join(sorted(vb))} vs candidate {', '.join(sorted(vc))}{_why(name, base, cand)}"
+            )
     defs_b = {(r.benchmark, r.definition_hash) for r in base}  # parameters may differ; the definition may not
     defs_c = {(r.benchmark, r.definition_hash) for r in cand}
     for bench in sorted({b for b, _ in defs_b} & {b for b, _ in defs_c}):

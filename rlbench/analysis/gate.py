@@ -1,13 +1,21 @@
-"""The CI gate: thresholds on compared metrics -> pass (0), regression (1), error (2).
+"""The CI gate: thresholds on compared metrics -> PASS (0), FAIL (1) or INCONCLUSIVE, and errors (2).
 
-A threshold ``metric:X%`` fails when the candidate is worse than the baseline by more than ``X%``
-*and* the 95% interval of the ratio lies entirely on the worse side of 1 (significance); the
-direction (higher or lower is better) comes from the records. ``metric:0%`` suits noise-free
-counters: any significant change for the worse fails. A gate never passes because nothing was
-measured: a threshold whose metric is missing on either side, or has no samples, is an error.
+Three verdicts per threshold ``metric:X%`` (the direction, higher or lower is better, comes from the records):
 
-Speed never buys learning: when both sides recorded ``eval_return``, the gate also fails a candidate
-whose median return dropped by more than ``learning_drop`` (default 10%), significantly.
+* **FAIL** -- the candidate is worse by more than ``X%`` *and* the 95% interval of the ratio lies entirely on the
+  worse side of 1 (significantly worse).
+* **PASS** -- the interval rules out a regression larger than ``X%``: for a higher-is-better metric its lower bound
+  is above ``1 - X%``, for a lower-is-better one its upper bound is below ``1 + X%``. Noise-free counters (exact
+  ratios) pass when unchanged, better, or worse by no more than ``X%``.
+* **INCONCLUSIVE** -- neither: the run was too noisy to tell. Its advice names the interval, the smallest regression
+  the run did rule out, and the rounds that would rule out ``X%`` at the measured noise (the interval's half-width
+  shrinks as ``1/sqrt(rounds)``), or a counter to gate on instead. ``on_inconclusive`` maps it to an exit code
+  (``error``: 2, the default; ``pass``: 0; ``fail``: 1). A timing PASS on a heavily loaded machine (either side's
+  other processes above half the machine, or the sides 10 points apart) is INCONCLUSIVE too: "machine was busy".
+
+A gate never passes because nothing was measured: a threshold whose metric is missing on either side, or has no
+samples, is an error. Speed never buys learning: when both sides recorded ``eval_return``, the gate also checks that
+the candidate's median return did not drop by more than ``learning_drop`` (default 10%), with the same three verdicts.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from rlbench.analysis.compare import CaseResult, compare, load_check
+from rlbench.analysis.compare import RATE_OR_TIME_UNITS, CaseResult, LoadCheck, compare, load_check
 from rlbench.core.errors import DataError, UsageError
 from rlbench.results.metrics import EVAL_RETURN
 from rlbench.results.records import Record
@@ -48,26 +56,69 @@ class Threshold:
         return cls(m["metric"], fraction)
 
 
+PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
+ON_INCONCLUSIVE = {"error": 2, "pass": 0, "fail": 1}
+"""What ``--inconclusive`` makes of an INCONCLUSIVE verdict: the exit code."""
+COUNTERS = ("ops/iteration", "syncs/iteration", "copies/iteration")
+"""Noise-free counters to suggest when a timing cannot be judged, in order of preference."""
+
+
 @dataclass
 class Check:
-    """One threshold applied to one case."""
+    """One threshold applied to one case.
+
+    Attributes:
+        threshold: The threshold.
+        result: The comparison of the case.
+        verdict: ``PASS``, ``FAIL`` or ``INCONCLUSIVE``.
+        reason: The row's words (they match the interval).
+        advice: For INCONCLUSIVE: what would give a verdict (one clause, no newline).
+    """
 
     threshold: Threshold
     result: CaseResult
-    failed: bool
+    verdict: str
     reason: str
+    advice: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """The check found a regression."""
+        return self.verdict == FAIL
 
 
 @dataclass
 class GateOutcome:
-    """All checks and the exit code they imply (0 pass, 1 regression)."""
+    """All checks and the exit code they imply (0 pass, 1 regression, INCONCLUSIVE per ``on_inconclusive``)."""
 
     checks: list[Check]
+    on_inconclusive: str = "error"
+
+    @property
+    def verdict(self) -> str:
+        """FAIL if any check failed, else INCONCLUSIVE if any could not be judged, else PASS."""
+        verdicts = {c.verdict for c in self.checks}
+        return FAIL if FAIL in verdicts else INCONCLUSIVE if INCONCLUSIVE in verdicts else PASS
 
     @property
     def exit_code(self) -> int:
-        """1 if any check failed, else 0."""
-        return 1 if any(c.failed for c in self.checks) else 0
+        """1 on a regression; for INCONCLUSIVE, the code ``on_inconclusive`` names (2 by default); else 0."""
+        verdict = self.verdict
+        if verdict == FAIL:
+            return 1
+        return ON_INCONCLUSIVE[self.on_inconclusive] if verdict == INCONCLUSIVE else 0
+
+    def inconclusive_line(self) -> str:
+        """One line on the checks that could not be judged, and what would judge them ('' when none)."""
+        open_ = [c for c in self.checks if c.verdict == INCONCLUSIVE]
+        if not open_:
+            return ""
+        first = open_[0]
+        more = f" (also inconclusive: {', '.join(c.threshold.metric for c in open_[1:])})" if len(open_) > 1 else ""
+        return (
+            f"gate INCONCLUSIVE for {first.threshold.metric} (limit {100 * first.threshold.fraction:g}%): "
+            f"{first.advice}{more}; --inconclusive pass|fail decides such runs instead"
+        )
 
 
 def _worse_by(r: CaseResult) -> float:
@@ -81,6 +132,87 @@ def _significantly_worse(r: CaseResult) -> bool:
     return r.ratio < 1.0 if r.case.direction == "higher" else r.ratio > 1.0
 
 
+def rounds_needed(r: CaseResult, fraction: float) -> int | None:
+    """Rounds (paired seeds, or repeats per side) that would rule out a regression of ``fraction`` at this noise.
+
+    The interval's half-width on the worse side shrinks as ``1/sqrt(rounds)``; assuming the estimate stays where it
+    is, ruling out ``fraction`` needs that half-width below the distance from the estimate to the limit:
+    ``units * (half_width / distance)**2``. ``None`` when the estimate itself is at or past the limit (no number of
+    rounds rules it out) or the noise is unknown.
+    """
+    h = r.worse_half_width
+    limit = 1.0 - fraction if r.case.direction == "higher" else 1.0 + fraction
+    distance = r.ratio - limit if r.case.direction == "higher" else limit - r.ratio
+    if not (math.isfinite(h) and math.isfinite(distance)) or distance <= 0 or h <= 0 or r.units < 1:
+        return None
+    return max(r.units + 1, math.ceil(r.units * (h / distance) ** 2))
+
+
+def _counter_hint(counters: list[str]) -> str:
+    found = [c for c in COUNTERS if c in counters] + [c for c in counters if c not in COUNTERS]
+    name = found[0] if found else "ops/iteration"
+    where = "" if found else " (record it with `profile --count-ops`)"
+    return f"or gate on a noise-free counter such as --fail {name}:0%{where}"
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f}%"
+
+
+def _judge(r: CaseResult, t: Threshold, counters: list[str]) -> Check:
+    """The verdict of one threshold on one compared case, with words that match its interval."""
+    worse = _worse_by(r)
+    limit = f"limit {100 * t.fraction:g}%"
+    if r.exact:  # noise-free counts: the ratio is exact
+        if math.isinf(worse):
+            change = "rose" if r.cand_median > r.base_median else "fell"
+            reason = f"{change} from {r.base_median:,.0f} to {r.cand_median:,.0f} (noise-free count, exact)"
+        elif worse == 0:
+            reason = f"unchanged (exact; {limit})"
+        else:
+            reason = f"{'better' if worse < 0 else 'worse'} by {_pct(abs(worse))} (exact; {limit})"
+        return Check(t, r, FAIL if worse > t.fraction else PASS, reason)
+    ci = f"95% CI of ratio [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+    if _significantly_worse(r) and worse > t.fraction:
+        return Check(t, r, FAIL, f"worse by {_pct(worse)} (> {100 * t.fraction:g}%), {ci}")
+    if r.significant:
+        words = f"{'better' if worse < 0 else 'worse'} by {_pct(abs(worse))}"
+    else:
+        words = f"no clear change ({r.change_range})"
+    bound = r.worst_regression
+    if bound < t.fraction:
+        ruled = "any regression" if bound <= 0 else f"a regression above {_pct(bound)}"
+        return Check(t, r, PASS, f"{words}; rules out {ruled} ({limit})")
+    reason = f"{words}; rules out only a regression above {_pct(bound)} ({limit})"
+    n = rounds_needed(r, t.fraction)
+    unit = "paired rounds" if r.paired else "repeats per side"
+    if n is not None:
+        more = f"about {n} {unit} (now {r.units}) would rule out {100 * t.fraction:g}% at this noise"
+    elif worse > 0:
+        half = (r.ci_high - r.ci_low) / 2.0
+        tell = max(r.units + 1, math.ceil(r.units * (half / worse) ** 2)) if half > 0 and r.units else None
+        about = f"about {tell} {unit} (now {r.units})" if tell else f"more {unit}"
+        more = f"its estimate is already {_pct(worse)} worse, past the limit: {about} would tell a regression from noise"
+    else:
+        more = f"no number of rounds rules out a {100 * t.fraction:g}% change of a noisy metric; give a limit above 0%"
+    advice = (
+        f"{ci} rules out only a regression above {_pct(bound)}, not {100 * t.fraction:g}%; {more}, {_counter_hint(counters)}"
+    )
+    return Check(t, r, INCONCLUSIVE, reason, advice)
+
+
+def _busy(check: Check, load: LoadCheck) -> Check:
+    """A timing PASS on a heavily loaded machine cannot be trusted: INCONCLUSIVE, "machine was busy"."""
+    if check.verdict != PASS or check.result.exact or check.result.case.unit not in RATE_OR_TIME_UNITS:
+        return check
+    reason = f"{check.reason}; but the machine was busy"
+    advice = (
+        f"machine was busy ({load.note}): other processes' load can hide a regression, so a PASS cannot be trusted; "
+        "rerun on a quiet machine or with `rlbench ab` (interleaved rounds), or pass --allow-busy"
+    )
+    return Check(check.threshold, check.result, INCONCLUSIVE, reason, advice)
+
+
 def evaluate(
     base: list[Record],
     cand: list[Record],
@@ -89,12 +221,17 @@ def evaluate(
     confidence: float = 0.95,
     ignore_params: tuple[str, ...] = (),
     allow_busy: bool = False,
+    on_inconclusive: str = "error",
 ) -> GateOutcome:
     """Apply the thresholds (and the learning check) to the comparison of ``base`` and ``cand``.
 
     Raises:
-        DataError: A threshold's metric is missing on a side, has no samples, or has no direction.
+        DataError: A threshold's metric is missing on a side, has no samples, or has no direction; or the two sides'
+            different load could explain a significant timing result (unless ``allow_busy``).
+        UsageError: A threshold that could never fail, or an unknown ``on_inconclusive``.
     """
+    if on_inconclusive not in ON_INCONCLUSIVE:
+        raise UsageError(f"--inconclusive {on_inconclusive!r}: choose one of {', '.join(ON_INCONCLUSIVE)}")
     metrics = [t.metric for t in thresholds]
     learning = (
         learning_drop is not None
@@ -107,6 +244,7 @@ def evaluate(
     by_metric: dict[str, list[CaseResult]] = {}
     for r in results:
         by_metric.setdefault(r.case.metric, []).append(r)
+    counters = sorted({r.metric for r in base if r.unit == "count"} & {r.metric for r in cand if r.unit == "count"})
     checks: list[Check] = []
     rules = list(thresholds)
     if learning:
@@ -136,26 +274,33 @@ def evaluate(
                     f"--fail {t.metric}:{100 * t.fraction:g}%: {t.metric} is higher-is-better, so it can never get worse "
                     "by 100% or more and this gate could never fail; choose a threshold below 100%"
                 )
-            worse = _worse_by(r)
-            failed = _significantly_worse(r) and worse > t.fraction
-            if math.isinf(worse):
-                change = "rose" if r.cand_median > r.base_median else "fell"
-                reason = f"{change} from {r.base_median:,.0f} to {r.cand_median:,.0f} (noise-free count, exact)"
-            elif failed:
-                reason = (
-                    f"worse by {100 * worse:.1f}% (> {100 * t.fraction:g}%), 95% CI of ratio [{r.ci_low:.3f}, {r.ci_high:.3f}]"
-                )
-            elif worse > t.fraction:
-                reason = (
-                    f"worse by {100 * worse:.1f}% but not significant (95% CI [{r.ci_low:.3f}, {r.ci_high:.3f}] contains 1)"
-                )
-            elif worse == 0:
-                reason = f"unchanged (limit {100 * t.fraction:g}%)"
-            else:
-                reason = f"{'better' if worse < 0 else 'worse'} by {100 * abs(worse):.1f}% (limit {100 * t.fraction:g}%)"
-            checks.append(Check(t, r, failed, reason))
+            checks.append(_judge(r, t, counters))
     refuse_if_busy(base, cand, [c.result for c in checks], allow_busy)
-    return GateOutcome(checks)
+    load = load_check(base, cand)
+    if load.heavy and not allow_busy:
+        checks = [_busy(c, load) for c in checks]
+    return GateOutcome(checks, on_inconclusive)
+
+
+def detectable_note(results: list[CaseResult]) -> str | None:
+    """One line: the regression size this run could detect per metric, at its measured noise (``None`` if none)."""
+    parts = []
+    seen = set()
+    for r in results:
+        if r.case.metric in seen:
+            continue
+        seen.add(r.case.metric)
+        d = r.detectable
+        if r.exact:
+            parts.append(f"`{r.case.metric}` any change (exact count)")
+        elif math.isfinite(d):
+            parts.append(f"`{r.case.metric}` {_pct(d)}")
+    if not parts:
+        return None
+    return (
+        "noise: at this run's measured noise, a regression this large would be found 4 times in 5 (1.43 × the 95% "
+        "interval's half-width): " + ", ".join(parts[:12]) + (f", and {len(parts) - 12} more" if len(parts) > 12 else "")
+    )
 
 
 def refuse_if_busy(base: list[Record], cand: list[Record], results: list[CaseResult], allow_busy: bool) -> None:
@@ -170,5 +315,6 @@ def refuse_if_busy(base: list[Record], cand: list[Record], results: list[CaseRes
         names = ", ".join(sorted({r.case.metric for r in busy})[:4])
         raise DataError(
             f"machine was busy: {load.note}; the difference alone could explain the result for {names}. Rerun on a quiet "
-            "machine or use `rlbench ab` (interleaved rounds), or pass --allow-busy to get the verdict anyway"
+            "machine or use `rlbench ab` (interleaved rounds), or pass --allow-busy to get the verdict anyway; a "
+            "noise-free counter (--fail ops/iteration:0%) is judged whatever the load"
         )

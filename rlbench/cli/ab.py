@@ -39,6 +39,9 @@ def build_ab_parser() -> Parser:
         action="store_true",
         help="gate even when the two sides' machine load differs enough to explain the result (rare: rounds interleave)",
     )
+    from rlbench.cli.compare import add_inconclusive_argument
+
+    add_inconclusive_argument(p)
     p.add_argument("--summary", metavar="PATH", help="write the gate's markdown table here (e.g. $GITHUB_STEP_SUMMARY)")
     p.add_argument("--report", metavar="PATH", help="write the markdown comparison report here")
     p.add_argument("--keep", metavar="DIR", help="keep both sides' records in DIR/store-base and DIR/store-head")
@@ -59,7 +62,7 @@ def ab_command(argv: list[str]) -> int:
     cut = argv.index("--")
     args = build_ab_parser().parse_args(argv[:cut])
     run_argv = argv[cut + 1 :]
-    from rlbench.analysis.ab import run_ab, split_run_args
+    from rlbench.analysis.ab import run_ab, split_run_args, uncommitted_changes
     from rlbench.analysis.compare import compare, mismatches
     from rlbench.analysis.gate import Threshold, evaluate
     from rlbench.report.comparison import gate_markdown
@@ -72,6 +75,16 @@ def ab_command(argv: list[str]) -> int:
     from rich.console import Console
 
     err = Console(stderr=True)
+    dirty = uncommitted_changes(Path.cwd())
+    dirty_note = (
+        f"uncommitted changes in {len(dirty)} tracked file(s) ({', '.join(dirty[:3])}{', ...' if len(dirty) > 3 else ''}) "
+        f"are not measured: rlbench ab compares the commits {args.base_rev} and {args.head_rev}; commit the changes to "
+        "measure them"
+        if dirty
+        else None
+    )
+    if dirty_note:
+        print(f"rlbench: warning: {dirty_note}", file=sys.stderr, flush=True)
 
     def progress(k: int, side: str) -> None:
         if not args.json:
@@ -95,13 +108,22 @@ def ab_command(argv: list[str]) -> int:
         f"{args.base_rev} = {result.base_rev[:12]} vs {args.head_rev} = {result.head_rev[:12]}, {result.rounds} "
         "interleaved rounds, paired by seed"
     ] + [f"MISMATCH (compared anyway): {d}" for d in diffs]
+    if dirty_note:
+        notes.append(f"NOTE: {dirty_note}")
     if args.report:
         from rlbench.report.comparison import comparison_markdown
 
         results = compare(result.base, result.head, min_effect=args.min_effect, metrics=args.metric)
         write_output(report, comparison_markdown(results, result.base, result.head, notes, args.min_effect), "--report")
     if thresholds:
-        outcome = evaluate(result.base, result.head, thresholds, learning_drop=drop, allow_busy=args.allow_busy)
+        outcome = evaluate(
+            result.base,
+            result.head,
+            thresholds,
+            learning_drop=drop,
+            allow_busy=args.allow_busy,
+            on_inconclusive=args.inconclusive,
+        )
         from rlbench.analysis.compare import sample_flags
 
         notes = notes + sample_flags([c.result for c in outcome.checks])
@@ -109,18 +131,23 @@ def ab_command(argv: list[str]) -> int:
         if args.summary:
             write_output(summary, text, "--summary")
         if args.json:
-            checks = [
-                {"metric": c.threshold.metric, "failed": c.failed, "reason": c.reason, **c.result.to_dict()}
-                for c in outcome.checks
-            ]
-            print(
-                json.dumps(
-                    {"exit_code": outcome.exit_code, "base": result.base_rev, "head": result.head_rev, "checks": checks}
-                )
-            )
+            from rlbench.cli.compare import check_dict
+
+            out = {
+                "exit_code": outcome.exit_code,
+                "verdict": outcome.verdict,
+                "base": result.base_rev,
+                "head": result.head_rev,
+                "notes": notes,
+                "checks": [check_dict(c) for c in outcome.checks],
+            }
+            print(json.dumps(out))
         else:
             sys.stdout.write(text)
-        return outcome.exit_code
+        sys.stdout.flush()
+        from rlbench.cli.compare import finish_gate
+
+        return finish_gate(outcome)
     results = compare(result.base, result.head, min_effect=args.min_effect, metrics=args.metric)
     if args.json:
         print(json.dumps({"base": result.base_rev, "head": result.head_rev, "cases": [r.to_dict() for r in results]}))

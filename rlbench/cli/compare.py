@@ -36,6 +36,8 @@ def add_side_arguments(p: argparse.ArgumentParser, cand_optional: bool = False) 
         "differs enough to explain them (flagged on top)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of tables")
+    if not cand_optional:  # gate (compare's CAND is optional for --by): what an INCONCLUSIVE threshold exits with
+        add_inconclusive_argument(p)
     p.add_argument(
         "--ignore-param",
         action="append",
@@ -43,6 +45,29 @@ def add_side_arguments(p: argparse.ArgumentParser, cand_optional: bool = False) 
         metavar="NAME",
         help="leave this parameter out when matching cases, to compare variants (repeatable): init",
     )
+
+
+def add_inconclusive_argument(p: argparse.ArgumentParser) -> None:
+    """``--inconclusive pass|fail|error``: what a threshold the run could not judge exits with (gate, ab)."""
+    p.add_argument(
+        "--inconclusive",
+        choices=("pass", "fail", "error"),
+        default="error",
+        help="when the interval neither rules out a regression beyond the limit nor shows one: exit 2 with what would "
+        "decide it (error, default), exit 0 (pass) or exit 1 (fail); the table says INCONCLUSIVE either way",
+    )
+
+
+def finish_gate(outcome) -> int:
+    """The gate's exit code; INCONCLUSIVE checks get their one line on stderr (an error, or a warning when mapped)."""
+    from rlbench.core.errors import DataError
+
+    line = outcome.inconclusive_line()
+    if line and outcome.verdict != "FAIL":
+        if outcome.on_inconclusive == "error":
+            raise DataError(line)
+        print(f"rlbench: warning: {line} (counted as {outcome.on_inconclusive} by --inconclusive)", file=sys.stderr)
+    return outcome.exit_code
 
 
 def load_side(spec: str, store: str) -> list[Record]:
@@ -110,12 +135,15 @@ def compare_command(args: argparse.Namespace) -> int:
     results = compare(base, cand, min_effect=args.min_effect, metrics=metrics, ignore_params=tuple(args.ignore_param))
     if not results:
         raise DataError("no case (benchmark, parameters, metric) is present on both sides: nothing to compare")
+    from rlbench.analysis.compare import DECIDED
     from rlbench.analysis.gate import refuse_if_busy
 
-    refuse_if_busy(base, cand, [r for r in results if r.verdict != "no change"], args.allow_busy)
+    refuse_if_busy(base, cand, [r for r in results if r.verdict in DECIDED], args.allow_busy)
     from rlbench.analysis.compare import sample_flags
+    from rlbench.analysis.gate import detectable_note
 
-    notes = notes + sample_flags(results)
+    noise = detectable_note(results)
+    notes = notes + sample_flags(results) + ([noise] if noise else [])
     if args.report:
         from rlbench.report.comparison import comparison_markdown
 
@@ -202,7 +230,13 @@ def gate_command(args: argparse.Namespace) -> int:
     summary = prepare_output(args.summary, "--summary")
     base, cand, notes = load_pair(args)
     outcome = evaluate(
-        base, cand, thresholds, learning_drop=drop, ignore_params=tuple(args.ignore_param), allow_busy=args.allow_busy
+        base,
+        cand,
+        thresholds,
+        learning_drop=drop,
+        ignore_params=tuple(args.ignore_param),
+        allow_busy=args.allow_busy,
+        on_inconclusive=args.inconclusive,
     )
     from rlbench.analysis.compare import sample_flags
 
@@ -215,20 +249,28 @@ def gate_command(args: argparse.Namespace) -> int:
             json.dumps(
                 {
                     "exit_code": outcome.exit_code,
+                    "verdict": outcome.verdict,
                     "notes": notes,
-                    "checks": [
-                        {
-                            "metric": c.threshold.metric,
-                            "limit": c.threshold.fraction,
-                            "failed": c.failed,
-                            "reason": c.reason,
-                            **c.result.to_dict(),
-                        }
-                        for c in outcome.checks
-                    ],
+                    "checks": [check_dict(c) for c in outcome.checks],
                 }
             )
         )
     else:
         sys.stdout.write(text)
-    return outcome.exit_code
+    sys.stdout.flush()
+    return finish_gate(outcome)
+
+
+def check_dict(c) -> dict:
+    """One gate check as JSON."""
+    row = c.result.to_dict()
+    row["comparison"] = row.pop("verdict")  # the comparison's words; "verdict" is the gate's PASS/FAIL/INCONCLUSIVE
+    return {
+        "metric": c.threshold.metric,
+        "limit": c.threshold.fraction,
+        "verdict": c.verdict,
+        "failed": c.failed,
+        "reason": c.reason,
+        "advice": c.advice,
+        **{k: v for k, v in row.items() if k != "metric"},
+    }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rlbench.analysis.compare import CaseResult
-from rlbench.analysis.gate import GateOutcome
+from rlbench.analysis.gate import FAIL, PASS, GateOutcome, detectable_note
 from rlbench.results.records import Record
 
 
@@ -20,17 +20,18 @@ def comparison_markdown(results: list, base: list[Record], cand: list[Record], n
     lines += [
         "",
         f"Baseline {_runs(base)} vs candidate {_runs(cand)}. {RATIO_LEGEND} 95% bootstrap interval; a "
-        f"verdict needs a significant change of at least {100 * min_effect:g}%.",
+        f"verdict needs a significant change of at least {100 * min_effect:g}%. {DETECTABLE_LEGEND}",
         "",
-        "| Benchmark | Metric | Baseline | Candidate | Ratio | 95% CI | n | Verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        "| Benchmark | Metric | Baseline | Candidate | Ratio | 95% CI | n | Detectable | Verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         c = r.case
         n = f"{r.n_base}/{r.n_cand}" + (" paired" if r.paired else "")
         lines.append(
             f"| {c.benchmark} | `{c.metric}` ({c.unit}) | {fmt_value(r.base_median)} | {fmt_value(r.cand_median)} | "
-            f"{fmt_value(r.ratio)} | [{fmt_value(r.ci_low)}, {fmt_value(r.ci_high)}] | {n} | {r.verdict} |"
+            f"{fmt_value(r.ratio)} | [{fmt_value(r.ci_low)}, {fmt_value(r.ci_high)}] | {n} | {fmt_detectable(r)} | "
+            f"{r.verdict} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -47,6 +48,20 @@ RATIO_LEGEND = (
 )
 
 
+DETECTABLE_LEGEND = (
+    "Detectable: the regression this run would have found 4 times in 5 at its measured noise (1.43 × the 95% "
+    "interval's half-width on the side a regression must clear); a smaller one can hide in the noise."
+)
+
+
+def fmt_detectable(r: CaseResult) -> str:
+    """The detectable change of a row: ``any`` for an exact count, ``–`` without an interval."""
+    if r.exact:
+        return "any (exact)"
+    d = r.detectable
+    return f"{100 * d:.1f}%" if d == d else "–"
+
+
 def case_label(r: CaseResult, several: bool) -> str:
     """The benchmark of a row, with its parameters when the same benchmark appears with several parameter sets."""
     return f"{r.case.benchmark} {r.case.params}" if several else r.case.benchmark
@@ -54,16 +69,22 @@ def case_label(r: CaseResult, several: bool) -> str:
 
 def gate_markdown(outcome: GateOutcome, notes: list[str] | None = None) -> str:
     """A markdown table of the checks, fit for a CI job summary (a Case column when several cases are gated)."""
-    status = "FAIL: regression" if outcome.exit_code else "PASS"
+    verdict = outcome.verdict
+    status = {FAIL: "FAIL: regression", PASS: "PASS"}.get(verdict, "INCONCLUSIVE: the run could not tell")
+    if verdict not in (FAIL, PASS) and outcome.on_inconclusive != "error":
+        status += f" (counted as {outcome.on_inconclusive.upper()} by --inconclusive {outcome.on_inconclusive})"
     lines = [f"## rlbench gate: {status}", ""]
-    lines += [f"> {n}" for n in notes or []]
+    noise = detectable_note([c.result for c in outcome.checks])
+    notes = [*(notes or []), *([noise] if noise else [])]
+    lines += [f"> {n}" for n in notes]
     if notes:
         lines.append("")
     cases = {(c.result.case.benchmark, c.result.case.params) for c in outcome.checks}
     benchmarks = {b for b, _ in cases}
     show = len(cases) > 1
-    head = ["Case"] * show + ["Metric", "Limit", "Baseline", "Candidate", "Ratio", "95% CI", "Result"]
+    head = ["Case"] * show + ["Metric", "Limit", "Baseline", "Candidate", "Ratio", "95% CI", "Detectable", "Verdict", "Result"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    marks = {FAIL: "❌", PASS: "✅"}
     for c in outcome.checks:
         r = c.result
         case = [case_label(r, len(cases) > len(benchmarks))] * show
@@ -74,7 +95,15 @@ def gate_markdown(outcome: GateOutcome, notes: list[str] | None = None) -> str:
             fmt_value(r.cand_median),
             f"{r.ratio:.3f}" + (" (paired)" if r.paired else ""),
             f"[{r.ci_low:.3f}, {r.ci_high:.3f}]",
-            f"{'❌ ' if c.failed else '✅ '}{c.reason}",
+            fmt_detectable(r),
+            f"{marks.get(c.verdict, '❔')} {c.verdict}",
+            c.reason + (f". {c.advice}" if c.advice else ""),
         ]
         lines.append("| " + " | ".join(case + cells) + " |")
-    return "\n".join([*lines, "", RATIO_LEGEND]) + "\n"
+    return "\n".join([*lines, "", RATIO_LEGEND, "", VERDICT_LEGEND, DETECTABLE_LEGEND]) + "\n"
+
+
+VERDICT_LEGEND = (
+    "PASS: the 95% interval rules out a regression larger than the limit. FAIL: significantly worse by more than the "
+    "limit. INCONCLUSIVE: neither; the run was too noisy (or the machine too busy) to tell."
+)

@@ -27,6 +27,61 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+ISA_FLAGS = (
+    "avx2",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_vnni",
+    "amx_bf16",
+    "amx_tile",
+    "amx_int8",
+    "sve",
+    "sve2",
+)
+"""CPU features that change which kernels run (and in which precision: ``--precision auto`` picks bf16 on AVX512-BF16 or
+AMX); two CPUs that differ in them are two machines even when their model names agree (KVM often reports "AMD EPYC")."""
+
+_CPU_ID_FIELDS = {  # /proc/cpuinfo key -> fingerprint key; x86 first, then Arm
+    "vendor_id": "vendor",
+    "cpu family": "family",
+    "model": "model",
+    "stepping": "stepping",
+    "CPU implementer": "vendor",
+    "CPU architecture": "family",
+    "CPU part": "model",
+    "CPU variant": "stepping",
+}
+
+
+def cpu_identity(cpuinfo: str) -> tuple[dict[str, str], list[str]]:
+    """Vendor, family, model and stepping of the first CPU in ``/proc/cpuinfo`` text, and its :data:`ISA_FLAGS`.
+
+    x86 lists ``vendor_id``, ``cpu family``, ``model``, ``stepping`` and ``flags``; Arm lists ``CPU implementer``,
+    ``CPU architecture``, ``CPU part``, ``CPU variant`` and ``Features``.
+    """
+    ident: dict[str, str] = {}
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if ident or flags:
+                break  # the first processor's block is enough
+            continue
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key in _CPU_ID_FIELDS and _CPU_ID_FIELDS[key] not in ident:
+            ident[_CPU_ID_FIELDS[key]] = value
+        elif key in ("flags", "Features"):
+            flags.update(value.split())
+    return ident, [f for f in ISA_FLAGS if f in flags]
+
+
+def _cpu_identity() -> tuple[dict[str, str], list[str]]:
+    try:
+        return cpu_identity(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return {"vendor": platform.processor() or ""}, []
+
+
 def _memory_gib() -> float | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -44,19 +99,42 @@ def _gpus() -> list[str]:
     return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
 
 
+def _gpu_capabilities() -> list[str]:
+    """Compute capability (``9.0``) of each GPU, in the order of :func:`_gpus` (only if torch is already imported)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return []
+    return ["{}.{}".format(*torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())]
+
+
+HARDWARE_FIELDS = ("cpu", "cpu_id", "isa", "cores", "memory_gib", "arch", "gpus", "gpu_capability")
+"""The fields :func:`machine_id` hashes. Records written before ``cpu_id``, ``isa`` and ``gpu_capability`` were added
+hashed fewer fields, so they carry another id: they stay readable and count as another machine."""
+
+
+def machine_id(info: dict[str, Any]) -> str:
+    """The machine id: a hash of the :data:`HARDWARE_FIELDS` of a machine fingerprint."""
+    hardware = {k: info.get(k) for k in HARDWARE_FIELDS}
+    return hashlib.sha256(json.dumps(hardware, sort_keys=True).encode()).hexdigest()[:12]
+
+
 @lru_cache(maxsize=1)
 def machine_fingerprint() -> dict[str, Any]:
-    """CPU model, core count, memory, OS, architecture and GPUs, plus ``id``, a hash of the hardware fields."""
+    """CPU model, identity (vendor, family, model, stepping) and ISA flags, core count, memory, OS, architecture, GPUs
+    and their compute capabilities, plus ``id``, a hash of the hardware fields (:func:`machine_id`)."""
+    ident, isa = _cpu_identity()
     info: dict[str, Any] = {
         "cpu": _cpu_model(),
+        "cpu_id": ident,
+        "isa": isa,
         "cores": os.cpu_count(),
         "memory_gib": _memory_gib(),
         "arch": platform.machine(),
         "os": f"{platform.system()} {platform.release()}",
         "gpus": _gpus(),
+        "gpu_capability": _gpu_capabilities(),
     }
-    hardware = {k: info[k] for k in ("cpu", "cores", "memory_gib", "arch", "gpus")}
-    info["id"] = hashlib.sha256(json.dumps(hardware, sort_keys=True).encode()).hexdigest()[:12]
+    info["id"] = machine_id(info)
     return info
 
 
