@@ -48,16 +48,16 @@ def test_bare_decorator_defaults_and_the_function_unchanged() -> None:
     assert (spec.name, spec.summary, spec.version, spec.report) == ("my-gae", "GAE of my own.", 1, "training")
     assert my_gae(steps=2, lam=0.5) == {"adv_mean": 1.0}  # still a plain function
     assert my_gae.__name__ == "my_gae" and not hasattr(my_gae, "__wrapped__")
-    assert spec.defaults() == {"steps": 2048, "lam": 0.95, "mode": "numpy", "fast": False, "seed": 0}
+    assert spec.defaults() == {"steps": 2048, "lam": 0.95, "mode": "numpy", "fast": False, "seed": 0, "timeout": 0.0}
     hints = {f.name: f.type for f in dataclasses.fields(spec.config_factory)}
-    assert hints == {"steps": int, "lam": float, "mode": str, "fast": bool, "seed": int}
+    assert hints == {"steps": int, "lam": float, "mode": str, "fast": bool, "seed": int, "timeout": float}
 
 
 def test_decorator_with_arguments_and_an_own_seed() -> None:
     spec = _spec(seeded)
     assert (spec.name, spec.summary, spec.version) == ("seeded-one", "with a seed", 3)
     cfg = spec.config_factory()
-    assert [f.name for f in dataclasses.fields(cfg)] == ["seed", "scale"]
+    assert [f.name for f in dataclasses.fields(cfg)] == ["seed", "scale", "timeout"]  # rlbench's --timeout last
     assert cfg.seed == 7 and cfg.scale == 2.0 and isinstance(cfg.scale, float)  # an int default of a float parameter
 
 
@@ -90,8 +90,10 @@ def fake_session(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """A stand-in ``rlbench.profiling.session`` whose ``profile_call`` records its arguments and calls the function."""
     calls: list[dict[str, Any]] = []
 
-    def profile_call(fn: Any, kwargs: dict[str, Any], *, device: Any = None, callback: Any = None) -> list[Metric]:
-        calls.append({"fn": fn, "kwargs": dict(kwargs), "device": device, "callback": callback})
+    def profile_call(
+        fn: Any, kwargs: dict[str, Any], *, device: Any = None, callback: Any = None, timeout: Any = None
+    ) -> list[Metric]:
+        calls.append({"fn": fn, "kwargs": dict(kwargs), "device": device, "callback": callback, "timeout": timeout})
         return [Metric(k, "", "none", [float(v)]) for k, v in fn(**kwargs).items()]
 
     module = types.ModuleType("rlbench.profiling.session")
@@ -106,10 +108,12 @@ def test_run_calls_profile_call_with_the_config_as_keywords(fake_session: list[d
     metrics = spec.run(cfg, RunContext(device="cpu", callback="cb"))
     assert [(m.name, m.samples) for m in metrics] == [("adv_mean", [5.0])]
     (call,) = fake_session
-    assert call["fn"] is my_gae and call["device"] == "cpu" and call["callback"] == "cb"
+    assert call["fn"] is my_gae and call["device"] == "cpu" and call["callback"] == "cb" and call["timeout"] is None
     assert call["kwargs"] == {"steps": 10, "lam": 0.5, "mode": "numpy", "fast": False}  # no seed: it has none
     _spec(seeded).run(dataclasses.replace(_spec(seeded).config_factory(), seed=11), RunContext(device=None))
     assert fake_session[-1]["kwargs"] == {"seed": 11, "scale": 2.0}  # its own seed is passed
+    _spec(seeded).run(dataclasses.replace(_spec(seeded).config_factory(), timeout=2.5), RunContext(device=None))
+    assert fake_session[-1]["timeout"] == 2.5 and "timeout" not in fake_session[-1]["kwargs"]  # rlbench's, not passed
 
 
 @pytest.mark.parametrize(

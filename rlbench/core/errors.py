@@ -37,3 +37,10 @@ class Terminated(KeyboardInterrupt):
 def interrupt_exit_code(exc: BaseException) -> int:
     """What a command ended by ``exc`` (Ctrl-C or SIGTERM) exits with: 143 after SIGTERM, else 130."""
     return 143 if isinstance(exc, Terminated) or Terminated.seen else 130
+
+
+class MeasuredCodeFailed(Exception):
+    """The measured code (a benchmark's function, a profiled script) failed: it raised, exited instead of returning or
+    ran past its time limit. Not an :class:`RlbenchError`: the run ends with exit 1, "the measured code failed", its
+    finished repeats kept; the message says what the code did (``exited with sys.exit(3)``, ``did not finish within
+    2 s (--timeout)``)."""

@@ -40,7 +40,14 @@ __all__ = [
 ]
 
 
-def option(text: str, minimum: int = 1, choices: Iterable[Any] | None = None, own: bool = False, **kw: Any) -> Any:
+def option(
+    text: str,
+    minimum: int = 1,
+    choices: Iterable[Any] | None = None,
+    own: bool = False,
+    setting: bool = False,
+    **kw: Any,
+) -> Any:
     """A dataclass field with ``text`` as its command-line help (``rlbench run BENCHMARK --help`` prints it).
 
     Args:
@@ -52,9 +59,11 @@ def option(text: str, minimum: int = 1, choices: Iterable[Any] | None = None, ow
         own: A user benchmark's own parameter (``@rlbench.benchmark``): rlbench gives its name no meaning of its own,
             so a ``device`` or ``threads`` parameter is the function's, not the torch device or thread count
             (:func:`run_setting`).
+        setting: How rlbench runs the benchmark, not what it measures (an ``@rlbench.benchmark``'s ``--timeout``): left
+            out of the records' parameters and definition hash, so runs with different settings still compare.
         **kw: Arguments of :func:`dataclasses.field` (``default`` or ``default_factory``).
     """
-    metadata: dict[str, Any] = {"help": text, "minimum": minimum, "own": own}
+    metadata: dict[str, Any] = {"help": text, "minimum": minimum, "own": own, "setting": setting}
     if choices is not None:
         metadata["choices"] = tuple(choices)
         if not metadata["choices"]:

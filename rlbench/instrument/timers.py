@@ -23,8 +23,9 @@ Two ways to time, with measured costs (:func:`measure_overhead`):
 **Test-only knob: injected slowdowns.** ``RLBENCH_INJECT_DELAY="update:0.05"`` (comma-separated
 ``phase:fraction`` pairs; unset by default) makes every :meth:`PhaseTimer.add` to that phase busy-wait
 ``fraction`` times the time being booked, and books the wait too: the phase really becomes 5% slower,
-as a regression would make it. It exists to measure what the gate detects (``reports/gate-calibration.md``);
-runs with it set say so in their software fingerprint.
+as a regression would make it. A fraction must be a finite number >= 0 (``inf`` would wait forever, ``nan``
+would book nothing), and ``rlbench run`` refuses a phase its benchmark does not time. It exists to measure
+what the gate detects (``reports/gate-calibration.md``); runs with it set say so in their software fingerprint.
 
 On CUDA/MPS, ``sync`` (see :mod:`rlbench.instrument.sync`) is called at every clock read so that
 queued GPU work is booked to the phase that queued it; ``sync=None`` measures unsynchronized (real
@@ -33,19 +34,27 @@ overlap). :class:`NullTimer` records nothing; its clock is the ``float`` builtin
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
 
 _perf = time.perf_counter
 INJECT_ENV = "RLBENCH_INJECT_DELAY"
+_SLOWED: set[str] = set()  # phases an injected delay slowed in this process
+
+
+def slowed_phases() -> frozenset[str]:
+    """The phases an injected delay (``RLBENCH_INJECT_DELAY``) has slowed in this process so far."""
+    return frozenset(_SLOWED)
 
 
 def parse_injection(text: str | None) -> dict[str, float]:
     """``"update:0.05,collect:0.1"`` -> ``{"update": 0.05, "collect": 0.1}`` (empty for ``None``/``""``).
 
     Raises:
-        ValueError: On a malformed entry or a negative fraction.
+        ValueError: On a malformed entry, a fraction that is negative or not finite (``inf``, ``nan``), or a phase named
+            twice.
     """
     out: dict[str, float] = {}
     for part in (text or "").split(","):
@@ -56,8 +65,12 @@ def parse_injection(text: str | None) -> dict[str, float]:
             value = float(frac)
         except ValueError:
             value = -1.0
-        if not sep or not name or value < 0:
-            raise ValueError(f"{INJECT_ENV}: expected PHASE:FRACTION[,PHASE:FRACTION], got {part!r}")
+        if not sep or not name or not math.isfinite(value) or value < 0:
+            raise ValueError(
+                f"{INJECT_ENV}: expected PHASE:FRACTION[,PHASE:FRACTION] with FRACTION a finite number >= 0, got {part!r}"
+            )
+        if name in out:
+            raise ValueError(f"{INJECT_ENV}: phase {name!r} is named twice")
         out[name] = value
     return out
 
@@ -121,6 +134,7 @@ class PhaseTimer:
             while _perf() < end:
                 pass
             seconds *= 1.0 + self.inject[name]
+            _SLOWED.add(name)
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
         self.counts[name] = self.counts.get(name, 0) + count
         self.context_events += context_events

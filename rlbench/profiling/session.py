@@ -14,17 +14,22 @@ script can store its own metrics with machine, commit and software fingerprints 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlbench.core.errors import MeasuredCodeFailed, StoreError, UsageError
 from rlbench.profiling.attribution import INFER, Attribution, Attributor, activate
 from rlbench.profiling.results import attribution_metrics
+from rlbench.results import metrics as vocabulary
 from rlbench.results.metrics import Metric
 
 if TYPE_CHECKING:
@@ -99,6 +104,7 @@ class Session:
     """Automatic attribution of everything run between :meth:`start` and :meth:`stop` (or inside ``with``)."""
 
     current: Session | None = None
+    _claim = threading.Lock()  # makes "is a session active? then this one is" one step for every thread
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
@@ -116,16 +122,24 @@ class Session:
         """
         from rlbench.profiling.autohooks import native_available
 
-        if Session.current is not None:
-            raise RuntimeError("rlbench: a profiling session is already active in this process; sessions do not nest")
-        s = self.settings
-        self.attributor = Attributor(
-            sync=_sync_fn(s), trace_limit=s.trace_limit, count_iteration=s.count_iteration, memory=s.memory
-        )
-        self.hooks = install_hooks(self.attributor, libraries=s.libraries)
-        self.hooks_kind = "compiled" if native_available() else "python"
-        activate(self.attributor)
-        Session.current = self
+        with Session._claim:  # two threads entering at once: exactly one gets the process's session
+            if Session.current is not None:
+                raise RuntimeError(
+                    "rlbench: a profiling session is already active in this process; sessions do not nest "
+                    "(one session per process, whichever thread opened it)"
+                )
+            Session.current = self
+        try:
+            s = self.settings
+            self.attributor = Attributor(
+                sync=_sync_fn(s), trace_limit=s.trace_limit, count_iteration=s.count_iteration, memory=s.memory
+            )
+            self.hooks = install_hooks(self.attributor, libraries=s.libraries)
+            self.hooks_kind = "compiled" if native_available() else "python"
+            activate(self.attributor)
+        except BaseException:
+            Session.current = None
+            raise
         return self
 
     def stop(self) -> Outcome:
@@ -224,28 +238,159 @@ def measure_costs(settings: Settings, n: int = 1_000, repeats: int = 5) -> dict[
     return {k: max(v - base, 0.0) / n * 1e6 for k, v in cost.items()}
 
 
-def profile_call(fn: Callable[..., Any], kwargs: dict[str, Any], *, device: Any = None, callback: Any = None) -> list[Metric]:
+class _Expired(BaseException):
+    """The time limit of a measured call passed (a ``BaseException``: the code's own ``except Exception`` lets it by)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """End the block with :class:`~rlbench.core.errors.MeasuredCodeFailed` once ``seconds`` pass (``None``/0: no limit).
+
+    A ``SIGALRM`` timer, as the micro suites' ``--timeout``: it interrupts a Python loop or a ``time.sleep`` at once, a
+    long C call when it returns. It fires again every second, should the code catch it. Only in the main thread (where
+    signals arrive); elsewhere the block runs unlimited.
+    """
+    if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _Expired
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    try:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
+            try:
+                yield
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        finally:
+            signal.signal(signal.SIGALRM, previous)
+    except _Expired as exc:
+        raise MeasuredCodeFailed(f"did not finish within {seconds:g} s (--timeout)") from exc
+
+
+def profile_call(
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    *,
+    device: Any = None,
+    callback: Any = None,
+    timeout: float | None = None,
+) -> list[Metric]:
     """Run ``fn(**kwargs)`` under a session; its metrics, plus ``{name: number}`` it returns as the user's own.
 
     Used by ``@rlbench.benchmark`` benchmarks. ``device`` and ``callback`` are the runner's (unused by the
     attribution itself; a CUDA device turns on synchronized boundaries).
+
+    Raises:
+        MeasuredCodeFailed: When ``fn`` runs past ``timeout`` seconds.
+        ValueError: When ``fn`` returns a metric of a name rlbench records itself, or values that are not numbers.
+        UsageError: When ``RLBENCH_INJECT_DELAY`` is set: it slows rlbench's own timed phases, which a function under
+            automatic attribution has none of.
     """
+    from rlbench.instrument.timers import INJECT_ENV
+
+    if os.environ.get(INJECT_ENV):
+        raise UsageError(
+            f"{INJECT_ENV} slows rlbench's own timed phases; an @rlbench.benchmark function has none (its phases are "
+            f"found automatically), so nothing would be slowed: unset {INJECT_ENV}"
+        )
     sync = getattr(device, "type", "cpu") in ("cuda", "mps")
     session = Session(Settings(sync=sync))
     t0 = time.perf_counter()
-    with session:
+    with session, time_limit(timeout):
         returned = fn(**kwargs)
     assert session.outcome is not None
     metrics = session.outcome.metrics()
     if isinstance(returned, dict):
+        who = f"{getattr(fn, '__qualname__', 'the benchmark')} returned"
         for name, value in returned.items():
-            values = list(value) if isinstance(value, (list, tuple)) else [value]
-            metrics.append(Metric(str(name), "", "none", [float(v) for v in values]))
+            check_name(name, who)
+            metrics.append(Metric(name, "", "none", samples_of(value, f"{who} {name!r}")))
     metrics.append(Metric("profile/call_s", "s", "lower", [time.perf_counter() - t0]))
     return metrics
 
 
 # --- the user's own metrics -------------------------------------------------------------------------------------
+_M = vocabulary
+#: metric names rlbench records itself: a user's metric of that name would shadow rlbench's (``sps`` is a report's
+#: headline and what ``gate --fail sps:5%`` checks), so it is refused
+OWN_METRICS = frozenset(
+    {
+        _M.SPS,
+        _M.SPS_STEADY,
+        _M.WALL_S,
+        _M.STARTUP_S,
+        _M.INIT_S,
+        _M.WARMUP_S,
+        _M.TRAIN_S,
+        _M.EVAL_S,
+        _M.ENV_STEPS,
+        _M.ITERATIONS,
+        _M.UPDATES,
+        _M.FIRST_UPDATE_S,
+        _M.THRESHOLD_REACHED,
+        _M.STEPS_TO_THRESHOLD,
+        _M.TIME_TO_THRESHOLD_S,
+        _M.TRAIN_EPISODE_RETURN,
+        _M.TRAIN_RECENT_RETURN,
+        _M.TRAIN_ELAPSED_S,
+        _M.LEGACY_TIME_CALL,
+    }
+)
+#: prefixes of metric families rlbench records itself (phase times, its own costs, counters, machine context)
+OWN_PREFIXES = (
+    _M.TIME,
+    _M.ITER_TIME,
+    "timer/",
+    "profile/",
+    _M.MEM,
+    _M.CUDA_MEM,
+    _M.LIMITS,
+    _M.MACHINE,
+    "peers/",
+    *(f"{kind}/" for kind in _M.COUNTERS),
+)
+
+
+def check_name(name: object, who: str = "rlbench.record") -> None:
+    """Refuse a user metric name that is not a plain name, or that rlbench records itself.
+
+    Raises:
+        ValueError: Naming the metric and what to do.
+    """
+    if not isinstance(name, str) or not name or name != name.strip():
+        raise ValueError(f"{who}: the metric name must be a non-empty string, got {name!r}")
+    if name in OWN_METRICS or name.startswith(OWN_PREFIXES):
+        raise ValueError(
+            f"{who}: the metric name {name!r} is one rlbench records itself, so yours would shadow it in reports and "
+            f"gates; name yours differently (e.g. 'my_{name.replace('/', '_')}')"
+        )
+
+
+def samples_of(value: Any, what: str) -> list[float]:
+    """The samples of ``value``: one number (a float, int, NumPy scalar or 0-d tensor) or a flat sequence of them.
+
+    Raises:
+        ValueError: For a string (``"12"`` is not the samples 1 and 2), a nested sequence or anything not a number.
+    """
+    if isinstance(value, (str, bytes, bytearray)):
+        raise ValueError(f"{what} needs numbers, got the string {value!r}")
+    scalar = getattr(value, "ndim", None) == 0 or not isinstance(value, Iterable)
+    items = [value] if scalar else list(value)
+    out = []
+    for v in items:
+        if isinstance(v, (str, bytes, bytearray)) or getattr(v, "ndim", 0):
+            raise ValueError(f"{what} needs one number or a flat sequence of numbers, got {value!r}")
+        try:
+            out.append(float(v))
+        except (TypeError, ValueError):
+            raise ValueError(f"{what} needs one number or a flat sequence of numbers, got {value!r}") from None
+    return out
+
+
 def record(
     name: str,
     value: float | Sequence[float],
@@ -260,27 +405,26 @@ def record(
     fingerprinted, to the store named by ``$RLBENCH_STORE`` (default ``.rlbench``), as benchmark = the script's name.
 
     Args:
-        name: Metric name (``eval_return`` is the one training reports read as the learning outcome).
-        value: One number or a sequence of samples.
+        name: Metric name (``eval_return`` is the one training reports read as the learning outcome). A name rlbench
+            records itself (``sps``, ``wall_s``, ``time/...``, ``profile/...``: :data:`OWN_METRICS`,
+            :data:`OWN_PREFIXES`) is refused.
+        value: One number (a float, int, NumPy scalar or 0-d tensor) or a flat sequence of them (a list, tuple, 1-D
+            array or tensor). A string is refused.
         unit: Unit of the samples.
         direction: ``higher``, ``lower`` (which way is better) or ``none``.
         x: Optional abscissa per sample (e.g. the agent step of each eval).
 
     Raises:
-        ValueError: On a malformed name, direction or value.
+        ValueError: On a malformed or rlbench-owned name, a bad direction or a value that is not numbers.
     """
-    if not isinstance(name, str) or not name or name != name.strip():
-        raise ValueError(f"rlbench.record: the metric name must be a non-empty string, got {name!r}")
+    check_name(name)
     if direction not in ("higher", "lower", "none"):
         raise ValueError(f"rlbench.record: direction must be 'higher', 'lower' or 'none', got {direction!r}")
-    values = list(value) if isinstance(value, (list, tuple)) or hasattr(value, "__len__") else [value]
-    try:
-        samples = [float(v) for v in values]
-    except (TypeError, ValueError):
-        raise ValueError(f"rlbench.record: {name!r} needs numbers, got {value!r}") from None
-    if x is not None and len(x) != len(samples):
-        raise ValueError(f"rlbench.record: {name!r} has {len(samples)} samples but {len(x)} x values")
-    metric = Metric(name, unit, direction, samples, x=[float(v) for v in x] if x is not None else None)
+    samples = samples_of(value, f"rlbench.record: {name!r}")
+    xs = samples_of(x, f"rlbench.record: {name!r}'s x") if x is not None else None
+    if xs is not None and len(xs) != len(samples):
+        raise ValueError(f"rlbench.record: {name!r} has {len(samples)} samples but {len(xs)} x values")
+    metric = Metric(name, unit, direction, samples, x=xs)
     if Session.current is not None:
         Session.current.user_metrics.append(metric)
         return
@@ -354,20 +498,66 @@ class RecordingSession(Session):
         self.params = dict(params or {})
         self.seed = seed
         self.records_path: Path | None = None
+        self.writer: Any = None  # the store's writer, opened (and the store checked) when the session starts
+
+    def start(self) -> RecordingSession:
+        """Check the store, the name and the parameters, then start attributing: nothing wrong with them is found only
+        after the training.
+
+        Raises:
+            StoreError: If the store cannot be written (a file, a read-only directory).
+            ValueError: On a name, parameters or seed that records cannot hold.
+            RuntimeError: If another session is active in this process.
+        """
+        import json
+
+        from rlbench.results.store import RunWriter
+
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"rlbench.session: the name must be a non-empty string, got {self.name!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ValueError(f"rlbench.session: seed must be an int or None, got {self.seed!r}")
+        try:
+            json.dumps(self.params, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"rlbench.session: params must be JSON numbers, strings, lists or dicts ({exc})") from None
+        try:
+            self.writer = RunWriter(self.store)
+        except StoreError as exc:
+            reason = str(exc).split("; pass --store")[0]
+            raise StoreError(f"rlbench.session: {reason}; pass store= (or set ${STORE_ENV}) a writable directory") from None
+        super().start()
+        return self
+
+    def __enter__(self) -> RecordingSession:
+        return self.start()
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        """Write what was measured however the block ended (its end, ``sys.exit``, an exception, Ctrl-C), then let the
+        exception, if any, go on. A block that did not end normally says so in its records' ``meta.ended``."""
         outcome = self.stop()
-        if exc_type is not None:  # the training raised: keep nothing half-measured, let the exception through
-            return
+        ended = _how_it_ended(exc)
+        try:
+            self._write(outcome, ended)
+        except Exception as write_error:
+            if exc is None:
+                raise
+            # the block's own exception goes on: it says what happened to the training; this says what was lost
+            print(f"rlbench: warning: the session's records were not saved: {write_error}", file=sys.stderr)
+
+    def _write(self, outcome: Outcome, ended: str | None) -> None:
         from rlbench.results.fingerprint import fingerprint, git_fingerprint
         from rlbench.results.records import definition_hash, metric_records
-        from rlbench.results.store import RunWriter, utc_now
+        from rlbench.results.store import utc_now
 
-        writer = RunWriter(self.store)
+        writer = self.writer
         fp = fingerprint()
         script_dir = Path(sys.argv[0]).resolve().parent if sys.argv and sys.argv[0] else None
         fp["git"] = git_fingerprint(script_dir, rlbench_first=False)
         dhash = definition_hash(self.name, 1, self.params)
+        meta: dict[str, Any] = {"command": " ".join(sys.argv), "kind": "profile", "report": "profile"}
+        if ended is not None:
+            meta["ended"] = ended
         writer.write(
             metric_records(
                 outcome.metrics(),
@@ -380,10 +570,21 @@ class RecordingSession(Session):
                 seed=self.seed,
                 device="cuda" if self.settings.sync else "cpu",
                 fingerprint=fp,
-                meta={"command": " ".join(sys.argv), "kind": "profile", "report": "profile"},
+                meta=meta,
             )
         )
         self.records_path = writer.path
+
+
+def _how_it_ended(exc: object) -> str | None:
+    """``None`` for a block that ran to its end or left by ``sys.exit(0)``; else what ended it, in a few words."""
+    if exc is None:
+        return None
+    if isinstance(exc, SystemExit):
+        return None if exc.code in (0, None) else f"sys.exit({exc.code!r})"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return f"raised {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}".rstrip(": ")
 
 
 def session(

@@ -6,6 +6,7 @@ whether the run finished, failed or was interrupted, and the CLI decides what to
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from dataclasses import dataclass, field, fields, replace
@@ -13,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.core.children import signals_deferred
-from rlbench.core.errors import RlbenchError, StoreError, interrupt_exit_code
+from rlbench.core.errors import MeasuredCodeFailed, RlbenchError, StoreError, UsageError, interrupt_exit_code
 from rlbench.instrument.machine_load import LoadProbe
 from rlbench.results.fingerprint import fingerprint
-from rlbench.results.metrics import Metric, load_metrics
+from rlbench.results.metrics import ITER_TIME, TIME, Metric, load_metrics
 from rlbench.results.records import Record, definition_hash, metric_records
 from rlbench.results.store import RunWriter, utc_now
 from rlbench.run.registry import BenchmarkSpec, RunContext, display_path, resolve_target
@@ -64,10 +65,11 @@ def resolve_run_target(target: str) -> BenchmarkSpec:
 
 
 def params_of(config: Any) -> dict[str, Any]:
-    """A config's parameters as a JSON-friendly dict, seed excluded (repeats of one case differ only in seed)."""
+    """A config's parameters as a JSON-friendly dict, seed excluded (repeats of one case differ only in seed), and so
+    are the settings of how rlbench runs it (``option(..., setting=True)``: an ``@rlbench.benchmark``'s ``--timeout``)."""
     out = {}
     for f in fields(config):
-        if f.name == "seed":
+        if f.name == "seed" or f.metadata.get("setting"):
             continue
         v = getattr(config, f.name)
         out[f.name] = list(v) if isinstance(v, tuple) else v
@@ -193,10 +195,11 @@ def _run_repeat(
         raise
     except RlbenchError:  # the user's input, not a failing component: exit 2 with its message
         raise
-    except Exception as exc:
-        outcome.error = f"repeat {k} (seed {getattr(cfg, 'seed', '?')}) raised {type(exc).__name__}: {exc}"
+    except BaseException as exc:  # the measured code failed, however it did (SystemExit included): it is not rlbench's exit
+        outcome.error = f"repeat {k} (seed {getattr(cfg, 'seed', '?')}) {failure(exc)}"
         outcome.error_log = _write_traceback(writer, exc)
         return None
+    check_injection(spec, metrics)
     fp = fp if fp is not None else fingerprint()
     metrics = [*metrics, *load_metrics(probe.stop())]  # what else the machine did during this repeat
     records = to_records(spec, cfg, [*(extra or []), *metrics], writer.run_id, k, str(device), fp, meta)
@@ -209,6 +212,38 @@ def _run_repeat(
         outcome.repeats_done += 1
         outcome.metrics.append([*(extra or []), *metrics])
     return fp
+
+
+def failure(exc: BaseException) -> str:
+    """What the measured code did, in words: ``raised ValueError: ...``, ``exited with sys.exit(3) instead of
+    returning ...``, ``did not finish within 2 s (--timeout)``."""
+    if isinstance(exc, MeasuredCodeFailed):
+        return str(exc)
+    if isinstance(exc, SystemExit):
+        return (
+            f"exited with sys.exit({'' if exc.code is None else repr(exc.code)}) instead of returning, so nothing of it "
+            "was measured (a benchmark returns; raise an exception to fail it)"
+        )
+    return f"raised {type(exc).__name__}: {exc}"
+
+
+def check_injection(spec: BenchmarkSpec, metrics: list[Metric]) -> None:
+    """Refuse an ``RLBENCH_INJECT_DELAY`` phase that the repeat never timed: it would slow nothing, silently.
+
+    Raises:
+        UsageError: Naming the phase and the phases the benchmark has.
+    """
+    from rlbench.instrument.timers import INJECT_ENV, parse_injection, slowed_phases
+
+    wanted = parse_injection(os.environ.get(INJECT_ENV))
+    timed = {m.name.split("/", 1)[1] for m in metrics if m.name.startswith((TIME, ITER_TIME))}
+    unknown = [p for p in wanted if p not in timed and p not in slowed_phases()]
+    if unknown:
+        shown = ", ".join(sorted(timed)[:12]) + (", ..." if len(timed) > 12 else "") if timed else "none"
+        raise UsageError(
+            f"{INJECT_ENV} names the phase {unknown[0]!r}, which {spec.name} does not time (its phases: {shown}); "
+            f"name one of them, or unset {INJECT_ENV} (a test-only knob)"
+        )
 
 
 def _write_traceback(writer: RunWriter, exc: BaseException) -> Path | None:

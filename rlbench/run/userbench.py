@@ -31,19 +31,24 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import re
 import typing
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
+from rlbench.core.errors import UsageError
 from rlbench.core.options import check_choices, literal_values, option
 from rlbench.run.registry import SPEC_ATTRIBUTE, BenchmarkSpec, RunContext, cwd_on_path
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 PARAMETER_TYPES: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
-#: options every ``rlbench run`` has: a parameter of the same name would shadow them
-RESERVED = ("repeats", "store", "report", "profile", "json", "quiet", "backend", "help")
+#: options every ``rlbench run`` has (``timeout``: every ``@rlbench.benchmark``'s): a parameter of the same name would
+#: shadow them
+RESERVED = ("repeats", "store", "report", "profile", "json", "quiet", "backend", "help", "timeout")
+#: the field of rlbench's ``--timeout`` in every ``@rlbench.benchmark``'s config
+TIMEOUT = "timeout"
 
 
 @overload
@@ -123,8 +128,9 @@ def _runner(fn: Callable[..., Any], passed: tuple[str, ...]) -> Callable[[Any, R
         from rlbench.profiling.session import profile_call
 
         kwargs = {k: getattr(config, k) for k in passed}
+        limit = getattr(config, TIMEOUT, 0.0) or None
         with cwd_on_path():  # the project's packages import from inside the function too, as they did at import
-            return list(profile_call(fn, kwargs, device=ctx.device, callback=ctx.callback))
+            return list(profile_call(fn, kwargs, device=ctx.device, callback=ctx.callback, timeout=limit))
 
     run.__qualname__ = run.__name__ = f"run_{fn.__name__}"
     return run
@@ -166,6 +172,11 @@ def config_class(fn: Callable[..., Any]) -> tuple[type, tuple[str, ...]]:
     if "seed" not in passed:
         text = f"repeats use seed..seed+K-1; {fn.__name__} takes no seed, so it only numbers the repeats"
         specs.append(("seed", int, option(text, default=0)))
+    text = (
+        f"seconds each call of {fn.__name__} may run: one that runs longer is stopped and the run fails (exit 1), the "
+        "finished repeats kept; 0: no limit"
+    )
+    specs.append((TIMEOUT, float, option(text, default=0.0, setting=True)))
     cls_name = "".join(part[:1].upper() + part[1:] for part in fn.__name__.split("_") if part) + "Config"
     cls = dataclasses.make_dataclass(cls_name or "Config", specs, namespace={"validate": _validate})
     cls.__module__ = fn.__module__
@@ -174,12 +185,16 @@ def config_class(fn: Callable[..., Any]) -> tuple[type, tuple[str, ...]]:
 
 
 def _validate(self: Any) -> None:
-    """Check the values of parameters annotated ``Literal[...]`` (``rlbench run`` calls this before running).
+    """Check the values of parameters annotated ``Literal[...]``, and ``--timeout`` (``rlbench run`` calls this before
+    running).
 
     Raises:
         UsageError: Naming the option and the values it allows.
     """
     check_choices(self)
+    limit = getattr(self, TIMEOUT, 0.0)
+    if not math.isfinite(limit) or limit < 0:
+        raise UsageError(f"--timeout must be a number of seconds >= 0 (0: no limit), got {limit}")
 
 
 def _parameter_type(where: str, hint: Any, default: Any) -> tuple[Any, Any]:
