@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from rlbench.cli.parser import prepare_output, write_output
 from rlbench.core.errors import DataError, UsageError
+from rlbench.results.outputs import check_output, write_output
 
 
 def export_command(args: argparse.Namespace) -> int:
@@ -16,7 +16,7 @@ def export_command(args: argparse.Namespace) -> int:
     from rlbench.analysis.interop import to_github_action, to_pytest_benchmark
     from rlbench.results.store import read_run
 
-    output = prepare_output(args.output, "--output")
+    output = None if args.output in (None, "-") else check_output(args.output, "--output")
     records = read_run(args.records)
     if args.format == "pytest-benchmark":
         payload = to_pytest_benchmark(records)
@@ -29,7 +29,7 @@ def export_command(args: argparse.Namespace) -> int:
     text = json.dumps(payload, indent=2)
     if args.output == "-":
         sys.stdout.write(text + "\n")
-    else:
+    elif output is not None:
         write_output(output, text + "\n", "--output")
     return 0
 
@@ -37,15 +37,16 @@ def export_command(args: argparse.Namespace) -> int:
 def import_command(args: argparse.Namespace) -> int:
     """Add a pytest-benchmark JSON file to the store as one run."""
     from rlbench.analysis.interop import from_pytest_benchmark
-    from rlbench.results.store import RunWriter
+    from rlbench.results.store import RunWriter, read_text
 
     path = Path(args.file)
+    if not path.exists():
+        raise DataError(f"no such file: {str(path)!r}")
+    text = read_text(path)  # a regular file only: a FIFO or /dev/zero is refused, not read forever
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"no such file: {str(path)!r}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{str(path)!r} is not readable JSON ({exc})") from None
+        data = json.loads(text)
+    except Exception as exc:  # not JSON, nested past the recursion limit, too large: unreadable all the same
+        raise DataError(f"{str(path)!r} is not readable JSON ({type(exc).__name__}: {exc})"[:300]) from None
     records = from_pytest_benchmark(data, str(path))
     writer = RunWriter(args.store, run_id=records[0].run_id)
     writer.write(records)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rlbench.cli.parser import Parser, add_config_options, config_overrides
-from rlbench.core.errors import UsageError
+from rlbench.core.errors import RlbenchError, UsageError
 from rlbench.core.options import run_setting
 from rlbench.results.metrics import PROFILE_SELF_S, STARTUP_S, Metric
 from rlbench.run.registry import BenchmarkSpec, all_specs, display_path, user_pytest_files
@@ -119,19 +121,55 @@ def check_common_options(config: Any, repeats: int) -> None:
 
 
 def _check_report_path(path: Path) -> None:
+    from rlbench.results.outputs import check_output
+
+    check_output(path, "--report")
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[TextIO]:
+    """While the block runs, everything written to standard output (the benchmark's prints, its C libraries' and its
+    child processes' output: file descriptor 1 itself) goes to standard error; yields the real standard output, where
+    ``--json`` prints its one object."""
+    sys.stdout.flush()
+    saved = os.dup(1)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create the report directory {str(path.parent)!r} ({exc.strerror or exc})") from None
-    if not os.access(path.parent, os.W_OK):
-        raise UsageError(f"cannot write the report to {str(path)!r}: directory is not writable; pass --report PATH")
+        os.dup2(2, 1)
+        with os.fdopen(os.dup(saved), "w", encoding="utf-8") as real:
+            try:
+                yield real
+            finally:
+                with contextlib.suppress(OSError, ValueError):
+                    sys.stdout.flush()
+                with contextlib.suppress(OSError):
+                    real.flush()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _wants_json(argv: list[str]) -> bool:
+    """``--json`` among the options (before any ``--``), and no ``--help`` (which prints on stdout)."""
+    opts = argv[: argv.index("--")] if "--" in argv else argv
+    return "--json" in opts and not {"-h", "--help"} & set(opts)
 
 
 def run_command(argv: list[str], t0: float) -> int:
-    """Parse ``rlbench run`` arguments, run, and return the exit code."""
+    """Parse ``rlbench run`` arguments, run, and return the exit code.
+
+    With ``--json``, standard output belongs to rlbench from the start: the benchmark's own output (at import and
+    while it runs) goes to standard error, so standard output holds exactly the one JSON object.
+    """
     if not argv or argv[0] in ("-h", "--help"):
         sys.stdout.write(_run_help())
         return 0
+    if _wants_json(argv):
+        with _stdout_to_stderr() as out:
+            return _run_command(argv, t0, out)
+    return _run_command(argv, t0, sys.stdout)
+
+
+def _run_command(argv: list[str], t0: float, out: TextIO) -> int:
     if argv[0].startswith("-"):
         raise UsageError("missing BENCHMARK: `rlbench run BENCHMARK [options]` (see `rlbench list`)")
     from rlbench.run.runner import resolve_run_target
@@ -158,6 +196,7 @@ def run_command(argv: list[str], t0: float) -> int:
     from rlbench.report.plots import ChartWorker
 
     charts = ChartWorker()  # imports matplotlib on idle cycles while this process imports torch and trains
+    args.out = out
     try:
         return _run(spec, config, args, argv, device_spec, charts, t0)
     finally:
@@ -222,13 +261,18 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
         return 1
 
     if profiler is not None:
-        from rlbench.instrument.sampling import top_frames, write_html
+        from rlbench.instrument.sampling import top_frames
         from rlbench.results.fingerprint import fingerprint
+        from rlbench.results.outputs import is_device, write_output
         from rlbench.run.runner import to_records
 
-        html = write_html(profiler, report_path.with_name(report_path.stem + "-profile.html"))
+        html = None
+        if not is_device(report_path):  # nothing is put beside /dev/null
+            html = report_path.with_name(report_path.stem + "-profile.html")
+            write_output(html, profiler.output_html(), "--profile")
         names, secs, total = top_frames(profiler)
-        prof = Metric(PROFILE_SELF_S, "s", "none", secs, meta={"frames": names, "total_s": total, "html": html.name})
+        meta = {"frames": names, "total_s": total, "html": html.name if html is not None else None}
+        prof = Metric(PROFILE_SELF_S, "s", "none", secs, meta=meta)
         writer.write(to_records(spec, config, [prof], writer.run_id, 0, str(device), fingerprint(), {"command": command}))
 
     return _finish(spec, args, writer.run_id, outcome.records_path, report_path, outcome.metrics, str(device), charts, t0)
@@ -249,7 +293,15 @@ def _finish(
     """Write the report of a finished run and print its summary (``--json``: one JSON object); returns 0."""
     from rlbench.report.kinds import render_run, renderer
 
-    rendered = render_run(records_path, report_path, run_id=run_id, worker=charts)
+    try:
+        rendered = render_run(records_path, report_path, run_id=run_id, worker=charts)
+    except Exception as exc:  # the measurement is on disk: say so, whatever stopped the report
+        if os.environ.get("RLBENCH_DEBUG") and not isinstance(exc, RlbenchError):
+            raise
+        why = str(exc) if isinstance(exc, RlbenchError) else f"internal error ({type(exc).__name__}: {exc})"
+        raise RlbenchError(
+            f"{why}; the run's records are safe in {records_path}: `rlbench report {records_path}` renders them"
+        ) from None
     summary = rendered.summary()
     summary.update(
         {
@@ -264,7 +316,7 @@ def _finish(
         }
     )
     if args.json:
-        print(json.dumps(summary, allow_nan=False, default=_json_default))
+        print(json.dumps(summary, allow_nan=False, default=_json_default), file=args.out, flush=True)
     elif not args.quiet:
         renderer(rendered.kind).print_summary(summary)
     return 0

@@ -9,10 +9,10 @@ while torch's profiler runs.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from rlbench.profiling.attribution import Attribution
+from rlbench.results.outputs import write_output
 
 
 def chrome_trace(r: Attribution, pid: int = 0) -> dict[str, object]:
@@ -41,9 +41,10 @@ def chrome_trace(r: Attribution, pid: int = 0) -> dict[str, object]:
 
 
 def write_chrome_trace(r: Attribution, path: Path, pid: int = 0) -> Path:
-    """Write :func:`chrome_trace` to ``path`` atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_text(json.dumps(chrome_trace(r, pid)), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    """Write :func:`chrome_trace` to ``path`` whole or not at all; a link, FIFO or device file is never replaced
+    (:mod:`rlbench.results.outputs`).
+
+    Raises:
+        UsageError: If ``path`` is refused or cannot be written.
+    """
+    return write_output(path, json.dumps(chrome_trace(r, pid)), "--trace")

@@ -16,7 +16,7 @@ from typing import Any
 
 from rlbench.analysis.stats import amdahl_bound
 from rlbench.report.data import RunData
-from rlbench.report.format import fmt, fmt_s, md_table, pct
+from rlbench.report.format import fmt, fmt_s, md_code, md_table, pct
 from rlbench.report.phases import Breakdown, layer_of, per_event_us, steady_steps
 from rlbench.results.metrics import LAYERS, TIMER_OVERHEAD_S, TRAIN_S, WARMUP, WARMUP_S, time_metric
 
@@ -58,7 +58,7 @@ def _phase_list(d: RunData, phases: list[str]) -> str:
     parts = []
     for p in phases:
         call = per_event_us(d, p)
-        parts.append(f"`{p}` {fmt(call, 1)} µs per call" if math.isfinite(call) else f"`{p}`")
+        parts.append(f"{md_code(p)} {fmt(call, 1)} µs per call" if math.isfinite(call) else f"{md_code(p)}")
     return ", ".join(parts)
 
 
@@ -101,7 +101,7 @@ def _update(d: RunData, b: Breakdown, phases: list[str], s: float, measured: dic
     worst = max(phases, key=lambda x: b.leaf_s.get(x, 0.0))
     evidence = (
         f"The training update is {pct(b.share(s))} of steady time: {_phase_list(d, phases)}; the largest part "
-        f"is `{worst}` ({pct(b.share(b.leaf_s.get(worst, 0.0)))})."
+        f"is {md_code(worst)} ({pct(b.share(b.leaf_s.get(worst, 0.0)))})."
     )
     tips = flag_tip(
         p,

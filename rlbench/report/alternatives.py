@@ -13,7 +13,7 @@ import re
 from statistics import median
 
 from rlbench.report.data import RunData
-from rlbench.report.format import fmt, fmt_s
+from rlbench.report.format import fmt, fmt_s, md_code
 from rlbench.results.metrics import ENV_STEPS, LEGACY_TIME_CALL, TIME_CALL
 from rlbench.results.records import Record
 
@@ -69,8 +69,8 @@ def environment(d: RunData, context: list[Record]) -> str | None:
     best = min((impl for impl in med if impl != REFERENCE), key=lambda i: med[i])
     ref, fast = med[REFERENCE], med[best]
     return (
-        f"`rlbench run envs` measured {env} on this machine (run `{run_of[size]}`, {size}): gymnasium's "
-        f"SyncVectorEnv {fmt_s(ref)} per step, `{best}` {fmt_s(fast)} ({fmt(ref / fast, 1)}× faster)"
+        f"`rlbench run envs` measured {env} on this machine (run {md_code(run_of[size])}, {size}): gymnasium's "
+        f"SyncVectorEnv {fmt_s(ref)} per step, {md_code(best)} {fmt_s(fast)} ({fmt(ref / fast, 1)}× faster)"
     )
 
 

@@ -6,13 +6,16 @@ from typing import Any
 
 import numpy as np
 
+from rlbench.report.format import md_code
+
 
 def render(data: dict[str, Any], machine: dict[str, Any], command: str) -> str:
     """Markdown report of a calibration."""
     lines = [
         "# Gate calibration",
         "",
-        f"Measured by `{command}` on {machine.get('cpu')}, {machine.get('cores')} cores (machine id `{machine.get('id')}`).",
+        f"Measured by {md_code(command)} on {machine.get('cpu')}, {machine.get('cores')} cores "
+        f"(machine id {md_code(machine.get('id'))}).",
         "",
         f"Each comparison: {data['rounds']} rounds per side, then `rlbench gate` with "
         f"`--fail METRIC:{data['threshold_pct']:g}%` "
@@ -44,7 +47,7 @@ def render(data: dict[str, Any], machine: dict[str, Any], command: str) -> str:
             lb = [x[1] for x in loads if x[1] is not None]
             load = f"{100 * np.median(la):.0f}% / {100 * np.median(lb):.0f}%" if la and lb else "–"
             lines.append(
-                f"| {name} ({b['setup']}) | `{b['metric']}` | {label} | {alarms}/{n} {kind} | {100 * alarms / n:.0f}% "
+                f"| {name} ({b['setup']}) | {md_code(b['metric'])} | {label} | {alarms}/{n} {kind} | {100 * alarms / n:.0f}% "
                 f"| {refused}/{n} | {unchecked}/{n} | {load} | {ratio:.3f} | {np.median(walls):.1f} s |"
             )
     return "\n".join(lines) + "\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rlbench.analysis.compare import CaseResult
 from rlbench.analysis.gate import FAIL, PASS, GateOutcome, detectable_note
+from rlbench.report.format import md_code, md_table, md_text
 from rlbench.results.records import Record
 
 
@@ -22,23 +23,32 @@ def comparison_markdown(results: list, base: list[Record], cand: list[Record], n
         f"Baseline {_runs(base)} vs candidate {_runs(cand)}. {RATIO_LEGEND} 95% bootstrap interval; a "
         f"verdict needs a significant change of at least {100 * min_effect:g}%. {DETECTABLE_LEGEND}",
         "",
-        "| Benchmark | Metric | Baseline | Candidate | Ratio | 95% CI | n | Detectable | Verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for r in results:
         c = r.case
         n = f"{r.n_base}/{r.n_cand}" + (" paired" if r.paired else "")
-        lines.append(
-            f"| {c.benchmark} | `{c.metric}` ({c.unit}) | {fmt_value(r.base_median)} | {fmt_value(r.cand_median)} | "
-            f"{fmt_value(r.ratio)} | [{fmt_value(r.ci_low)}, {fmt_value(r.ci_high)}] | {n} | {fmt_detectable(r)} | "
-            f"{r.verdict} |"
+        rows.append(
+            [
+                md_text(c.benchmark),
+                f"{md_code(c.metric)} ({md_text(c.unit)})",
+                fmt_value(r.base_median),
+                fmt_value(r.cand_median),
+                fmt_value(r.ratio),
+                f"[{fmt_value(r.ci_low)}, {fmt_value(r.ci_high)}]",
+                n,
+                fmt_detectable(r),
+                md_text(r.verdict),
+            ]
         )
+    head = ["Benchmark", "Metric", "Baseline", "Candidate", "Ratio", "95% CI", "n", "Detectable", "Verdict"]
+    lines.append(md_table(head, rows))
     return "\n".join(lines) + "\n"
 
 
 def _runs(records: list[Record]) -> str:
     runs = sorted({r.run_id for r in records})
-    return ("run " if len(runs) == 1 else "runs (merged by seed) ") + ", ".join(f"`{r}`" for r in runs)
+    return ("run " if len(runs) == 1 else "runs (merged by seed) ") + ", ".join(f"{md_code(r)}" for r in runs)
 
 
 RATIO_LEGEND = (
@@ -64,7 +74,7 @@ def fmt_detectable(r: CaseResult) -> str:
 
 def case_label(r: CaseResult, several: bool) -> str:
     """The benchmark of a row, with its parameters when the same benchmark appears with several parameter sets."""
-    return f"{r.case.benchmark} {r.case.params}" if several else r.case.benchmark
+    return md_text(f"{r.case.benchmark} {r.case.params}" if several else r.case.benchmark)
 
 
 def gate_markdown(outcome: GateOutcome, notes: list[str] | None = None) -> str:
@@ -83,13 +93,13 @@ def gate_markdown(outcome: GateOutcome, notes: list[str] | None = None) -> str:
     benchmarks = {b for b, _ in cases}
     show = len(cases) > 1
     head = ["Case"] * show + ["Metric", "Limit", "Baseline", "Candidate", "Ratio", "95% CI", "Detectable", "Verdict", "Result"]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     marks = {FAIL: "❌", PASS: "✅"}
+    rows = []
     for c in outcome.checks:
         r = c.result
         case = [case_label(r, len(cases) > len(benchmarks))] * show
         cells = [
-            f"`{c.threshold.metric}`",
+            f"{md_code(c.threshold.metric)}",
             f"{100 * c.threshold.fraction:g}%",
             fmt_value(r.base_median),
             fmt_value(r.cand_median),
@@ -99,7 +109,8 @@ def gate_markdown(outcome: GateOutcome, notes: list[str] | None = None) -> str:
             f"{marks.get(c.verdict, '❔')} {c.verdict}",
             c.reason + (f". {c.advice}" if c.advice else ""),
         ]
-        lines.append("| " + " | ".join(case + cells) + " |")
+        rows.append(case + cells)
+    lines.append(md_table(head, rows))
     return "\n".join([*lines, "", RATIO_LEGEND, "", VERDICT_LEGEND, DETECTABLE_LEGEND]) + "\n"
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from rlbench.core.errors import DataError, UsageError
+from rlbench.core.errors import DataError
 from rlbench.results.metrics import LEGACY_TIME_CALL, SPS, TIME_CALL, UPDATES
 from rlbench.results.records import Record
 
@@ -110,37 +110,35 @@ def render_run(
         finish: Called with the markdown and the records once the charts are drawn, right before the markdown is
             written; returns the markdown to write (``rlbench profile`` fills in its own measured cost).
     """
+    from rlbench.results.outputs import check_output, is_device
     from rlbench.results.store import read_run
 
+    if output is not None:
+        check_output(output, "--report")
+        chart = chart and not is_device(output)  # /dev/null: nothing is drawn beside a device
     records = read_run(records_path, run_id)
     kind = kind_of(records)
     stem = output.stem if output is not None and chart else None
     context = _store_context(records_path) if kind == "profile" else None  # the advice quotes this machine's micro runs
     text, charts = renderer(kind).render(records, stem, context)
-    if output is not None:
-        try:
-            output.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"cannot write the report to {str(output)!r} ({exc.strerror or exc})") from None
-        if stem is not None and charts:
-            from rlbench.report.charts import Chart
-            from rlbench.report.plots import draw
+    if output is not None and stem is not None and charts:
+        from rlbench.report.charts import Chart
+        from rlbench.report.plots import draw
 
-            jobs = [(c, output.with_name(output.stem + c.suffix)) for c in charts]
-            slow = [(c, path) for c, path in jobs if not isinstance(c, Chart)]  # matplotlib's: the worker's job
-            for c, path in jobs:
-                if isinstance(c, Chart):  # bar charts: Pillow, in-process, ~30 ms
-                    draw(c, path)
-            if slow and (worker is None or not worker.draw(slow)):
-                for c, path in slow:
-                    draw(c, path)
+        jobs = [(c, output.with_name(output.stem + c.suffix)) for c in charts]
+        slow = [(c, path) for c, path in jobs if not isinstance(c, Chart)]  # matplotlib's: the worker's job
+        for c, path in jobs:
+            if isinstance(c, Chart):  # bar charts: Pillow, in-process, ~30 ms
+                draw(c, path)
+        if slow and (worker is None or not worker.draw(slow)):
+            for c, path in slow:
+                draw(c, path)
     if finish is not None:
         text = finish(text, records)
     if output is not None:
-        try:
-            output.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot write the report to {str(output)!r} ({exc.strerror or exc})") from None
+        from rlbench.results.outputs import write_output
+
+        write_output(output, text, "--report")
     return Rendered(text, kind, records)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlbench.analysis.stats import median, summarize
-from rlbench.report.format import fmt_s, md_table, provenance
+from rlbench.report.format import fmt_s, md_code, md_dest, md_table, md_text, provenance
 from rlbench.report.summary import console_footer
 from rlbench.results.metrics import LEGACY_TIME_CALL, TIME_CALL
 from rlbench.results.records import Record
@@ -70,7 +70,7 @@ def _against_peers(stats: dict[str, dict[str, Any]], sizes: list[str], peers: se
         return []
     rows = []
     for peer in present:
-        row = [f"`{peer}`"]
+        row = [f"{md_code(peer)}"]
         for s in sizes:
             mine = [(stats[i][s].median, i) for i in ours if s in stats[i] and stats[i][s].n]
             theirs = stats[peer].get(s)
@@ -82,9 +82,9 @@ def _against_peers(stats: dict[str, dict[str, Any]], sizes: list[str], peers: se
             if not math.isfinite(ratio) or ratio <= 0:
                 row.append("–")
             elif ratio >= 1:
-                row.append(f"`{name}` {ratio:.1f}× faster" if ratio >= 1.05 else f"`{name}` {ratio:.2f}× faster")
+                row.append(f"{md_code(name)} {ratio:.1f}× faster" if ratio >= 1.05 else f"{md_code(name)} {ratio:.2f}× faster")
             else:
-                row.append(f"`{name}` {1 / ratio:.2f}× **slower**")
+                row.append(f"{md_code(name)} {1 / ratio:.2f}× **slower**")
         rows.append(row)
     return [
         "",
@@ -122,7 +122,7 @@ def render(records: list[Record], chart_stem: str | None = None, context: Any = 
         ]
     if failed:
         lines += ["", "**Failed, not timed** (the other implementations' timings stand):", ""]
-        lines += [f"- `{n.partition(' failed: ')[0]}`: {n.partition(' failed: ')[2]}" for n in failed]
+        lines += [f"- {md_code(n.partition(' failed: ')[0])}: {n.partition(' failed: ')[2]}" for n in failed]
     charts = []
     for (group, op), by_impl in sorted(cells.items()):
         sizes = sorted({s for per in by_impl.values() for s in per}, key=lambda s: (elements[(group, op)].get(s, math.inf), s))
@@ -130,7 +130,7 @@ def render(records: list[Record], chart_stem: str | None = None, context: Any = 
         fastest = {s: min((st[s].median, impl) for impl, st in stats.items() if s in st)[1] for s in sizes}
         rows = []
         for impl in sorted(stats, key=lambda i: (i != REFERENCE, i)):
-            row = [f"`{impl}`"]
+            row = [f"{md_code(impl)}"]
             for s in sizes:
                 st = stats[impl].get(s)
                 if st is None or st.n == 0:
@@ -142,7 +142,7 @@ def render(records: list[Record], chart_stem: str | None = None, context: Any = 
                 row.append(f"{_us(st.median * 1e6)} µs (IQR {_us(st.iqr * 1e6)}{speedup}){star}")
             rows.append(row)
         title = group if op == "call" else f"{group}: {op}"
-        lines += ["", f"## {title}", "", md_table(["Implementation", *sizes], rows)]
+        lines += ["", f"## {md_text(title)}", "", md_table(["Implementation", *sizes], rows)]
         lines += _against_peers(stats, sizes, peers)
         if chart_stem is not None and any(s in elements[(group, op)] for s in sizes):
             suffix = f"-{group}-{op}.png".replace("/", "_").replace(" ", "-")
@@ -152,7 +152,7 @@ def render(records: list[Record], chart_stem: str | None = None, context: Any = 
                 if pts:
                     chart_lines.append(Line(impl, [p[0] for p in pts], [p[1] for p in pts]))
             charts.append(ScalingChart(suffix, f"{title}: time per call vs size", chart_lines))
-            lines += ["", f"![{title} scaling]({chart_stem}{suffix})"]
+            lines += ["", f"![{md_text(title)} scaling]({md_dest(chart_stem + suffix)})"]
     return "\n".join(lines) + "\n", charts
 
 

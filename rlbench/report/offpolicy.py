@@ -21,7 +21,7 @@ from rlbench.report import training
 from rlbench.report.advice import bottlenecks_section, findings
 from rlbench.report.charts import Chart
 from rlbench.report.data import RunData
-from rlbench.report.format import fmt, fmt_s, md_table, pct, renumber_sections
+from rlbench.report.format import fmt, fmt_s, md_code, md_table, pct, renumber_sections
 from rlbench.report.phases import Breakdown, breakdown, children, layer_table, phase_chart, phase_table
 from rlbench.report.summary import scalar_summary
 from rlbench.results.metrics import BASELINE, EVAL_RETURN, FIRST_UPDATE_S, SPS, SPS_STEADY, UPDATES, VARIANT
@@ -101,7 +101,7 @@ def _what_ifs(records: list[Record], d: RunData) -> list[str]:
     rows = []
     for i, e in enumerate(effects, 1):
         cells = [_ci(e.sps, e.pairs), _ci(e.steady, e.pairs), fmt_s(e.first_update_s), fmt(e.eval_return, 1)]
-        rows.append([str(i), f"`{e.label}`", *cells, str(e.pairs)])
+        rows.append([str(i), f"{md_code(e.label)}", *cells, str(e.pairs)])
     base_first = d.med(FIRST_UPDATE_S)
     return [
         "## What-ifs, measured",
@@ -129,7 +129,7 @@ def _update_table(d: RunData, b: Breakdown) -> list[str]:
     parts = children(d, "update")
     for phase in parts:
         s = d.med(f"time/{phase}")
-        rows.append([f"`{phase}`", fmt(s / updates * 1e6, 0), pct(s / total)])
+        rows.append([f"{md_code(phase)}", fmt(s / updates * 1e6, 0), pct(s / total)])
     inner = sum(d.med(f"time/{p}") for p in parts)
     rows.append(["Python/other inside `update`", fmt((total - inner) / updates * 1e6, 0), pct((total - inner) / total)])
     rows.append(["**One gradient update**", f"**{fmt(total / updates * 1e6, 0)}**", "100%"])
@@ -151,7 +151,7 @@ def measured_switches(effects: list[VariantEffect]) -> dict[str, str]:
     for e in effects:
         name = e.label.partition("=")[0]
         if math.isfinite(e.sps[0]) and name not in out:
-            out[name] = f"measured here: **{fmt(e.sps[0], 2)}× SPS** (`{e.label}`)"
+            out[name] = f"measured here: **{fmt(e.sps[0], 2)}× SPS** ({md_code(e.label)})"
     return out
 
 

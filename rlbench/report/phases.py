@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from rlbench.analysis.stats import median, summarize
 from rlbench.report.charts import Bar, Chart
 from rlbench.report.data import RunData
-from rlbench.report.format import fmt, md_table, pct
+from rlbench.report.format import fmt, md_code, md_table, pct
 from rlbench.results.metrics import (
     ENV_STEPS,
     ITER_TIME,
@@ -137,7 +137,7 @@ def phase_table(d: RunData, b: Breakdown) -> list[str]:
         iq = summarize(d.pooled(ITER_TIME + phase)) if d.has(ITER_TIME + phase) else None
         per_iter = iq.median * 1e6 if iq and iq.n else s / b.iterations * 1e6
         iqr = f"{fmt(iq.q1 * 1e6, 0)}–{fmt(iq.q3 * 1e6, 0)}" if iq and iq.n else "–"
-        label = ("&nbsp;&nbsp;&nbsp;&nbsp;" * phase.count("/")) + f"`{phase}`"
+        label = ("&nbsp;&nbsp;&nbsp;&nbsp;" * phase.count("/")) + f"{md_code(phase)}"
         events = int(d.meta(TIME + phase, "events", 0) or 0)
         rows.append([label, layer, fmt(s, 3), pct(b.share(s)), fmt(per_iter, 0), iqr, f"{events:,}"])
     rows.append(

@@ -23,7 +23,9 @@ from typing import Any
 
 from rlbench.core.children import die_with_parent
 from rlbench.report.charts import Bar, Chart, Lane, TimelineChart
+from rlbench.report.format import one_line
 from rlbench.report.micro import Line, ScalingChart
+from rlbench.results.outputs import open_output
 
 
 def save_png(fig: Any, path: str | Path) -> None:
@@ -36,8 +38,13 @@ def save_png(fig: Any, path: str | Path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
     buf.seek(0)
-    with Image.open(buf) as im:
-        im.convert("RGB").quantize(colors=256, dither=Image.Dither.NONE).save(path, format="PNG", optimize=True)
+    with Image.open(buf) as im, open_output(path, "chart") as fh:
+        im.convert("RGB").quantize(colors=256, dither=Image.Dither.NONE).save(fh, format="PNG", optimize=True)
+
+
+def _plain(s: str) -> str:
+    """A name as matplotlib text drawn as typed: on one line, ``$`` not starting mathtext."""
+    return one_line(s).replace("$", r"\$")
 
 
 def _font(size: int, bold: bool = False) -> Any:
@@ -70,7 +77,7 @@ def draw_bar_chart(chart: Chart, path: str | Path) -> Path:
     """
     from PIL import Image, ImageDraw
 
-    bars = sorted(chart.bars, key=lambda b: -b.value)
+    bars = [Bar(one_line(b.label), b.value) for b in sorted(chart.bars, key=lambda b: -b.value)]  # names on one line
     text, small, title_font = _font(15), _font(13), _font(16)
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
 
@@ -85,7 +92,7 @@ def draw_bar_chart(chart: Chart, path: str | Path) -> Path:
     plot_w = w - left - right
     img = Image.new("RGB", (w, h), "white")
     g = ImageDraw.Draw(img)
-    g.text((left + plot_w / 2, 14), chart.title, fill="black", font=title_font, anchor="mt")
+    g.text((left + plot_w / 2, 14), one_line(chart.title), fill="black", font=title_font, anchor="mt")
     axis_y = top + row * len(bars)
     step = _nice_step(xmax)
     tick = 0.0
@@ -107,7 +114,8 @@ def draw_bar_chart(chart: Chart, path: str | Path) -> Path:
     g.line([(left, top - 4), (left, axis_y)], fill="black")
     g.line([(left, axis_y), (left + plot_w, axis_y)], fill="black")
     path = Path(path)
-    img.quantize(colors=256, dither=Image.Dither.NONE).save(path, format="PNG", optimize=True)
+    with open_output(path, "chart") as fh:
+        img.quantize(colors=256, dither=Image.Dither.NONE).save(fh, format="PNG", optimize=True)
     return path
 
 
@@ -120,12 +128,12 @@ def draw_scaling_chart(chart: ScalingChart, path: str | Path) -> Path:
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     for line in chart.lines:
-        ax.plot(line.x, line.y, marker="o", label=line.label)
+        ax.plot(line.x, line.y, marker="o", label=_plain(line.label))
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel(chart.xlabel)
-    ax.set_ylabel(chart.ylabel)
-    ax.set_title(chart.title, fontsize=11)
+    ax.set_xlabel(_plain(chart.xlabel))
+    ax.set_ylabel(_plain(chart.ylabel))
+    ax.set_title(_plain(chart.title), fontsize=11)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -153,7 +161,7 @@ def draw_timeline_chart(chart: TimelineChart, path: str | Path) -> Path:
                 ax.broken_barh(bars, (row - 0.35, 0.7), facecolors=COLOURS.get(kind, "#8C8C8C"), linewidth=0)
     ax.set_yticks(range(len(chart.lanes)), [lane.label for lane in reversed(chart.lanes)])
     ax.set_xlabel("seconds since the run started")
-    ax.set_title(chart.title, fontsize=11)
+    ax.set_title(_plain(chart.title), fontsize=11)
     ax.legend(
         handles=[Patch(color=COLOURS.get(k, "#8C8C8C"), label=k) for k in chart.kinds]
         + [Patch(color="white", label="idle (gap)")],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from rlbench.report.data import RunData
-from rlbench.report.format import fmt, fmt_s, md_table, pct
+from rlbench.report.format import fmt, fmt_s, md_code, md_table, pct
 from rlbench.report.phases import Breakdown
 from rlbench.results.metrics import (
     COUNTERS,
@@ -153,7 +153,7 @@ def limits_section(d: RunData) -> list[str]:
         ok = math.isfinite(secs) and secs > 0
         rows.append(
             [
-                "Python/other" if phase == "other" else f"`{phase}`",
+                "Python/other" if phase == "other" else f"{md_code(phase)}",
                 fmt(secs * 1e6, 0) if ok else "–",
                 fmt(ops, 0),
                 fmt(flops / 1e6, 1),
@@ -194,7 +194,7 @@ def memory_section(d: RunData) -> list[str]:
     for prefix, what in ((MEM, "peak RSS growth"), (CUDA_MEM, "CUDA peak allocated")):
         for metric in sorted(m for m in d.by_metric if m.startswith(prefix)):
             phase = metric[len(prefix) :]
-            label = "Python/other" if phase == "other" else f"`{phase}`"
+            label = "Python/other" if phase == "other" else f"{md_code(phase)}"
             rows.append([label, what, fmt(d.med(metric) / 2**20, 2)])
     if not rows:
         return []
@@ -217,7 +217,7 @@ def user_metrics_section(d: RunData) -> list[str]:
     rows = []
     for name in names:
         r = d.by_metric[name][0]
-        rows.append([f"`{name}`", fmt(d.med(name), 4), r.unit or "–", r.direction, str(len(r.samples))])
+        rows.append([f"{md_code(name)}", fmt(d.med(name), 4), r.unit or "–", r.direction, str(len(r.samples))])
     return [
         "## Metrics the script recorded",
         "",

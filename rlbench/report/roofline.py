@@ -11,7 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from rlbench.analysis.stats import median, summarize
-from rlbench.report.format import finite, fmt, md_table, provenance
+from rlbench.report.format import finite, fmt, md_code, md_table, provenance
 from rlbench.report.summary import console_footer
 from rlbench.results.records import Record
 
@@ -109,10 +109,12 @@ def render(records: list[Record], chart_stem: str | None = None, context: Any = 
         *provenance(first, f"rlbench roofline report: the {str(p.get('algo', '')).upper()} update against this machine"),
         "",
         f"Update: batch {p.get('batch_size')}, hidden {'x'.join(map(str, p.get('hidden') or []))}, critics "
-        f"`{p.get('critics')}`, gradients `{p.get('gradients')}`, {p.get('threads')} threads, on `{first.device}`; "
+        f"{md_code(p.get('critics'))}, gradients {md_code(p.get('gradients'))}, {p.get('threads')} threads, "
+        f"on {md_code(first.device)}; "
         f"{p.get('updates')} timed updates after {p.get('warmup')}."
         + (
-            f" Matrix products in `{precision}` (precision `{p.get('precision')}`): each product is priced at this "
+            f" Matrix products in {md_code(precision)} (precision {md_code(p.get('precision'))}): "
+            "each product is priced at this "
             "machine's rate for its own dtype."
             if precision
             else ""
@@ -146,7 +148,7 @@ def render(records: list[Record], chart_stem: str | None = None, context: Any = 
         at_shapes = flops / ach / 1e9 if ach > 0 else math.nan
         rows.append(
             [
-                f"`{name}`",
+                f"{md_code(name)}",
                 fmt(secs * 1e3, 3),
                 str(ops),
                 fmt(flops / 1e6, 2),
@@ -223,7 +225,10 @@ def render(records: list[Record], chart_stem: str | None = None, context: Any = 
             "",
             md_table(
                 ["Product", "Per update", "GFLOP/s alone"],
-                [[f"`{k}`", str(n), fmt(rates.get(k.split(" ", 1)[1], math.nan), 1)] for k, n in sorted(shapes.items())],
+                [
+                    [f"{md_code(k)}", str(n), fmt(rates.get(k.split(" ", 1)[1], math.nan), 1)]
+                    for k, n in sorted(shapes.items())
+                ],
             ),
         ]
     return "\n".join(lines) + "\n", []  # no charts

@@ -11,7 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from rlbench.analysis.stats import median
-from rlbench.report.format import finite, fmt, md_table, provenance
+from rlbench.report.format import finite, fmt, md_code, md_dest, md_table, md_text, provenance
 from rlbench.report.micro import Line, ScalingChart
 from rlbench.report.summary import console_footer
 from rlbench.results.records import Record
@@ -72,7 +72,7 @@ def _targets(c: dict[str, dict[Key, float]], peer: str) -> list[str]:
                 model,
                 str(env_us),
                 str(actors),
-                f"`{key[2]}`",
+                f"{md_code(key[2])}",
                 fmt(best, 0),
                 fmt(lat, 2),
                 fmt(procs, 0),
@@ -147,7 +147,12 @@ def _grid(c: dict[str, dict[Key, float]]) -> tuple[list[str], list[ScalingChart]
                     f"{fmt(rps[k], 0)}{star} ({fmt(p50.get(k), 2)} / {fmt(p99.get(k), 2)} ms, b {fmt(batch.get(k), 1)})"
                 )
             rows.append(row)
-        lines += ["", f"### {model}, env step {env_us} µs", "", md_table(["Actors", *[f"`{t}`" for t in transports]], rows)]
+        lines += [
+            "",
+            f"### {model}, env step {env_us} µs",
+            "",
+            md_table(["Actors", *[f"{md_code(t)}" for t in transports]], rows),
+        ]
         suffix = f"-{model}-env{env_us}.png"
         chart_lines = []
         for t in transports:
@@ -177,7 +182,7 @@ def _batching(c: dict[str, dict[Key, float]]) -> list[str]:
                 model,
                 str(env_us),
                 str(n),
-                f"`{best_t}`",
+                f"{md_code(best_t)}",
                 fmt(batch.get((model, env_us, best_t, n)), 1),
                 f"{speed:.2f}×" if math.isfinite(speed) else "–",
                 verdict,
@@ -207,12 +212,12 @@ def _winners(c: dict[str, dict[Key, float]]) -> list[str]:
     for (model, env_us, n), per in sorted(cases.items()):
         ranked = sorted(per, key=lambda t: -per[t])
         wins[ranked[0]] += 1
-        second = f"`{ranked[1]}` ({per[ranked[0]] / per[ranked[1]]:.2f}× behind)" if len(ranked) > 1 else "–"
+        second = f"{md_code(ranked[1])} ({per[ranked[0]] / per[ranked[1]]:.2f}× behind)" if len(ranked) > 1 else "–"
         lowest_p99 = min(per, key=lambda t: p99.get((model, env_us, t, n), math.inf))
-        rows.append([model, str(env_us), str(n), f"`{ranked[0]}`", second, f"`{lowest_p99}`"])
+        rows.append([model, str(env_us), str(n), f"{md_code(ranked[0])}", second, f"{md_code(lowest_p99)}"])
     if not rows:
         return []
-    tally = ", ".join(f"`{t}` {w}" for t, w in sorted(wins.items(), key=lambda kv: -kv[1]))
+    tally = ", ".join(f"{md_code(t)} {w}" for t, w in sorted(wins.items(), key=lambda kv: -kv[1]))
     return [
         "",
         "## Winner per case",
@@ -252,7 +257,8 @@ def _stress(records: list[Record]) -> list[str]:
         "",
         "## Stress",
         "",
-        f"`{params.get('transport')}` transport, {params.get('actors')} client threads with random delays (1% of requests "
+        f"{md_code(params.get('transport'))} transport, {params.get('actors')} client threads "
+        "with random delays (1% of requests "
         "sleep up to 200 µs) and injected model faults (1% of batches raise; every caller of that batch gets the error and "
         "retries). Every reply is checked against its request's echo and tag.",
         "",
@@ -279,7 +285,7 @@ def render(records: list[Record], chart_stem: str | None = None, context: Any = 
     lines += grid
     if chart_stem is not None:
         lines += ["", "## Charts", ""]
-        lines += [f"![{ch.title}]({chart_stem}{ch.suffix})" for ch in charts]
+        lines += [f"![{md_text(ch.title)}]({md_dest(chart_stem + ch.suffix)})" for ch in charts]
     lines += _batching(c)
     lines += _winners(c)
     lines += _stress(records)

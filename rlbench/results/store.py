@@ -18,6 +18,7 @@ import json
 import lzma
 import os
 import secrets
+import stat
 import warnings
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -71,8 +72,8 @@ class RunWriter:
         self.count = 0
         try:
             self.store.mkdir(parents=True, exist_ok=True)
-            probe = self.store / f".probe-{self.run_id}"
-            probe.write_bytes(b"")
+            probe = self.store / f".probe-{self.run_id}-{secrets.token_hex(4)}"
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
             probe.unlink()
         except OSError as exc:
             raise StoreError(
@@ -95,12 +96,17 @@ class RunWriter:
         self.count += data.count(b"\n")
 
     def _append(self, data: bytes) -> None:
-        try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:  # a link, FIFO or device where the run file belongs is never written through (O_NONBLOCK: a FIFO
+            # without a reader fails at once instead of blocking)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         except OSError as exc:
             raise StoreError(f"cannot write results to {str(self.path)!r} ({exc.strerror or exc})") from None
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise StoreError(f"cannot write results to {str(self.path)!r}: not a regular file; remove it")
+            os.set_blocking(fd, True)
+            size = st.st_size
             try:
                 written = os.write(fd, data)
                 if written != len(data):
@@ -142,19 +148,51 @@ def _warn(message: str) -> None:
     warnings.warn(message, RecordsWarning, stacklevel=3)
 
 
+def read_text(file: Path) -> str:
+    """A run file's text. Only a regular file is read (a FIFO or a device such as ``/dev/zero`` could block or never
+    end); any failure to read, decompress or decode it is a :class:`DataError`."""
+    try:  # O_NONBLOCK: opening a FIFO never waits for a writer; it is refused below
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise DataError(f"cannot read {str(file)!r} ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise DataError(f"cannot read {str(file)!r}: not a regular file (a FIFO, socket or device holds no records)")
+            os.set_blocking(fh.fileno(), True)
+            data = fh.read()
+        if file.name.endswith(ARCHIVED):
+            data = lzma.decompress(data)
+        return data.decode("utf-8")
+    except DataError:
+        raise
+    except Exception as exc:  # OSError, LZMAError, UnicodeDecodeError, MemoryError: unreadable, whatever the cause
+        raise DataError(f"cannot read {str(file)!r} ({type(exc).__name__}: {exc})"[:300]) from None
+
+
+def _parse_line(line: str, where: str) -> Record:
+    """One line as a record; any decoding failure (not JSON, nested past the recursion limit, too large) is a
+    :class:`DataError` naming ``file:line``."""
+    try:
+        data = json.loads(line)
+    except Exception as exc:  # JSONDecodeError, RecursionError (deeply nested), MemoryError, ...
+        what = "not JSON" if isinstance(exc, ValueError) else f"undecodable ({type(exc).__name__})"
+        raise DataError(f"{where}: {what}; this is not a readable rlbench records file") from None
+    try:
+        return from_dict(data, where)
+    except DataError:
+        raise
+    except Exception as exc:  # a value the validator did not foresee: unreadable too, never an internal error
+        raise DataError(f"{where}: not an rlbench record ({type(exc).__name__})") from None
+
+
 def read_file(file: Path) -> list[Record]:
     """Every complete record of one run file; a torn last line is skipped with a warning naming the file.
 
     Raises:
         DataError: On an unreadable, empty, foreign or corrupt file (with ``file:line``), or a future schema.
     """
-    try:
-        data = file.read_bytes()
-        if file.name.endswith(ARCHIVED):
-            data = lzma.decompress(data)
-        text = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError, lzma.LZMAError) as exc:
-        raise DataError(f"cannot read {str(file)!r}: {exc}") from None
+    text = read_text(file)
     if not text.strip():
         raise DataError(f"{str(file)!r} is empty: no records to read")
     lines = text.split("\n")
@@ -163,16 +201,11 @@ def read_file(file: Path) -> list[Record]:
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        where = f"{file}:{i}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            raise DataError(f"{where}: not JSON; this is not a readable rlbench records file") from None
-        records.append(from_dict(data, where))
+        records.append(_parse_line(line, f"{file}:{i}"))
     if torn.strip():
         try:
-            records.append(from_dict(json.loads(torn), f"{file}:{len(lines) + 1}"))
-        except (json.JSONDecodeError, DataError):
+            records.append(_parse_line(torn, f"{file}:{len(lines) + 1}"))
+        except DataError:
             if not records:
                 raise DataError(f"{file}:{len(lines) + 1}: truncated, and no complete record before it") from None
             _warn(f"{file}:{len(lines) + 1}: skipped a torn last record (the writer was cut off); {len(records)} kept")
@@ -191,6 +224,7 @@ def read_records(path: str | os.PathLike[str], run_id: str | None = None) -> lis
             directory, an unreadable file is skipped with a :class:`RecordsWarning` instead, unless no file is
             readable.
     """
+    _check_run_id(run_id)
     files = resolve(path)
     if run_id is not None and Path(path).is_dir():
         named = [f for f in files if f.stem.startswith(run_id)]
@@ -211,12 +245,19 @@ def read_records(path: str | os.PathLike[str], run_id: str | None = None) -> lis
     return records
 
 
+def _check_run_id(run_id: str | None) -> None:
+    """An empty run id would be a prefix of every run: refused."""
+    if run_id is not None and not run_id.strip():
+        raise DataError("an empty run id matches every run; give a run id or a unique prefix of one (`--run ID`)")
+
+
 def select_run(records: list[Record], run_id: str | None = None) -> list[Record]:
     """The records of one run: ``run_id`` (a unique prefix is enough) or the latest run.
 
     Raises:
         DataError: If there are no records or no run matches.
     """
+    _check_run_id(run_id)
     if not records:
         raise DataError("no records to report on")
     runs = sorted({r.run_id for r in records})
