@@ -44,6 +44,7 @@ ACT = "inference"  # acting: the policy's call on the env's batch, with or witho
 TARGET = "train/target"  # module calls and tensor work under no_grad inside the update (TD targets, alpha's log-pi)
 TARGET_UPDATE = "train/target_update"  # copies or lerps of one module's parameters into another's
 ADVANTAGE = "advantage"  # after the rollout's last acting call, what runs before the update (the GAE loop)
+OWN_THREAD_PREFIX = "rlbench-"  # rlbench's own threads are named so, and are not the script's "other threads"
 MERGE_GAP_S = 20e-6
 """An automatic phase called again within this many seconds of its last return continues it: the glue between calls
 (a tensor reshaped between two transfers, a module's output unpacked) counts with them, as a hand timer around the
@@ -628,12 +629,13 @@ class Attributor:
 
 
 def _live_threads_cpu(main: int) -> dict[int, float]:
-    """CPU seconds of every live Python thread but ``main`` (threads still running when attribution ends)."""
+    """CPU seconds of every live Python thread but ``main`` and rlbench's own (named ``rlbench-*``: the watch on
+    the parent process, the fingerprints), the threads still running when attribution ends."""
     import time
 
     out = {}
     for t in threading.enumerate():
-        if t.ident is None or t.ident == main or not t.is_alive():
+        if t.ident is None or t.ident == main or not t.is_alive() or t.name.startswith(OWN_THREAD_PREFIX):
             continue
         try:
             out[t.ident] = time.clock_gettime(time.pthread_getcpuclockid(t.ident))

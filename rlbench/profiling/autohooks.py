@@ -44,6 +44,7 @@ from rlbench.profiling.attribution import (
     MEMORY_MARKS,
     MERGE_GAP_S,
     NEST,
+    OWN_THREAD_PREFIX,
     TARGET,
     TARGET_UPDATE,
     UPDATE,
@@ -671,7 +672,8 @@ def _install_threads(h: Hooks) -> None:
         try:
             inner(self)
         finally:
-            cpu[_get_ident()] = time.thread_time()
+            if not self.name.startswith(OWN_THREAD_PREFIX):
+                cpu[_get_ident()] = time.thread_time()
 
     bootstrap_inner.__rlbench_wrapped__ = inner  # type: ignore[attr-defined]
     replace_attr(h.restore, threading.Thread, "_bootstrap_inner", bootstrap_inner)
