@@ -185,6 +185,7 @@ def test_gae_in_the_block_that_bootstraps_the_last_value_is_advantage():
     envs = gym.vector.SyncVectorEnv([lambda: SlowEnv(0.5 * MS) for _ in range(2)])
     net = SlowNet(forward_s=0.5 * MS)
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    hand = 0.0
     with _session() as s:
         obs, _ = envs.reset(seed=0)
         for _ in range(4):
@@ -194,14 +195,18 @@ def test_gae_in_the_block_that_bootstraps_the_last_value_is_advantage():
                 obs, *_ = envs.step(a.numpy())
             with torch.no_grad():  # CleanRL: bootstrap the last value, then the GAE loop in the same block
                 net(torch.as_tensor(obs))
+                t0 = time.perf_counter()
                 spin(3 * MS)
             spin(1 * MS)  # flattening the batch: still before the update (the GAE's, as a person reads it)
-            loss = net(torch.zeros(16, 4)).pow(2).mean()
+            batch = torch.zeros(16, 4)
+            hand += time.perf_counter() - t0
+            loss = net(batch).pow(2).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
     r = s.outcome.attribution
-    assert _near(r.excl["advantage"], 4 * 4 * MS, 6 * MS), r.excl
+    # the hand timer around the same stretch (a loaded machine stretches both alike)
+    assert hand * 0.9 - 0.5 * MS <= r.excl["advantage"] <= hand * 1.1 + 2 * MS, (hand, r.excl)
     assert r.layers["advantage"] == "advantage" and r.enters["advantage"] == 4
 
 
