@@ -32,6 +32,6 @@ def calibrate_command(args: argparse.Namespace) -> int:
     options = {k: v for k, v in vars(args).items() if k not in ("out", "command") and v is not None}
     command = "rlbench calibrate " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in options.items())
     write_output(out, render(data, machine_fingerprint(), command), "--out")
-    out.with_suffix(".json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+    write_output(out.with_suffix(".json"), json.dumps(data, indent=1), "--out")
     print(f"report: {out}")
     return 0

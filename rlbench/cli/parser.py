@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-import os
 import sys
 import typing
 from dataclasses import fields
@@ -144,34 +143,29 @@ def config_overrides(args: argparse.Namespace, config: Any) -> dict[str, Any]:
 def prepare_output(path: str | None, flag: str) -> Path | None:
     """Make sure an output file can be written before any work starts (its directory is created if missing).
 
+    The rule of :mod:`rlbench.results.outputs`: a regular or absent path is written whole, a character device
+    (``/dev/null``) is written through, anything else (a symlink, a FIFO, a directory) is refused.
+
     Args:
         path: The path given, or ``None`` / ``"-"`` (stdout): nothing to check.
         flag: The option that named it, for the message.
 
     Raises:
-        UsageError: If the directory cannot be created or the file cannot be written.
+        UsageError: If the path may not or cannot be written.
     """
     if path is None or path == "-":
         return None
-    out = Path(path)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"{flag} {path}: cannot create directory {str(out.parent)!r} ({exc.strerror or exc})") from None
-    if out.is_dir():
-        raise UsageError(f"{flag} {path}: is a directory; give a file path")
-    if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
-        raise UsageError(f"{flag} {path}: not writable; choose another path")
-    return out
+    from rlbench.results.outputs import check_output
+
+    return check_output(path, flag)
 
 
 def write_output(path: Path, text: str, flag: str) -> None:
-    """Write an output file prepared by :func:`prepare_output`.
+    """Write an output file prepared by :func:`prepare_output` (whole or not at all; a device written through).
 
     Raises:
         UsageError: If writing fails after all (disk full, removed directory).
     """
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{flag} {path}: cannot write ({exc.strerror or exc})") from None
+    from rlbench.results.outputs import write_output as write
+
+    write(path, text, flag)

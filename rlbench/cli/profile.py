@@ -13,6 +13,7 @@ from typing import Any
 
 from rlbench.cli.parser import Parser
 from rlbench.core.errors import UsageError
+from rlbench.results.outputs import is_device
 
 DESCRIPTION = """\
 Run your training script unmodified and attribute its wall time to phases, automatically:
@@ -141,7 +142,12 @@ def profile_command(argv: list[str], t0: float) -> int:
             libraries=not args.no_labels,
         ),
         trace=trace,
-        pyinstrument=report_path.with_name(report_path.stem + "-profile.html") if args.pyinstrument else None,
+        # a device report (/dev/null) gets nothing written beside it
+        pyinstrument=(
+            report_path.with_name(report_path.stem + "-profile.html")
+            if args.pyinstrument and not is_device(report_path)
+            else None
+        ),
         output="log" if args.quiet else ("stderr" if args.json else "inherit"),
     )
     check_options(opts)

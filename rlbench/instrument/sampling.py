@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 
@@ -39,10 +38,3 @@ def top_frames(profiler: Any, limit: int = 12) -> tuple[list[str], list[float], 
             totals[f"{frame.function} ({frame.file_path_short}:{frame.line_no})"] += own
     ranked = sorted(totals.items(), key=lambda kv: kv[1], reverse=True)[:limit]
     return [k for k, _ in ranked], [v for _, v in ranked], float(root.time)
-
-
-def write_html(profiler: Any, path: str | Path) -> Path:
-    """Save the interactive HTML view of the last session."""
-    path = Path(path)
-    path.write_text(profiler.output_html(), encoding="utf-8")
-    return path

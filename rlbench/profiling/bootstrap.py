@@ -39,10 +39,11 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def _pyinstrument_metrics(profiler: Any, html: Path) -> list[Any]:
-    from rlbench.instrument.sampling import top_frames, write_html
+    from rlbench.instrument.sampling import top_frames
     from rlbench.results.metrics import PROFILE_SELF_S, Metric
+    from rlbench.results.outputs import write_output
 
-    write_html(profiler, html)
+    write_output(html, profiler.output_html(), "--pyinstrument")
     names, secs, total = top_frames(profiler)
     return [Metric(PROFILE_SELF_S, "s", "none", secs, meta={"frames": names, "total_s": total, "html": html.name})]
 

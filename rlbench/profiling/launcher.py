@@ -192,7 +192,10 @@ class ProfileOutcome:
 
 
 def _numbered(path: Path, k: int) -> Path:
-    return path if k == 0 else path.with_name(f"{path.stem}-{k}{path.suffix}")
+    """Repeat ``k``'s file: ``trace-1.json`` beside ``trace.json`` (a device, ``/dev/null``, takes every repeat)."""
+    from rlbench.results.outputs import is_device
+
+    return path if k == 0 or is_device(path) else path.with_name(f"{path.stem}-{k}{path.suffix}")
 
 
 def profile_params(target: Target, opts: Options) -> dict[str, Any]:

@@ -75,14 +75,23 @@ def md_code(value: Any) -> str:
     return f"{fence}{pad}{s}{pad}{fence}"
 
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+!|~&.$])")
+# what can start markup anywhere in a line: escapes, code, emphasis (``_`` only at a word's edge: ``num_envs`` is
+# plain), links and images, HTML and entities, table cells, strikethrough
+_MD_SPECIAL = re.compile(r"([\\`*\[\]<>|~&]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z]))")
+_MD_LINE_START = re.compile(r"^([#+=-]|\d+[.)])")  # a heading, a list item or a setext underline at a line's start
 
 
 def md_text(value: Any) -> str:
     """``value`` as literal markdown text outside a code span (titles, plain table cells, link texts): on one line,
-    with every ASCII punctuation character markdown or HTML could read as markup backslash-escaped, so it renders
-    as typed."""
-    return _MD_SPECIAL.sub(r"\\\1", one_line(value))
+    with every character markdown or HTML could read as markup backslash-escaped, so it renders as typed (and
+    plain names such as ``num_envs=8 (ran bf16)`` stay readable in the raw file)."""
+    text = _MD_SPECIAL.sub(r"\\\1", one_line(value))
+    return _MD_LINE_START.sub(_escape_line_start, text)
+
+
+def _escape_line_start(m: re.Match[str]) -> str:
+    mark = m.group(1)
+    return mark[:-1] + "\\" + mark[-1] if mark[0].isdigit() else "\\" + mark  # "1\." , "\#"
 
 
 def md_dest(path: Any) -> str:
