@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shlex
@@ -129,23 +130,27 @@ def _check_report_path(path: Path) -> None:
 @contextlib.contextmanager
 def _stdout_to_stderr() -> Iterator[TextIO]:
     """While the block runs, everything written to standard output (the benchmark's prints, its C libraries' and its
-    child processes' output: file descriptor 1 itself) goes to standard error; yields the real standard output, where
-    ``--json`` prints its one object."""
-    sys.stdout.flush()
+    child processes' output: file descriptor 1 itself, and ``sys.stdout``) goes to standard error; yields a buffer
+    for the one JSON object, written to the real standard output (``sys.stdout`` as it was) once the block ends."""
+    out = sys.stdout
+    with contextlib.suppress(OSError, ValueError):
+        out.flush()
+    buffer = io.StringIO()
     saved = os.dup(1)
     try:
         os.dup2(2, 1)
-        with os.fdopen(os.dup(saved), "w", encoding="utf-8") as real:
+        with contextlib.redirect_stdout(sys.stderr):
             try:
-                yield real
+                yield buffer
             finally:
                 with contextlib.suppress(OSError, ValueError):
-                    sys.stdout.flush()
-                with contextlib.suppress(OSError):
-                    real.flush()
+                    sys.stderr.flush()
     finally:
         os.dup2(saved, 1)
         os.close(saved)
+        if buffer.getvalue():
+            out.write(buffer.getvalue())
+            out.flush()
 
 
 def _wants_json(argv: list[str]) -> bool:

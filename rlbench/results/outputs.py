@@ -42,7 +42,7 @@ _KINDS = (
 def _lstat(path: Path) -> os.stat_result | None:
     try:
         return os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # absent (under a file: its directory cannot be made, said next)
         return None
     except OSError as exc:
         raise UsageError(f"cannot write {str(path)!r} ({exc.strerror or exc}); choose another path") from None
