@@ -140,7 +140,6 @@ class Attributor:
         "extras",
         "foreign_phases",
         "forward_names",
-        "hint",
         "iterations",
         "kinds",
         "layers",
@@ -226,7 +225,6 @@ class Attributor:
         self.pending = False  # the top automatic phase has returned; it closes at the next event (or merges with it)
         self.t_exit = 0.0
         self.auto_name = ""
-        self.hint = 0.0  # when a grad-mode block was entered: an inference phase opening next starts there
         self.block_t = 0.0  # when the grad-mode block still open was entered (0: none); see autohooks._install_grad_modes
         self.blocks = 0  # grad-mode blocks open at depth 0 (Normal.sample opens one inside the policy's block)
         self.env_width = 0  # agent steps the last env step took: a module call on a batch this wide is acting (0: none yet)
@@ -414,8 +412,8 @@ class Attributor:
                 self._close_acting(now, split=role != ENV)
             else:
                 self._pop(now)
-        if role == INFER and self.blocks and self.hint > self.t:  # opened in a grad-mode block: it starts there
-            now = self.hint
+        if role == INFER and self.block_t > self.t:  # opened in the open grad-mode block: it starts there
+            now = self.block_t
         elif name == TARGET_UPDATE and self.param_hint > self.t:  # the polyak loop's zip and first arithmetic
             now = self.param_hint
         if role == ENV:
@@ -474,7 +472,7 @@ class Attributor:
             return
         if kinds and kinds[-1] == STICKY:
             self._pop(now)
-        start = self.hint if self.blocks and self.hint > self.t else now
+        start = self.block_t if self.block_t > self.t else now
         self._push(ACT, "inference", ACTING, start)
         self.auto_name = ACT
 
@@ -493,7 +491,7 @@ class Attributor:
         """A ``torch.no_grad``/``inference_mode`` block entered at depth 0 (see autohooks._install_grad_modes)."""
         self.blocks += 1
         if self.blocks == 1:
-            self.hint = self.block_t = now
+            self.block_t = now
 
     def block_exit(self, now: float) -> None:
         """Its exit: the outermost block's end also ends an inference or target phase that opened inside it (the
