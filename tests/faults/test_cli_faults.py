@@ -222,7 +222,7 @@ def test_sigterm_during_ab_removes_worktrees(tmp_path: Path) -> None:
     after = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
     assert after == before
     assert {p.name for p in env_tmp.glob("rlbench-ab-*")} <= before_tmp
-    assert subprocess.run(["pgrep", "-f", "rlbench-ab-"], capture_output=True, text=True).stdout.strip() == ""
+    assert subprocess.run(["pgrep", "-f", f"rlbench-ab-{proc.pid}-"], capture_output=True, text=True).stdout.strip() == ""
 
 
 def test_ab_in_a_user_repository_names_a_missing_script(tmp_path: Path) -> None:
