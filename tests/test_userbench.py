@@ -166,3 +166,39 @@ def test_run_through_the_real_profile_call() -> None:
     by_name = {m.name: m for m in metrics}
     assert by_name["adv_mean"].samples == [2.0]  # the function's own {name: float}, beside the session's metrics
     assert all(isinstance(m, Metric) for m in metrics)
+
+
+def test_records_of_user_code_carry_the_users_commit(tmp_path: Any) -> None:
+    """A user's benchmark is stamped with the commit of the user's repository, not rlbench's own (kept beside it), so a
+    history of the user's project files it under the user's commits."""
+    import json
+    import subprocess
+
+    def git(*args: str) -> str:
+        env = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
+        import os
+
+        out = subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, env={**os.environ, **env})
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "mine.py").write_text(
+        "import rlbench\n\n\n@rlbench.benchmark\ndef tiny(n: int = 10):\n    return {'total': float(sum(range(n)))}\n"
+    )
+    git("init", "-q")
+    git("add", "suites/mine.py")
+    git("commit", "-qm", "my benchmark")
+    head = git("rev-parse", "HEAD")
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlbench", "run", "tiny", "--repeats", "1", "--quiet", "--store", "s"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(x) for f in (tmp_path / "s").glob("*.jsonl") for x in f.read_text().splitlines()]
+    assert lines and {r["fingerprint"]["git"]["commit"] for r in lines} == {head}
+    assert all(r["fingerprint"]["git"]["repo"] == tmp_path.name for r in lines)
+    assert all("rlbench_git" in r["fingerprint"] for r in lines)

@@ -16,7 +16,7 @@ from typing import Any
 from rlbench.core.children import signals_deferred
 from rlbench.core.errors import MeasuredCodeFailed, RlbenchError, StoreError, UsageError, interrupt_exit_code
 from rlbench.instrument.machine_load import LoadProbe
-from rlbench.results.fingerprint import fingerprint
+from rlbench.results.fingerprint import fingerprint, git_fingerprint
 from rlbench.results.metrics import ITER_TIME, TIME, Metric, load_metrics
 from rlbench.results.records import Record, definition_hash, metric_records
 from rlbench.results.store import RunWriter, utc_now
@@ -200,7 +200,7 @@ def _run_repeat(
         outcome.error_log = _write_traceback(writer, exc)
         return None
     check_injection(spec, metrics)
-    fp = fp if fp is not None else fingerprint()
+    fp = fp if fp is not None else code_fingerprint(spec)
     metrics = [*metrics, *load_metrics(probe.stop())]  # what else the machine did during this repeat
     records = to_records(spec, cfg, [*(extra or []), *metrics], writer.run_id, k, str(device), fp, meta)
     with signals_deferred():  # the records and the count of saved repeats change together
@@ -254,3 +254,41 @@ def _write_traceback(writer: RunWriter, exc: BaseException) -> Path | None:
         print("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), file=sys.stderr)
         return None
     return path
+
+
+_RLBENCH = Path(__file__).resolve().parents[1]
+
+
+def measured_code_dir(spec: BenchmarkSpec) -> Path | None:
+    """The folder of the measured code when it is not rlbench's own: a user suite (``./suites/x.py``), ``file.py:name``,
+    an ``@rlbench.benchmark`` function, a pytest-benchmark file, or a third-party package; ``None`` for rlbench's."""
+    import inspect
+
+    files: list[Path] = []
+    try:
+        found = inspect.getsourcefile(inspect.unwrap(spec.run))
+        if found:
+            files.append(Path(found))
+    except TypeError:  # a builtin or a callable object
+        pass
+    source = spec.source.split(" (")[0]
+    if source.endswith(".py") and Path(source).is_file():  # a user's pytest-benchmark file, run by rlbench's code
+        files.append(Path(source))
+    for file in files:
+        resolved = file.resolve()
+        if _RLBENCH not in resolved.parents and (_RLBENCH.parent / "suites") not in resolved.parents:
+            return resolved.parent
+    return None
+
+
+def code_fingerprint(spec: BenchmarkSpec) -> dict[str, Any]:
+    """The record fingerprint, its ``git`` the commit of the code measured: the user's repository for the user's code
+    (rlbench's own commit then kept as ``rlbench_git``), rlbench's for rlbench's benchmarks."""
+    fp = fingerprint()
+    where = measured_code_dir(spec)
+    if where is not None:
+        mine = git_fingerprint(where, rlbench_first=False)
+        if mine.get("commit") is None:  # an installed third-party suite: the project it is run from
+            mine = git_fingerprint(None, rlbench_first=False)
+        fp["rlbench_git"], fp["git"] = fp["git"], mine
+    return fp
