@@ -69,13 +69,20 @@ def test_git_prefers_the_package_checkout_then_the_working_directory(monkeypatch
             "rev-parse HEAD": "c0ffee",
             "status --porcelain --untracked-files=no": " M x.py",
             "rev-parse --show-toplevel": str(tmp_path / "proj"),
+            "log -1 --format=%ct %s c0ffee": "1700000000 add the thing",
         }[" ".join(args)]
 
     monkeypatch.setattr(fpmod, "_git", fake_git)
-    assert fpmod.git_fingerprint(tmp_path) == {"commit": "c0ffee", "dirty": True, "repo": "proj"}
+    assert fpmod.git_fingerprint(tmp_path) == {
+        "commit": "c0ffee",
+        "dirty": True,
+        "repo": "proj",
+        "time": 1700000000,
+        "subject": "add the thing",
+    }
     assert asked[0] == package_dir
     monkeypatch.setattr(fpmod, "_git", lambda args, cwd: None)
-    assert fpmod.git_fingerprint(tmp_path) == {"commit": None, "dirty": None, "repo": None}
+    assert fpmod.git_fingerprint(tmp_path) == {"commit": None, "dirty": None, "repo": None, "time": None, "subject": None}
 
 
 def test_git_of_a_real_repository(tmp_path: Path) -> None:
@@ -84,6 +91,7 @@ def test_git_of_a_real_repository(tmp_path: Path) -> None:
         pytest.skip("rlbench is not imported from a git checkout")
     g = fpmod.git_fingerprint(tmp_path)
     assert g["commit"] == commit and len(commit) == 40 and isinstance(g["dirty"], bool) and g["repo"]
+    assert isinstance(g["time"], int) and g["time"] > 1_500_000_000 and isinstance(g["subject"], str)
     assert fpmod._git(["rev-parse", "HEAD"], tmp_path / "does-not-exist") is None  # a failing git is None, not an error
 
 

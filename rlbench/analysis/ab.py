@@ -41,18 +41,20 @@ def _git(args: list[str], cwd: Path) -> str:
     return out.stdout.strip()
 
 
-def split_run_args(run_argv: list[str]) -> tuple[list[str], int]:
+def split_run_args(run_argv: list[str], what: str = "ab") -> tuple[list[str], int]:
     """Validate ``run BENCH [options]`` or ``profile [options] -- python train.py ...`` and take its ``--seed`` out.
 
-    Rounds use ``seed + k`` (for ``profile``, the seed its ``--seed-arg`` template fills in).
+    Rounds use ``seed + k`` (for ``profile``, the seed its ``--seed-arg`` template fills in). ``what`` names the
+    command in messages (``ab``, ``history run``, ``bisect``).
 
     Raises:
         UsageError: If it is neither command, or sets an option ab manages itself.
     """
     if not run_argv or run_argv[0] not in ("run", "profile") or len(run_argv) < 2:
+        example = "rlbench ab main" if what == "ab" else f"rlbench {what} ..."
         raise UsageError(
-            "rlbench ab needs the command to compare after `--`, e.g. `rlbench ab main -- run ppo-cartpole` or "
-            "`rlbench ab main -- profile -- python train.py`"
+            f"rlbench {what} needs the command to {'compare' if what == 'ab' else 'measure'} after `--`, e.g. "
+            f"`{example} -- run ppo-cartpole` or `{example} -- profile -- python train.py`"
         )
     command = run_argv[0]
     rest = run_argv[1:]
@@ -66,7 +68,7 @@ def split_run_args(run_argv: list[str]) -> tuple[list[str], int]:
     while i < len(rest):
         a = rest[i]
         if a in _MANAGED or a.split("=")[0] in _MANAGED:
-            raise UsageError(f"`{a}` is set by rlbench ab itself; leave it out of the {command} command")
+            raise UsageError(f"`{a}` is set by rlbench {what} itself; leave it out of the {command} command")
         if a == "--seed" or a.startswith("--seed="):
             value = a.split("=", 1)[1] if "=" in a else (rest[i + 1] if i + 1 < len(rest) else "")
             try:
@@ -121,6 +123,123 @@ def _init_submodules(tree: Path, top: Path, rev: str) -> None:
         ) from None
 
 
+def repo_top(repo: Path) -> Path:
+    """The top directory of the git repository around ``repo``.
+
+    Raises:
+        UsageError: Not inside a git repository, or no git.
+    """
+    return Path(_git(["rev-parse", "--show-toplevel"], repo))
+
+
+def resolve_commit(top: Path, rev: str) -> str:
+    """The full sha of the commit ``rev`` names.
+
+    Raises:
+        UsageError: ``rev`` names no commit.
+    """
+    try:
+        return _git(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], top)
+    except UsageError:
+        raise UsageError(f"unknown revision {rev!r}: git rev-parse finds no commit of that name") from None
+
+
+@dataclass
+class Checkout:
+    """One revision checked out in its own worktree, and how to run rlbench on it.
+
+    Attributes:
+        rev: The revision as the user gave it (for messages).
+        sha: Its full commit sha.
+        tree: The worktree.
+        path: ``PYTHONPATH`` entries that make ``python -m rlbench`` run that revision's code.
+        cwd: Where the run starts (the worktree's copy of the directory the command was started from).
+    """
+
+    rev: str
+    sha: str
+    tree: Path
+    path: str
+    cwd: Path
+
+
+_PREFIX = re.compile(r"rlbench-(?:ab|history|bisect)-(\d+)-")
+
+
+class Worktrees:
+    """Temporary ``git worktree`` checkouts of revisions of the repository around ``repo``, removed on exit.
+
+    ``with Worktrees(repo) as wt: co = wt.add("base", sha, "main")``. Every worktree lives under one temporary
+    directory named ``rlbench-<kind>-<pid>-*``; on exit (an error, Ctrl-C and SIGTERM included) the worktrees are
+    unregistered from the user's repository and the directory removed, with both signals held until that is done. A
+    run killed with SIGKILL leaves its directory behind: the next ``Worktrees`` of any kind removes it.
+
+    Args:
+        repo: A directory inside the git repository; ``run``'s working directory inside each checkout is the same
+            path relative to the repository's top.
+        kind: ``ab``, ``history`` or ``bisect`` (part of the temporary directory's name).
+    """
+
+    def __init__(self, repo: Path, kind: str = "ab") -> None:
+        self.repo = Path(repo)
+        self.kind = kind
+        self.top = repo_top(self.repo)
+        self.work: Path | None = None
+        self._trees: dict[str, Path] = {}
+
+    def __enter__(self) -> Worktrees:
+        _remove_orphans(self.top)
+        self.work = Path(tempfile.mkdtemp(prefix=f"rlbench-{self.kind}-{os.getpid()}-"))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with signals_deferred():  # a second Ctrl-C or SIGTERM must not leave worktrees registered in the user's repo
+            for tree in self._trees.values():
+                if tree.exists():
+                    _remove_tree(self.top, tree)
+            subprocess.run(["git", "worktree", "prune"], cwd=self.top, capture_output=True, check=False)
+            if self.work is not None:
+                shutil.rmtree(self.work, ignore_errors=True)
+
+    def add(self, name: str, sha: str, rev: str | None = None) -> Checkout:
+        """Check out ``sha`` (with its submodules) as ``<work>/<name>``.
+
+        Raises:
+            UsageError: The checkout or its submodules failed, or the revision lacks the directory the command was
+                started from (in a user's repository).
+        """
+        assert self.work is not None, "use Worktrees as a context manager"
+        rev = rev or sha[:12]
+        tree = self.work / name
+        self._trees[name] = tree
+        _git(["worktree", "add", "--detach", str(tree), sha], self.top)
+        _init_submodules(tree, self.top, rev)
+        if (tree / "rlbench" / "__init__.py").is_file():  # rlbench's own repository: run that revision's rlbench
+            return Checkout(rev, sha, tree, _import_path(tree, self.work / f"meta-{name}"), self.work)
+        # the user's repository: the installed rlbench runs that revision's code, from where the command was started
+        top, here = self.top.resolve(), self.repo.resolve()
+        where = here.relative_to(top) if here != top else Path()
+        cwd = tree / where
+        if not cwd.is_dir():
+            raise UsageError(f"revision {rev!r} has no directory {str(where)!r} (where rlbench {self.kind} was started)")
+        return Checkout(rev, sha, tree, str(tree), cwd)
+
+    def remove(self, name: str) -> None:
+        """Remove one worktree now (a history measures many commits: one checkout at a time on disk)."""
+        tree = self._trees.pop(name, None)
+        if tree is None:
+            return
+        with signals_deferred():
+            _remove_tree(self.top, tree)
+            shutil.rmtree(tree, ignore_errors=True)
+            if self.work is not None:
+                shutil.rmtree(self.work / f"meta-{name}", ignore_errors=True)
+
+
+def _remove_tree(top: Path, tree: Path) -> None:
+    subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=top, capture_output=True, check=False)
+
+
 @dataclass
 class ABResult:
     """Records of both sides and where they came from."""
@@ -156,66 +275,79 @@ def run_ab(
     Raises:
         UsageError: Bad revisions or command. RlbenchError: a run failed (its last stderr line is shown).
     """
-    from rlbench.results.store import read_records
-
     if rounds < 1:
         raise UsageError(f"--rounds must be at least 1, got {rounds}")
     args, seed = split_run_args(run_argv)
-    top = Path(_git(["rev-parse", "--show-toplevel"], repo))
-    shas = {
-        side: _git(["rev-parse", "--verify", f"{rev}^{{commit}}"], top)
-        for side, rev in (("base", base_rev), ("head", head_rev))
-    }
-    _remove_orphans(top)
-    work = Path(tempfile.mkdtemp(prefix=f"rlbench-ab-{os.getpid()}-"))
-    trees = {side: work / side for side in shas}
-    try:
-        paths, cwds = {}, {}
-        where = Path(repo).resolve().relative_to(top.resolve()) if Path(repo).resolve() != top.resolve() else Path()
-        for side, sha in shas.items():
-            _git(["worktree", "add", "--detach", str(trees[side]), sha], top)
-            _init_submodules(trees[side], top, base_rev if side == "base" else head_rev)
-            if (trees[side] / "rlbench" / "__init__.py").is_file():  # rlbench's own repository: run that revision's rlbench
-                paths[side] = _import_path(trees[side], work / f"meta-{side}")
-                cwds[side] = work
-            else:  # the user's repository: the installed rlbench runs that revision's code, from where ab was started
-                paths[side] = str(trees[side])
-                cwds[side] = trees[side] / where
-                if not cwds[side].is_dir():
-                    rev = base_rev if side == "base" else head_rev
-                    raise UsageError(f"revision {rev!r} has no directory {str(where)!r} (where rlbench ab was started)")
-        for k in range(rounds):
-            for side in ("base", "head") if k % 2 == 0 else ("head", "base"):
-                if on_run:
-                    on_run(k, side)
-                try:
-                    _run_side(trees[side], paths[side], args, seed + k, work / f"store-{side}", cwds[side])
-                except SideFailed as exc:
-                    kept = _keep_after_failure(work, keep, exc, list(shas))
-                    raise RlbenchError(f"{exc.message}; records and logs of both sides kept in {kept}") from None
-        base, head = read_records(work / "store-base"), read_records(work / "store-head")
+    top = repo_top(repo)
+    revs = {"base": base_rev, "head": head_rev}
+    shas = {side: _git(["rev-parse", "--verify", f"{rev}^{{commit}}"], top) for side, rev in revs.items()}
+    with Worktrees(repo, "ab") as wt:
+        assert wt.work is not None
+        sides = {side: wt.add(side, sha, revs[side]) for side, sha in shas.items()}
+        stores = {side: wt.work / f"store-{side}" for side in shas}
+        base, head = interleave(sides, args, seed, rounds, stores, on_run=on_run, work=wt.work, keep=keep)
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
             for side in shas:
-                shutil.copytree(work / f"store-{side}", keep / f"store-{side}", dirs_exist_ok=True)
+                shutil.copytree(stores[side], keep / f"store-{side}", dirs_exist_ok=True)
         return ABResult(shas["base"], shas["head"], base, head, rounds)
-    finally:
-        with signals_deferred():  # a second Ctrl-C or SIGTERM must not leave worktrees registered in the user's repo
-            for tree in trees.values():
-                if tree.exists():
-                    subprocess.run(
-                        ["git", "worktree", "remove", "--force", str(tree)], cwd=top, capture_output=True, check=False
-                    )
-            subprocess.run(["git", "worktree", "prune"], cwd=top, capture_output=True, check=False)
-            shutil.rmtree(work, ignore_errors=True)
+
+
+def interleave(
+    sides: dict[str, Checkout],
+    args: list[str],
+    seed: int,
+    rounds: int,
+    stores: dict[str, Path],
+    *,
+    repeats: int = 1,
+    warmup: int = 0,
+    on_run: Callable[[int, str], None] | None = None,
+    work: Path | None = None,
+    keep: Path | None = None,
+) -> tuple[list[Record], list[Record]]:
+    """Run both sides ``rounds`` times, interleaved (A B, B A, ...); every run of round ``k`` uses the same seeds.
+
+    ``sides`` and ``stores`` are keyed ``base`` and ``head``. Each run makes ``warmup + repeats`` repeats, seeds from
+    ``seed + k * (warmup + repeats)``, the same on both sides, so comparisons stay paired by seed. The first ``warmup``
+    repeats of each run are left out of the records returned (they pay the process's one-time costs).
+
+    Returns:
+        The base side's and the head side's records.
+
+    Raises:
+        SideFailed: A side's run failed and ``work`` is None (the caller keeps its files).
+        RlbenchError: A side's run failed: both sides' records and logs were moved out of ``work`` (to ``keep``, or
+            ``.rlbench/ab-failed-*``) and the message says where.
+    """
+    from rlbench.results.store import read_records
+
+    per_run = warmup + repeats
+    for k in range(rounds):
+        for side in ("base", "head") if k % 2 == 0 else ("head", "base"):
+            if on_run:
+                on_run(k, side)
+            try:
+                run_side(sides[side], args, seed + k * per_run, stores[side], repeats=per_run)
+            except SideFailed as exc:
+                if work is None:
+                    raise
+                kept = _keep_after_failure(work, keep, exc, list(sides))
+                raise RlbenchError(f"{exc.message}; records and logs of both sides kept in {kept}") from None
+    base, head = read_records(stores["base"]), read_records(stores["head"])
+    return [r for r in base if r.repeat >= warmup], [r for r in head if r.repeat >= warmup]
 
 
 class SideFailed(RlbenchError):
-    """One side's run exited non-zero: its message, and its full output to keep."""
+    """One side's run exited non-zero: its message, and its full output to keep.
 
-    def __init__(self, message: str, store: Path, output: str) -> None:
+    ``returncode`` and ``last`` (the last line it wrote on stderr) are the parts of the message.
+    """
+
+    def __init__(self, message: str, store: Path, output: str, returncode: int = 1, last: str = "") -> None:
         super().__init__(message)
         self.message, self.store, self.output = message, store, output
+        self.returncode, self.last = returncode, last
 
 
 def _keep_after_failure(work: Path, keep: Path | None, exc: SideFailed, sides: list[str]) -> Path:
@@ -241,16 +373,17 @@ def _keep_after_failure(work: Path, keep: Path | None, exc: SideFailed, sides: l
 
 
 def _remove_orphans(top: Path) -> None:
-    """Remove what an ``rlbench ab`` killed with SIGKILL left behind: its worktrees in this repo and its directory.
+    """Remove what an ``rlbench ab``, ``history run`` or ``bisect`` killed with SIGKILL left behind: its worktrees in
+    this repo and its directory.
 
-    Work directories are named ``rlbench-ab-<pid>-*``; one whose process is gone is an orphan (no cleanup code can
-    run after ``kill -9``, so the next ``ab`` does it).
+    Work directories are named ``rlbench-<ab|history|bisect>-<pid>-*``; one whose process is gone is an orphan (no
+    cleanup code can run after ``kill -9``, so the next command that makes worktrees does it).
     """
     lines = _git(["worktree", "list", "--porcelain"], top).splitlines()
     trees = [Path(line.split(" ", 1)[1]) for line in lines if line.startswith("worktree ")]
     for tree in trees:
         work = tree.parent
-        m = re.match(r"rlbench-ab-(\d+)-", work.name)
+        m = _PREFIX.match(work.name)
         if not m or pid_alive(int(m.group(1))):
             continue
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=top, capture_output=True, check=False)
@@ -283,35 +416,24 @@ def _import_path(tree: Path, meta: Path) -> str:
     return os.pathsep.join((str(meta), str(tree)))
 
 
-def _run_side(tree: Path, path: str, args: list[str], seed: int, store: Path, cwd: Path) -> None:
+def run_side(checkout: Checkout, args: list[str], seed: int, store: Path, repeats: int = 1) -> None:
+    """Run ``args`` (from :func:`split_run_args`) on one checked-out revision, its records going to ``store``.
+
+    Raises:
+        SideFailed: The run exited non-zero (its message, and its whole output to keep).
+    """
     env = dict(os.environ)
+    path = checkout.path
     env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     command, rest = args[0], args[1:]
     shown = shlex.join([command, "--seed", str(seed), *rest])  # the user's command for this round, not ab's options
+    ours = ["--repeats", str(repeats), "--store", str(store), "--quiet", "--report", str(store / "last-report.md")]
     if command == "profile":  # ab's options go before profile's `--`; the script and its arguments stay after it
-        rest = ["--repeats", "1", "--store", str(store), "--quiet", "--report", str(store / "last-report.md"), *rest]
-        cmd = [sys.executable, "-m", "rlbench", "profile", "--seed", str(seed), *rest]
-        proc = run_child(cmd, cwd=cwd, env=env)
-        _check_side(proc, tree, cmd, shown, store)
-        return
-    cmd = [
-        sys.executable,
-        "-m",
-        "rlbench",
-        "run",
-        *rest,
-        "--seed",
-        str(seed),
-        "--repeats",
-        "1",
-        "--store",
-        str(store),
-        "--quiet",
-        "--report",
-        str(store / "last-report.md"),
-    ]
-    proc = run_child(cmd, cwd=cwd, env=env)
-    _check_side(proc, tree, cmd, shown, store)
+        cmd = [sys.executable, "-m", "rlbench", "profile", "--seed", str(seed), *ours, *rest]
+    else:
+        cmd = [sys.executable, "-m", "rlbench", "run", *rest, "--seed", str(seed), *ours]
+    proc = run_child(cmd, cwd=checkout.cwd, env=env)
+    _check_side(proc, checkout.tree, cmd, shown, store)
 
 
 def _check_side(proc: subprocess.CompletedProcess, tree: Path, cmd: list[str], shown: str, store: Path) -> None:
@@ -320,4 +442,4 @@ def _check_side(proc: subprocess.CompletedProcess, tree: Path, cmd: list[str], s
         return
     last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
     output = f"$ {shlex.join(cmd)}\n--- stdout ---\n{proc.stdout or ''}\n--- stderr ---\n{proc.stderr or ''}"
-    raise SideFailed(f"run of {tree.name} ({shown}) exited {proc.returncode}: {last}", store, output)
+    raise SideFailed(f"run of {tree.name} ({shown}) exited {proc.returncode}: {last}", store, output, proc.returncode, last)

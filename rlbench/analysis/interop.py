@@ -6,6 +6,12 @@
   with ``--benchmark-save-data``, else the median alone, marked as such).
 * **github-action-benchmark custom JSON**: ``customBiggerIsBetter`` / ``customSmallerIsBetter`` lists of
   ``{"name", "unit", "value", "range"}`` with the median as value.
+* **Bencher Metric Format (BMF) JSON**: ``{benchmark: {measure: {"value", "lower_value", "upper_value"}}}``, for
+  ``bencher run --adapter json``. A benchmark is a case: its name, with ``[param=value,...]`` for the parameters
+  that differ between its cases in the run (a benchmark run with one set of parameters keeps its plain name); a
+  measure an rlbench metric (named as rlbench names it, in its own unit: ``wall_s`` in seconds, ``sps`` in steps/s),
+  the value the median of its samples and the bounds the 95% percentile-bootstrap interval of that median (left out
+  for a single sample). Context metrics (``machine/...``) and metrics without a finite sample are left out.
 """
 
 from __future__ import annotations
@@ -124,6 +130,45 @@ def to_github_action(records: list[Record], direction: str) -> list[dict[str, An
                 "extra": f"n={x.size} run {records[0].run_id}",
             }
         )
+    return out
+
+
+def _median_interval(x: np.ndarray, confidence: float = 0.95, n_boot: int = 4000) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the median (deterministic: a fixed seed)."""
+    rng = np.random.default_rng(0)
+    meds = np.median(x[rng.integers(0, x.size, (n_boot, x.size))], axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    return float(np.quantile(meds, alpha)), float(np.quantile(meds, 1.0 - alpha))
+
+
+def to_bencher(records: list[Record]) -> dict[str, dict[str, dict[str, float]]]:
+    """Bencher Metric Format: ``{benchmark: {measure: {"value", "lower_value", "upper_value"}}}`` (see the module).
+
+    Raises:
+        DataError: No records, or no metric with a finite sample.
+    """
+    if not records:
+        raise DataError("no records to export")
+    cases = list(_cases(records))
+    by_bench: dict[str, list[dict]] = {}
+    for params_json in dict.fromkeys((c.benchmark, c.params) for c, _, _ in cases):
+        by_bench.setdefault(params_json[0], []).append(json.loads(params_json[1]))
+    varying = {  # the parameters whose value (or presence) differs between a benchmark's cases
+        bench: {k for k in set().union(*cases_) if len({json.dumps(p.get(k), default=str) for p in cases_}) > 1}
+        for bench, cases_ in by_bench.items()
+    }
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for c, _, x in cases:
+        params = json.loads(c.params)
+        tag = ",".join(f"{k}={params[k]}" for k in sorted(varying.get(c.benchmark, ())) if k in params)
+        benchmark = f"{c.benchmark}[{tag}]" if tag else c.benchmark
+        entry: dict[str, float] = {"value": float(np.median(x))}
+        if x.size > 1:
+            lo, hi = _median_interval(x)
+            entry.update(lower_value=lo, upper_value=hi)
+        out.setdefault(benchmark, {})[c.metric] = entry
+    if not out:
+        raise DataError("no metric with a finite sample to export in Bencher Metric Format")
     return out
 
 

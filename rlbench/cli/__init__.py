@@ -32,6 +32,8 @@ USAGE_EPILOG = """examples:
   rlbench compare .rlbench/A.jsonl .rlbench/B.jsonl
   rlbench gate base.jsonl cand.jsonl --fail sps:5% --fail ops/iteration:0%
   rlbench ab main --fail sps:5% -- run ppo-cartpole --total-steps 20000
+  rlbench history run main~20..main -- run ppo-cartpole
+  rlbench bisect v1.0 main --fail sps:5% -- run ppo-cartpole
 """
 
 
@@ -56,6 +58,11 @@ def build_parser() -> Parser:
         add_help=False,
     )
     sub.add_parser("ab", help="run two git revisions interleaved and compare or gate (rlbench ab --help)", add_help=False)
+    sub.add_parser(
+        "history", help="measure a range of commits into a history store, add stores to it, show it", add_help=False
+    )
+    sub.add_parser("bisect", help="find the first commit where a metric regressed (rlbench bisect --help)", add_help=False)
+    sub.add_parser("publish", help="write a history store as a static HTML site (rlbench publish --help)", add_help=False)
     from rlbench.cli.calibrate import build_calibrate_parser
 
     build_calibrate_parser(
@@ -116,13 +123,16 @@ def build_parser() -> Parser:
     p_gate.add_argument("--no-learning-check", action="store_true", help="do not gate on eval_return")
     p_gate.add_argument("--summary", metavar="PATH", help="write the markdown table to PATH (e.g. $GITHUB_STEP_SUMMARY)")
 
-    p_exp = sub.add_parser("export", help="write records in another tool's format (pytest-benchmark, github-action-benchmark)")
+    p_exp = sub.add_parser(
+        "export", help="write records in another tool's format (pytest-benchmark, github-action-benchmark, Bencher)"
+    )
     p_exp.add_argument("records", help="a records file or a store directory (its latest run)")
     p_exp.add_argument(
         "--format",
         required=True,
-        choices=("pytest-benchmark", "github-action"),
-        help="pytest-benchmark JSON (time metrics) or github-action-benchmark custom JSON (medians)",
+        choices=("pytest-benchmark", "github-action", "bencher"),
+        help="pytest-benchmark JSON (time metrics), github-action-benchmark custom JSON (medians) or Bencher Metric "
+        "Format JSON (medians with 95%% intervals, for `bencher run --adapter json`)",
     )
     p_exp.add_argument(
         "--direction",
@@ -176,6 +186,14 @@ def main(argv: list[str] | None = None) -> int:
             from rlbench.cli.ab import ab_command
 
             return ab_command(argv[1:])
+        if argv and argv[0] in ("history", "bisect"):
+            from rlbench.cli.history import bisect_command, history_command
+
+            return history_command(argv[1:]) if argv[0] == "history" else bisect_command(argv[1:])
+        if argv and argv[0] == "publish":
+            from rlbench.cli.publish import publish_command
+
+            return publish_command(argv[1:])
         parser = build_parser()  # not before run / profile / ab: they parse their own options (saves ~30 ms)
         args = parser.parse_args(argv)
         if args.command == "list":

@@ -13,13 +13,15 @@ from rlbench.results.outputs import check_output, write_output
 
 def export_command(args: argparse.Namespace) -> int:
     """Write the latest run of ``args.records`` in the chosen format."""
-    from rlbench.analysis.interop import to_github_action, to_pytest_benchmark
+    from rlbench.analysis.interop import to_bencher, to_github_action, to_pytest_benchmark
     from rlbench.results.store import read_run
 
     output = None if args.output in (None, "-") else check_output(args.output, "--output")
     records = read_run(args.records)
     if args.format == "pytest-benchmark":
         payload = to_pytest_benchmark(records)
+    elif args.format == "bencher":
+        payload = to_bencher(records)
     else:
         if args.direction is None:
             raise UsageError(

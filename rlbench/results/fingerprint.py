@@ -168,12 +168,16 @@ def _git(args: list[str], cwd: Path) -> str | None:
 
 
 def git_fingerprint(where: Path | None = None, *, rlbench_first: bool = True) -> dict[str, Any]:
-    """Commit and dirty flag of the code being measured.
+    """Commit, dirty flag, commit time and subject of the code being measured.
 
     The repository holding the imported ``rlbench`` package is used when there is one (a source
     checkout or an ``rlbench ab`` worktree), else the one around ``where`` (default: the working
     directory, i.e. the user's project). With ``rlbench_first=False`` (profiles of the user's own scripts) only
     ``where`` is looked at. Outside any repository, ``commit`` is ``None``.
+
+    ``time`` is the commit's committer time (unix seconds) and ``subject`` its first message line, so a history
+    orders and labels commits from the records alone; either is ``None`` when git cannot tell. Records written
+    before these keys existed lack them; readers use ``.get``.
     """
     candidates = [Path(__file__).resolve().parent] if rlbench_first else []
     candidates.append(Path(where or os.getcwd()))
@@ -182,8 +186,26 @@ def git_fingerprint(where: Path | None = None, *, rlbench_first: bool = True) ->
         if commit:
             status = _git(["status", "--porcelain", "--untracked-files=no"], cwd)
             root = _git(["rev-parse", "--show-toplevel"], cwd)
-            return {"commit": commit, "dirty": bool(status), "repo": Path(root).name if root else None}
-    return {"commit": None, "dirty": None, "repo": None}
+            when, subject = _commit_time_subject(_git(["log", "-1", "--format=%ct %s", commit], cwd))
+            return {
+                "commit": commit,
+                "dirty": bool(status),
+                "repo": Path(root).name if root else None,
+                "time": when,
+                "subject": subject,
+            }
+    return {"commit": None, "dirty": None, "repo": None, "time": None, "subject": None}
+
+
+def _commit_time_subject(line: str | None) -> tuple[int | None, str | None]:
+    """``"<unix time> <subject>"`` (``git log --format='%ct %s'``) as ``(time, subject)``; ``(None, None)`` if unreadable."""
+    if not line:
+        return None, None
+    head, _, subject = line.partition(" ")
+    try:
+        return int(head), subject
+    except ValueError:
+        return None, None
 
 
 def fingerprint() -> dict[str, Any]:

@@ -1,0 +1,286 @@
+"""``rlbench bisect GOOD BAD --fail METRIC:X% -- run BENCH``: the first commit that regressed, found in worktrees.
+
+Like ``git bisect``, but every verdict is measured: each tested commit runs against GOOD with interleaved rounds, as
+``rlbench ab`` runs its two sides (:func:`rlbench.analysis.ab.interleave`), and the gate judges it
+(:func:`rlbench.analysis.gate.evaluate`): FAIL makes it bad, PASS good. A commit that cannot be judged -- an
+INCONCLUSIVE verdict, a verdict refused (a busy machine, a metric it does not record) or a run that fails (a broken
+build) -- is *skipped*, as ``git bisect skip`` does: the search tries the commit nearest the middle that is not
+skipped. The user's checkout is never touched.
+
+BAD is measured first: bisecting needs a regression between GOOD and BAD, so a BAD that passes (or cannot be judged)
+ends the search with no answer. The search runs over ``git rev-list --topo-order --ancestry-path GOOD..BAD``, so it
+assumes, as git bisect does, that the commits after the first bad one stay bad.
+
+Counters (``ops/``, ``syncs/``, ``copies/``, ``flops/``) are exact: one round per commit judges them. Timings need at
+least five samples per side (``rounds * repeats``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlbench.analysis.ab import SideFailed, Worktrees, _git, interleave, repo_top, resolve_commit, split_run_args
+from rlbench.analysis.gate import FAIL, INCONCLUSIVE, PASS, Check, Threshold, evaluate
+from rlbench.core.errors import DataError, RlbenchError, UsageError
+from rlbench.results.history import CommitInfo
+from rlbench.results.metrics import COUNTERS
+
+SKIP = "SKIP"
+
+
+def exact_threshold(t: Threshold) -> bool:
+    """Whether a threshold's metric is a noise-free counter (one round judges it)."""
+    return t.metric.split("/", 1)[0] in COUNTERS
+
+
+def default_rounds(thresholds: list[Threshold]) -> int:
+    """1 when every threshold is on a counter, else 5 (the fewest samples a timing's interval needs)."""
+    return 1 if thresholds and all(exact_threshold(t) for t in thresholds) else 5
+
+
+@dataclass
+class Tested:
+    """One tested commit and what the gate said of it against GOOD.
+
+    Attributes:
+        sha: The commit.
+        subject: Its subject line.
+        verdict: ``PASS`` (good), ``FAIL`` (bad) or ``SKIP`` (could not be judged).
+        reason: The gate's words for the deciding check, or why it was skipped.
+        metric: The deciding check's metric.
+        ratio: Candidate over GOOD (medians; ``None`` when skipped before measuring).
+        ci: 95% interval of the ratio.
+        exact: The metric is a noise-free counter.
+    """
+
+    sha: str
+    subject: str | None
+    verdict: str
+    reason: str
+    metric: str | None = None
+    ratio: float | None = None
+    ci: tuple[float, float] | None = None
+    exact: bool = False
+
+    def to_dict(self) -> dict:
+        """JSON-ready."""
+        return {
+            "commit": self.sha,
+            "subject": self.subject,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "metric": self.metric,
+            "ratio": self.ratio,
+            "ci": list(self.ci) if self.ci else None,
+            "exact": self.exact,
+        }
+
+
+@dataclass
+class BisectResult:
+    """The answer: the first bad commit, or the commits it could be when skips left it open.
+
+    Attributes:
+        good: GOOD's sha.
+        bad: BAD's sha.
+        first_bad: The first bad commit, or ``None`` when undecided.
+        last_good: The commit before it in the searched order (GOOD or a tested PASS).
+        candidates: When undecided: the commits the first bad one is among, oldest first.
+        tested: Every tested commit in the order tested.
+        message: One line: the answer, or why there is none.
+        searched: How many commits lay between GOOD (excluded) and BAD (included).
+        rounds: Interleaved rounds per tested commit.
+        repeats: Compared repeats per run.
+        warmup: Repeats per run left out.
+    """
+
+    good: str
+    bad: str
+    first_bad: str | None
+    last_good: str | None
+    candidates: list[str]
+    tested: list[Tested] = field(default_factory=list)
+    message: str = ""
+    searched: int = 0
+    rounds: int = 1
+    repeats: int = 1
+    warmup: int = 0
+
+    @property
+    def found(self) -> bool:
+        """Whether the first bad commit was pinned."""
+        return self.first_bad is not None
+
+    def tested_of(self, sha: str) -> Tested | None:
+        """The test of ``sha``, if it was tested."""
+        return next((t for t in self.tested if t.sha == sha), None)
+
+
+def _deciding(checks: list[Check]) -> Check:
+    """The check that decides the verdict: a failing one, else an inconclusive one, else the first."""
+    for verdict in (FAIL, INCONCLUSIVE):
+        for c in checks:
+            if c.verdict == verdict:
+                return c
+    return checks[0]
+
+
+def _pick(lo: int, hi: int, skipped: set[int]) -> int | None:
+    """The untested index strictly between ``lo`` and ``hi`` nearest their middle (git bisect skip's neighbour)."""
+    mid = (lo + hi) // 2
+    left = [i for i in range(lo + 1, hi) if i not in skipped]
+    return min(left, key=lambda i: (abs(i - mid), i)) if left else None
+
+
+def search(n: int, judge: Callable[[int], str]) -> tuple[int, int] | None:
+    """Binary search with skips over commits ``0..n-1`` after GOOD, the last one being BAD.
+
+    ``judge(i)`` measures commit ``i`` and returns ``PASS``, ``FAIL`` or ``SKIP``. BAD (``n - 1``) is judged first:
+    when it does not FAIL there is nothing to search and ``None`` is returned. Then each step judges the commit
+    nearest the middle of the open interval that is not skipped, until none is left.
+
+    Returns:
+        ``(lo, hi)``: ``lo`` the last good index (-1 for GOOD itself), ``hi`` the first bad index; the commits
+        strictly between them were all skipped (none when the answer is exact).
+    """
+    if judge(n - 1) != FAIL:
+        return None
+    lo, hi, skipped = -1, n - 1, set()
+    while (i := _pick(lo, hi, skipped)) is not None:
+        verdict = judge(i)
+        if verdict == PASS:
+            lo = i
+        elif verdict == FAIL:
+            hi = i
+        else:
+            skipped.add(i)
+    return lo, hi
+
+
+def bisect(
+    good: str,
+    bad: str,
+    thresholds: list[Threshold],
+    run_argv: list[str],
+    repo: Path,
+    *,
+    rounds: int | None = None,
+    repeats: int = 1,
+    warmup: int = 0,
+    allow_busy: bool = False,
+    on_test: Callable[[int, CommitInfo, int, str], None] | None = None,
+) -> BisectResult:
+    """Find the first commit after ``good`` up to ``bad`` where the thresholds fail against ``good``.
+
+    Args:
+        good: A revision where the code is fast enough.
+        bad: A later revision (a descendant of ``good``) where it is not.
+        thresholds: ``--fail`` thresholds (at least one).
+        run_argv: ``["run", BENCH, ...]`` or ``["profile", ..., "--", "python", "x.py"]``.
+        repo: A directory inside the repository.
+        rounds: Interleaved rounds per tested commit (default: :func:`default_rounds`).
+        repeats: Repeats per run that are compared (the same seeds on both sides).
+        warmup: Repeats per run made first and left out (the first call of a benchmark in a process pays one-time
+            costs: imports, lazy initialisation).
+        allow_busy: Judge timings even on a machine loaded by other processes.
+        on_test: Called with (test number, commit, round, side) before each run (progress display).
+
+    Raises:
+        UsageError: Bad revisions, GOOD not an ancestor of BAD, no threshold, bad rounds or repeats, too few samples
+            for a timing threshold. KeyboardInterrupt: Ctrl-C or SIGTERM (no worktree is left).
+    """
+    if not thresholds:
+        raise UsageError("rlbench bisect needs at least one --fail METRIC:PCT% (what makes a commit bad)")
+    rounds = default_rounds(thresholds) if rounds is None else rounds
+    if rounds < 1 or repeats < 1 or warmup < 0:
+        raise UsageError(
+            f"--rounds and --repeats must be at least 1 and --warmup at least 0, got {rounds}, {repeats} and {warmup}"
+        )
+    args, seed = split_run_args(run_argv, "bisect")
+    top = repo_top(repo)
+    g, b = resolve_commit(top, good), resolve_commit(top, bad)
+    if g == b:
+        raise UsageError(f"GOOD and BAD are the same commit ({g[:12]}): nothing to bisect")
+    try:
+        _git(["merge-base", "--is-ancestor", g, b], top)
+    except UsageError:
+        raise UsageError(f"GOOD {good!r} is not an ancestor of BAD {bad!r}: bisect needs GOOD before BAD") from None
+    order = _git(["rev-list", "--reverse", "--topo-order", "--ancestry-path", f"{g}..{b}"], top).split()
+    from rlbench.analysis.history_run import commit_infos, failure_line
+
+    infos = commit_infos([g, *order], top)
+    result = BisectResult(g, b, None, None, [], searched=len(order), rounds=rounds, repeats=repeats, warmup=warmup)
+    with Worktrees(repo, "bisect") as wt:
+        assert wt.work is not None
+        base = wt.add("good", g, good)
+
+        def test(index: int) -> Tested:
+            sha = order[index]
+            info = infos.get(sha) or CommitInfo(sha, None, None)
+            number = len(result.tested) + 1
+            name = f"test-{number}"
+            stores = {"base": wt.work / f"{name}-base", "head": wt.work / f"{name}-head"}
+            try:
+                head = wt.add(name, sha)
+
+                def progress(k: int, side: str) -> None:
+                    if on_test:
+                        on_test(number, info, k, side)
+
+                base_recs, head_recs = interleave(
+                    {"base": base, "head": head}, args, seed, rounds, stores, repeats=repeats, warmup=warmup, on_run=progress
+                )
+            except SideFailed as exc:
+                if exc.store == stores["base"]:
+                    raise RlbenchError(
+                        f"GOOD {good!r} failed to run, so nothing can be judged against it: {exc.message}"
+                    ) from None
+                return Tested(sha, info.subject, SKIP, f"run failed: {failure_line(exc)}")
+            except UsageError as exc:  # the checkout failed
+                return Tested(sha, info.subject, SKIP, f"checkout failed: {exc}")
+            finally:
+                wt.remove(name)
+            try:
+                outcome = evaluate(base_recs, head_recs, thresholds, learning_drop=None, allow_busy=allow_busy)
+            except DataError as exc:
+                if "too few samples" in str(exc):
+                    raise UsageError(
+                        f"{exc}; bisect: pass --rounds or --repeats so that rounds x repeats >= 5 for a timing "
+                        "threshold (a counter needs 1)"
+                    ) from None
+                return Tested(sha, info.subject, SKIP, f"no verdict: {exc}")
+            c = _deciding(outcome.checks)
+            r = c.result
+            verdict = {PASS: PASS, FAIL: FAIL}.get(outcome.verdict, SKIP)
+            reason = c.reason if verdict != SKIP else f"INCONCLUSIVE: {c.advice or c.reason}"
+            return Tested(sha, info.subject, verdict, reason, c.threshold.metric, r.ratio, (r.ci_low, r.ci_high), r.exact)
+
+        def judge(index: int) -> str:
+            t = test(index)
+            result.tested.append(t)
+            return t.verdict
+
+        found = search(len(order), judge)
+        if found is None:
+            first = result.tested[0]
+            said = "passes" if first.verdict == PASS else "cannot be judged"
+            result.message = f"BAD {bad!r} ({b[:12]}) {said} against GOOD {good!r} ({first.reason}): no regression to bisect"
+            return result
+        lo, hi = found
+        open_ = [order[i] for i in range(lo + 1, hi)]  # every one of them skipped
+        if open_:
+            result.candidates = [*open_, order[hi]]
+            result.message = (
+                f"cannot decide: the first bad commit is one of {len(result.candidates)} "
+                f"({', '.join(s[:12] for s in result.candidates)}); the commits before {order[hi][:12]} could not be judged"
+            )
+            return result
+        result.first_bad = order[hi]
+        result.last_good = order[lo] if lo >= 0 else g
+        result.candidates = [order[hi]]
+        t = result.tested_of(order[hi])
+        assert t is not None
+        result.message = f"first bad commit: {order[hi][:12]} {infos.get(order[hi], CommitInfo('', None, '')).subject or ''}"
+        return result

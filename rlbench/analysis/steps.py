@@ -1,0 +1,288 @@
+"""Steps in a history: the commits where a series' level changes, with the size of the change and its 95% interval.
+
+Pure functions over :class:`~rlbench.results.history.Series`; nothing here reads files or prints. The method and
+what its calibration on real noise showed are in ``docs/history-steps.md``.
+
+**Exact series** (counters: ``ops/``, ``syncs/``, ``copies/``, ``flops/``, any ``count`` unit): every change of a
+commit's value (the median of its samples, which are all equal in a noise-free count) from the previous commit's is
+a step, with the interval ``(ratio, ratio)``.
+
+**Noisy series** (times, rates): each commit's level is the log of the median of its raw samples (every repeat
+pooled). The unit of noise is the commit, not the sample: a commit's repeats run in one process, and the spread
+between processes is what a history sees (on this project's machines it is several times what the samples within a
+process suggest). Then:
+
+1. **Noise**: ``sigma``, the between-commit standard deviation of the log level, from the median absolute difference of
+   consecutive commits (robust to the steps themselves), never below the standard error of one commit's median from
+   its own samples.
+2. **Search**: binary segmentation with the least-squares cost (``ruptures.Binseg``, model ``l2``) on the levels in
+   units of sigma, penalty ``penalty * log(n)`` per change point (:class:`StepSettings`).
+3. **Confirmation**, per candidate, between the segments on either side (up to the neighbouring candidates): the
+   ratio of the segments' medians (medians over their commits of each commit's median) and its interval, the wider
+   of a normal interval on the log scale with ``sigma`` (``pi/2`` for a median's variance past two commits) and,
+   when both sides have at least :data:`~rlbench.analysis.compare.MIN_SAMPLES` commits, the percentile bootstrap of
+   :func:`~rlbench.analysis.compare.bootstrap_ratio` with commits as units. A step is kept when the interval
+   excludes 1, the change is at least ``min_effect``, and the new level holds for at least ``min_run`` commits
+   (unless the series ends there: the newest commits are always candidates). Rejected candidates are dropped and the
+   rest tested again with their new neighbours, until none is dropped.
+
+Series whose commit medians are not all positive (losses, diagnostics) are not searched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+from rlbench.analysis.compare import MIN_SAMPLES, bootstrap_ratio
+from rlbench.results.history import Series
+from rlbench.results.metrics import COUNTERS, ITER_TIME, TIME
+
+PHASE_PREFIXES = (TIME, ITER_TIME, *(f"{c}/" for c in COUNTERS))
+"""Per-phase metrics: what a step in a top-level figure lists as the phases that moved with it."""
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """The method's knobs (defaults: :data:`DEFAULTS`, calibrated in ``reports/history-steps-calibration.md``).
+
+    Attributes:
+        penalty: Cost of one more change point, times ``log(n)``, in units of sigma squared.
+        confidence: Confidence of the interval that must exclude 1.
+        min_effect: Smallest relative change reported as a step.
+        min_run: Commits a new level must hold for, except at the ends of the series.
+        n_boot: Bootstrap resamples for the commit-level interval.
+    """
+
+    penalty: float = 3.0
+    confidence: float = 0.95
+    min_effect: float = 0.02
+    min_run: int = 2
+    n_boot: int = 1000
+
+
+DEFAULTS = StepSettings()
+
+
+@dataclass
+class Step:
+    """A change of level in a series.
+
+    Attributes:
+        series: The series.
+        index: Index in ``series.commits`` of the first bad commit (the first at the new level).
+        last_good: The last commit at the old level.
+        first_bad: The first commit at the new level.
+        ratio: New level over old (ratio of the segment medians); ``inf`` when a count rises from zero.
+        ci: Its 95% interval (``(ratio, ratio)`` for exact counters).
+        worse: The change goes the series' bad way (``False`` when it has no direction).
+        phases: For a top-level metric, the per-phase metrics (``time/...``, ``iter_time/...``, counters) of the
+            same machine, benchmark and parameters that stepped at the same commit (+-1), largest change first; for a
+            phase metric, its sub-phases that did.
+    """
+
+    series: Series
+    index: int
+    last_good: str
+    first_bad: str
+    ratio: float
+    ci: tuple[float, float]
+    worse: bool
+    phases: list[str]
+
+
+def _worse(direction: str, ratio: float) -> bool:
+    if direction == "higher":
+        return ratio < 1.0
+    if direction == "lower":
+        return ratio > 1.0
+    return False
+
+
+def _step(series: Series, i: int, ratio: float, ci: tuple[float, float]) -> Step:
+    return Step(series, i, series.commits[i - 1], series.commits[i], ratio, ci, _worse(series.direction, ratio), [])
+
+
+def _exact_steps(series: Series) -> list[Step]:
+    values = [float(np.median(s)) for s in series.samples]
+    steps = []
+    for i in range(1, len(values)):
+        before, after = values[i - 1], values[i]
+        if after == before:
+            continue
+        ratio = after / before if before != 0 else math.copysign(math.inf, after)
+        steps.append(_step(series, i, ratio, (ratio, ratio)))
+    return steps
+
+
+TRIM = 3.0
+"""Consecutive differences further than this many robust deviations from their median are left out of the noise
+estimate (steps, outliers); the rest's variance is corrected for the trim (:data:`_TRIM_VARIANCE`)."""
+_TRIM_VARIANCE = 1.0 - 2 * TRIM * math.exp(-(TRIM**2) / 2) / math.sqrt(2 * math.pi) / (2 * NormalDist().cdf(TRIM) - 1)
+
+
+def noise(levels: np.ndarray, within_se: float) -> float:
+    """Between-commit standard deviation of log levels, from consecutive differences (so steps barely count): their
+    robust scale (1.4826 MAD), then the standard deviation of those within :data:`TRIM` of it, corrected for the trim,
+    over sqrt(2). At least ``within_se``, and 1e-4 (a floor for series with no measurable noise)."""
+    d = np.diff(levels)
+    between = 0.0
+    if d.size >= 2:
+        center = float(np.median(d))
+        mad = 1.4826 * float(np.median(np.abs(d - center)))
+        kept = d[np.abs(d - center) <= TRIM * mad] if mad > 0 else d
+        if kept.size >= 2:
+            between = math.sqrt(float(np.mean((kept - center) ** 2)) / _TRIM_VARIANCE) / math.sqrt(2)
+    return max(between, within_se, 1e-4)
+
+
+def _within_se(samples: list[list[float]]) -> float:
+    """Median over commits of the standard error of a commit's log median from its own samples (0 if none has two)."""
+    ses = []
+    for s in samples:
+        if len(s) >= 2:
+            logs = np.log(np.asarray(s, dtype=float))
+            ses.append(1.2533 * float(np.std(logs, ddof=1)) / math.sqrt(len(s)))
+    return float(np.median(ses)) if ses else 0.0
+
+
+def _candidates(z: np.ndarray, penalty: float) -> list[int]:
+    import ruptures
+
+    if z.size < 2:
+        return []
+    bkps = ruptures.Binseg(model="l2", min_size=1, jump=1).fit(z.reshape(-1, 1)).predict(pen=penalty * math.log(z.size))
+    return [int(b) for b in bkps if 0 < b < z.size]
+
+
+def _interval(
+    levels: np.ndarray, medians: np.ndarray, a: int, i: int, b: int, sigma: float, settings: StepSettings
+) -> tuple[float, float, float]:
+    """Ratio of the medians of segments [a, i) and [i, b) and its interval (see the module docstring)."""
+    before, after = levels[a:i], levels[i:b]
+    log_ratio = float(np.median(after) - np.median(before))
+
+    def var(n: int) -> float:
+        return (1.0 if n <= 2 else math.pi / 2) / n
+
+    z = NormalDist().inv_cdf(0.5 + settings.confidence / 2)
+    half = z * sigma * math.sqrt(var(before.size) + var(after.size))
+    low, high = math.exp(log_ratio - half), math.exp(log_ratio + half)
+    if before.size >= MIN_SAMPLES and after.size >= MIN_SAMPLES:
+        _, blow, bhigh = bootstrap_ratio(medians[a:i], medians[i:b], settings.confidence, settings.n_boot)
+        if math.isfinite(blow) and math.isfinite(bhigh):
+            low, high = min(low, blow), max(high, bhigh)
+    return math.exp(log_ratio), low, high
+
+
+def _noisy_steps(series: Series, settings: StepSettings) -> list[Step]:
+    medians = np.array([float(np.median(s)) for s in series.samples])
+    n = medians.size
+    if n < 2 or not np.all(medians > 0):
+        return []
+    levels = np.log(medians)
+    sigma = noise(levels, _within_se(series.samples))
+    cps = _candidates((levels - np.median(levels)) / sigma, settings.penalty)
+    while True:
+        kept, results = [], {}
+        bounds = [0, *cps, n]
+        for k, i in enumerate(cps):
+            a, b = bounds[k], bounds[k + 2]
+            ratio, low, high = _interval(levels, medians, a, i, b, sigma, settings)
+            short = (i - a < settings.min_run and a > 0) or (b - i < settings.min_run and b < n)
+            if (low > 1.0 or high < 1.0) and abs(ratio - 1.0) >= settings.min_effect and not short:
+                kept.append(i)
+                results[i] = (ratio, (low, high))
+        if kept == cps:
+            return [_step(series, i, *results[i]) for i in cps]
+        cps = kept
+
+
+def detect_steps(series: Series, settings: StepSettings = DEFAULTS) -> list[Step]:
+    """The steps of one series, oldest first (see the module docstring). ``phases`` is left empty: see
+    :func:`detect_all`."""
+    if len(series.commits) != len(series.samples):
+        raise ValueError(f"series {series.key()}: {len(series.commits)} commits but {len(series.samples)} sample lists")
+    present = [(c, s) for c, s in zip(series.commits, series.samples) if len(s)]
+    if len(present) != len(series.commits):  # a commit without samples is not a level
+        series = Series(
+            series.machine,
+            series.benchmark,
+            series.params,
+            series.metric,
+            series.unit,
+            series.direction,
+            series.exact,
+            [c for c, _ in present],
+            [list(s) for _, s in present],
+        )
+    if series.exact:
+        return _exact_steps(series)
+    return _noisy_steps(series, settings)
+
+
+def _is_phase(metric: str) -> bool:
+    return metric.startswith(PHASE_PREFIXES)
+
+
+def _phase_name(metric: str) -> str:
+    return metric.split("/", 1)[1] if "/" in metric else metric
+
+
+def _merged_order(lists: list[list[str]]) -> dict[str, int]:
+    """A rank for every commit consistent with each list's order (a stable topological merge)."""
+    after: dict[str, set[str]] = defaultdict(set)
+    indeg: dict[str, int] = {}
+    first_seen: dict[str, int] = {}
+    for commits in lists:
+        for c in commits:
+            first_seen.setdefault(c, len(first_seen))
+            indeg.setdefault(c, 0)
+        for x, y in zip(commits, commits[1:]):
+            if y not in after[x]:
+                after[x].add(y)
+                indeg[y] += 1
+    ready = sorted((c for c, d in indeg.items() if d == 0), key=first_seen.__getitem__)
+    rank: dict[str, int] = {}
+    while ready:
+        c = ready.pop(0)
+        rank[c] = len(rank)
+        for y in sorted(after[c], key=first_seen.__getitem__):
+            indeg[y] -= 1
+            if indeg[y] == 0:
+                ready.append(y)
+        ready.sort(key=first_seen.__getitem__)
+    for c in sorted(set(indeg) - set(rank), key=first_seen.__getitem__):  # a cycle (inconsistent orders): first seen
+        rank[c] = len(rank)
+    return rank
+
+
+def detect_all(series: list[Series], settings: StepSettings = DEFAULTS) -> list[Step]:
+    """Steps of every series, each with the phases that stepped with it (see :class:`Step`). Ordered by series key,
+    then commit."""
+    steps = {s.key(): detect_steps(s, settings) for s in series}
+    groups: dict[tuple[str, str, str], list[Series]] = defaultdict(list)
+    for s in series:
+        groups[(s.machine, s.benchmark, json.dumps(s.params, sort_keys=True, default=str))].append(s)
+    for members in groups.values():
+        rank = _merged_order([s.commits for s in members])
+        for s in members:
+            for step in steps[s.key()]:
+                moved = []
+                for other in members:
+                    if other is s or not _is_phase(other.metric):
+                        continue
+                    if _is_phase(s.metric) and not _phase_name(other.metric).startswith(_phase_name(s.metric) + "/"):
+                        continue
+                    for o in steps[other.key()]:
+                        if abs(rank[o.first_bad] - rank[step.first_bad]) <= 1:
+                            size = abs(math.log(o.ratio)) if o.ratio > 0 and math.isfinite(o.ratio) else math.inf
+                            moved.append((-size, other.metric))
+                            break
+                step.phases = [m for _, m in sorted(moved)]
+    return [st for key in sorted(steps) for st in steps[key]]

@@ -1,0 +1,78 @@
+"""``rlbench publish [STORE] -o DIR [--commit-url URL] [--last N] [--repo PATH] [--json]``: the history as a static site."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from rlbench.cli.parser import Parser
+from rlbench.core.errors import UsageError
+
+
+def build_publish_parser() -> Parser:
+    """Options of ``rlbench publish``."""
+    from rlbench.results.history import DEFAULT_HISTORY
+
+    p = Parser(
+        prog="rlbench publish",
+        description="Write a history store as a static HTML site (an index, a page per benchmark with a chart per "
+        "metric over commits, and the detected regressions), viewable from file:// or any static host (gh-pages); "
+        "every script ships inside the site.",
+    )
+    p.add_argument("store", nargs="?", default=DEFAULT_HISTORY, help=f"history store (default: {DEFAULT_HISTORY})")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder to write the site into (created if missing)")
+    p.add_argument(
+        "--commit-url",
+        metavar="URL",
+        help="link commits through this template, {sha} standing for the full hash, e.g. "
+        "https://github.com/OWNER/REPO/commit/{sha}",
+    )
+    p.add_argument(
+        "--last",
+        type=int,
+        default=20,
+        metavar="N",
+        help="the index's change column: latest vs N measured commits earlier (20)",
+    )
+    p.add_argument(
+        "--repo",
+        metavar="PATH",
+        help="git repository whose topology orders the commits (default: commit time, as the store has it)",
+    )
+    p.add_argument("--json", action="store_true", help="print what was written as one JSON object")
+    return p
+
+
+def publish_command(argv: list[str]) -> int:
+    """Parse, check the store and the output folder, write the site, say where it is."""
+    args = build_publish_parser().parse_args(argv)
+    from rlbench.report.site import check_site_dir, write_site
+    from rlbench.results.history import HistoryStore
+
+    store = Path(args.store)
+    if not store.exists():
+        raise UsageError(f"no history store at {str(store)!r} (make one with `rlbench history run` or `rlbench history add`)")
+    if not store.is_dir():
+        raise UsageError(f"{str(store)!r} is a file, not a history store (a folder made by `rlbench history run`)")
+    if args.last < 1:
+        raise UsageError(f"--last must be at least 1, got {args.last}")
+    repo = None
+    if args.repo is not None:
+        repo = Path(args.repo)
+        if not repo.is_dir():
+            raise UsageError(f"--repo {args.repo!r} is not a folder")
+    out = check_site_dir(args.output)
+    if out.resolve() == store.resolve() or store.resolve() in out.resolve().parents:
+        raise UsageError(f"-o {args.output!r} lies inside the history store; write the site elsewhere")
+    summary = write_site(HistoryStore(store), out, commit_url=args.commit_url, last_n=args.last, repo=repo)
+    if args.json:
+        sys.stdout.write(json.dumps(summary.to_dict(), indent=2) + "\n")
+    else:
+        print(
+            f"rlbench: site written to {out / 'index.html'}: {len(summary.benchmarks)} benchmark page(s), "
+            f"{summary.series} series over {summary.commits} commit(s) on {len(summary.machines)} machine(s), "
+            f"{summary.steps} step(s), {summary.open_regressions} open regression(s) ({summary.bytes / 1e6:.1f} MB)",
+            file=sys.stderr,
+        )
+    return 0

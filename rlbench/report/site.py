@@ -1,0 +1,947 @@
+"""``rlbench publish``: a history store as a static HTML site (file:// or any static host, no network at view time).
+
+Pages, all written into one output folder:
+
+* ``index.html``: per machine, every benchmark x parameters x metric with its latest median and interval, the change
+  over the last N measured commits, an inline SVG sparkline and a flag on open regressions (series whose latest
+  detected step is a step for the worse). No JavaScript library: it opens at once.
+* ``bench-<name>.html``: one page per benchmark, a section per machine (machines are never mixed): a chart per metric
+  over commits (one trace per parameter case, the median with its interval as error bars), the top-level phase
+  times (``time/<phase>``) stacked, and their shares, per case; counters; ``eval_return`` beside the speed metric.
+  A commit where a case has no samples is a gap in its line; commits recorded as failed or absent are marked.
+* ``regressions.html``: every detected step (:func:`rlbench.analysis.steps.detect_all`) with its commit range (last
+  good -> first bad, linked through ``--commit-url``), size and 95% interval, the phases that stepped with it, and
+  the ``rlbench ab`` / ``rlbench bisect`` commands that confirm it.
+* ``assets/``: ``plotly.min.js`` (copied once from the installed plotly package), ``site.js`` and ``site.css``.
+
+Per-commit intervals: the distribution-free 95% interval of the median (order statistics of the binomial) where a
+commit has 6 or more samples, else the range of its samples (fewer samples cannot give 95%); the hover says which.
+
+Each page's data is one compact JSON object in a ``<script type="application/json">`` block, escaped so that user
+text (benchmark names, parameters, commit subjects) can never close the block; ``site.js`` renders a chart when it
+scrolls into view, so a page of a thousand commits and dozens of charts opens in well under two seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import math
+import os
+import re
+import shlex
+import stat
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rlbench.analysis.steps import Step, detect_all
+from rlbench.core.errors import DataError, UsageError
+from rlbench.results.history import (
+    COMMITS,
+    GAPS,
+    MACHINE_FILE,
+    RECORDS,
+    CommitInfo,
+    Gap,
+    HistoryStore,
+    Series,
+    params_json,
+    record_commit,
+)
+from rlbench.results.metrics import COUNTERS, EVAL_RETURN, TIME
+from rlbench.results.outputs import write_output
+
+ASSETS = "assets"
+PLOTLY_JS = "plotly.min.js"
+SITE_JS = "site.js"
+SITE_CSS = "site.css"
+BENCH_PREFIX = "bench-"
+SPARK_POINTS = 100  #: commits a sparkline spans (the latest ones of its machine)
+SITE_FILE = "rlbench-site.json"  #: marks a folder as a published site (so a republish may prune its old pages)
+
+#: metrics shown first, in this order (eval_return right after the speed metric: a faster commit that stopped
+#: learning shows beside it)
+_LEAD = ("sps", EVAL_RETURN, "sps/steady", "time/call", "wall_s", "train_s", "init_s", "warmup_s", "eval_s", "startup_s")
+_LEARNING = (EVAL_RETURN, "threshold_reached", "steps_to_threshold", "time_to_threshold_s", "train/recent_return")
+_GROUPS = ("speed", "phases", "counters", "other")
+_GROUP_TITLES = {
+    "speed": "Speed and learning",
+    "phases": "Phases",
+    "counters": "Counters (exact: any change is a step)",
+    "other": "Other metrics",
+}
+
+
+# --- small helpers --------------------------------------------------------------------------------------------------
+def _esc(value: Any) -> str:
+    """Text for HTML (element content and quoted attributes)."""
+    return html.escape(str(value), quote=True)
+
+
+def script_json(data: Any) -> str:
+    """``data`` as JSON safe inside ``<script type="application/json">``: ``<``, ``>``, ``&`` and the line separators
+    U+2028 / U+2029 are written as ``\\uXXXX`` escapes, so ``</script>`` or ``<!--`` in user text cannot end the block.
+    Non-finite numbers become ``null``."""
+    text = json.dumps(_finite(data), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    for ch, sub in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(ch, sub)
+    return text
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _round(v: float | None, digits: int = 6) -> float | None:
+    """``digits`` significant digits (enough for a chart; a third of the characters of a full float)."""
+    if v is None or not math.isfinite(v):
+        return None
+    r = float(f"{v:.{digits}g}")
+    return int(r) if r.is_integer() and abs(r) < 2**53 else r
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:60] or "x"
+
+
+def _hash(text: str, n: int = 10) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:n]
+
+
+def params_label(params: dict[str, Any], shown: Iterable[str] | None = None) -> str:
+    """``k=v, k2=v2`` for the parameters named in ``shown`` (all by default); ``(defaults)`` when none."""
+    keys = sorted(params) if shown is None else [k for k in sorted(params) if k in set(shown)]
+    text = ", ".join(f"{k}={_value_text(params[k])}" for k in keys)
+    return text or "(defaults)"
+
+
+def _value_text(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+
+
+def _params_key(params: dict[str, Any]) -> str:
+    return params_json(params)
+
+
+def median_interval(samples: Sequence[float]) -> tuple[float, float, float, int, bool]:
+    """Median, interval low and high, sample count, and whether the interval is a 95% one.
+
+    With 6 or more finite samples the interval is the distribution-free 95% interval of the median (order statistics
+    ``x[k-1] .. x[n-k]`` with the largest ``k`` that keeps ``P(Binomial(n, 1/2) < k) <= 2.5%``); with fewer it is the
+    range of the samples, which cannot reach 95% (``False``).
+    """
+    xs = sorted(float(v) for v in samples if v is not None and math.isfinite(v))
+    n = len(xs)
+    if n == 0:
+        return math.nan, math.nan, math.nan, 0, False
+    mid = xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+    if n < 6:
+        return mid, xs[0], xs[-1], n, False
+    k = _median_rank(n)
+    return mid, xs[k - 1], xs[n - k], n, True
+
+
+def _median_rank(n: int) -> int:
+    """The largest k >= 1 with P(Binomial(n, 1/2) <= k - 1) <= 0.025 (normal approximation beyond 300 samples)."""
+    if n > 300:
+        return max(1, math.floor(n / 2 - 0.98 * math.sqrt(n)))
+    total, cdf, k = 2.0**n, 0.0, 0
+    while True:
+        cdf += math.comb(n, k) / total
+        if cdf > 0.025:
+            return max(1, k)
+        k += 1
+
+
+def metric_group(s: Series) -> str:
+    """``speed`` (speed and learning), ``phases`` (``time/<phase>``), ``counters`` (exact counts) or ``other``."""
+    head = s.metric.split("/", 1)[0]
+    if s.exact or head in COUNTERS:
+        return "counters"
+    if s.metric in _LEAD or s.metric in _LEARNING:
+        return "speed"
+    if s.metric.startswith(TIME):
+        return "phases"
+    if "/" not in s.metric and (s.metric.endswith("_s") or s.unit in ("steps/s", "s")):
+        return "speed"
+    return "other"
+
+
+def _metric_order(metric: str) -> tuple[int, str]:
+    return (_LEAD.index(metric) if metric in _LEAD else len(_LEAD), metric)
+
+
+def _top_phase(metric: str) -> bool:
+    """A top-level phase time (``time/update``, not ``time/update/actor``, not a micro benchmark's ``time/call``)."""
+    return metric.startswith(TIME) and "/" not in metric[len(TIME) :] and metric != "time/call"
+
+
+def _fmt_value(v: float | None, unit: str) -> str:
+    if v is None or not math.isfinite(v):
+        return "–"
+    if unit == "s":
+        a = abs(v)
+        if a >= 1 or a == 0:
+            return f"{v:,.3g} s" if a < 1000 else f"{v:,.0f} s"
+        if a >= 1e-3:
+            return f"{v * 1e3:.3g} ms"
+        return f"{v * 1e6:.3g} µs"
+    a = abs(v)
+    text = f"{v:,.0f}" if a >= 1000 else f"{v:.4g}"
+    return f"{text} {unit}".rstrip() if unit and unit not in ("count", "fraction") else text
+
+
+def _pct(ratio: float) -> str:
+    if not math.isfinite(ratio):
+        return "from 0" if ratio > 0 else "–"  # a counter that was 0 before the step
+    return f"{(ratio - 1) * 100:+.1f}%"
+
+
+def _date(t: int | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(t)) if t else ""
+
+
+# --- the model: what the pages show ---------------------------------------------------------------------------------
+@dataclass
+class MachineView:
+    """One machine's commits (oldest first), its series, gaps and steps."""
+
+    id: str
+    label: str
+    commits: list[str]
+    series: list[Series]
+    gaps: list[Gap]
+    steps: list[Step]
+
+
+@dataclass
+class SiteSummary:
+    """What :func:`write_site` wrote (``rlbench publish --json`` prints it)."""
+
+    out: Path
+    pages: list[str] = field(default_factory=list)
+    assets: list[str] = field(default_factory=list)
+    machines: list[str] = field(default_factory=list)
+    benchmarks: list[str] = field(default_factory=list)
+    series: int = 0
+    commits: int = 0
+    steps: int = 0
+    open_regressions: int = 0
+    bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "site": str(self.out),
+            "index": str(self.out / "index.html"),
+            "regressions": str(self.out / "regressions.html"),
+            "pages": self.pages,
+            "assets": self.assets,
+            "machines": self.machines,
+            "benchmarks": self.benchmarks,
+            "series": self.series,
+            "commits": self.commits,
+            "steps": self.steps,
+            "open_regressions": self.open_regressions,
+            "bytes": self.bytes,
+        }
+
+
+def _machine_label(store: HistoryStore, machine: str) -> str:
+    try:
+        fp = store.machine_fingerprint(machine) or {}
+    except (OSError, ValueError, DataError, KeyError):
+        fp = {}
+    parts = [str(fp.get("cpu") or "unknown CPU")]
+    if fp.get("cores"):
+        parts.append(f"{fp['cores']} cores")
+    if fp.get("gpus"):
+        parts.append(", ".join(map(str, fp["gpus"])))
+    if fp.get("os"):
+        parts.append(str(fp["os"]))
+    return " · ".join(parts)
+
+
+def open_steps(steps: Sequence[Step]) -> dict[str, Step]:
+    """Per series key, its latest step when that step is for the worse (an open regression)."""
+    latest: dict[str, Step] = {}
+    for st in steps:
+        key = st.series.key()
+        if key not in latest or st.index > latest[key].index:
+            latest[key] = st
+    return {k: st for k, st in latest.items() if st.worse}
+
+
+def step_id(st: Step) -> str:
+    """The anchor of a step on the regressions page (stable across publishes)."""
+    return "step-" + _hash(st.series.key() + "|" + st.first_bad, 12)
+
+
+def _check_store(store: HistoryStore) -> None:
+    """A one-line error for a store that is missing, a file, or a folder with nothing of a history store in it
+    (checked before reading, so a foreign folder gets this line rather than a warning per file)."""
+    root = Path(store.root)
+    if not root.exists():
+        raise UsageError(f"no history store at {str(root)!r} (make one with `rlbench history run` or `rlbench history add`)")
+    if not root.is_dir():
+        raise UsageError(f"{str(root)!r} is a file, not a history store (a folder made by `rlbench history run`)")
+    parts = (RECORDS, MACHINE_FILE, GAPS)
+    if not (root / COMMITS).is_file() and not any(
+        d.is_dir() and any((d / p).exists() for p in parts) for d in root.iterdir() if not d.name.startswith(".")
+    ):
+        raise DataError(
+            f"{str(root)!r} is not a history store or holds nothing yet (no {COMMITS}, no machine folder with records); "
+            "fill it with `rlbench history run` or `rlbench history add`"
+        )
+
+
+def build_views(store: HistoryStore, repo: Path | None = None) -> tuple[list[MachineView], dict[str, CommitInfo]]:
+    """Every machine with its series, gaps and detected steps; raises DataError when there is nothing to show."""
+    _check_store(store)
+    machines = store.machines()
+    if not machines:
+        raise DataError(
+            f"{str(store.root)!r} is not a history store or holds no measurements (no machine folder with records)"
+        )
+    infos = store.commits()
+    order = {sha: i for i, sha in enumerate(store.order(repo))}
+    views = []
+    for machine in machines:
+        series = [s for s in store.series(machine=machine, repo=repo) if s.commits]
+        gaps = list(store.gaps(machine))
+        if not series and not gaps:
+            continue
+        seen: dict[str, int] = {}
+        for s in series:
+            for sha in s.commits:
+                seen.setdefault(sha, len(seen))
+        for g in gaps:
+            seen.setdefault(g.commit, len(seen))
+        far = len(order)
+        commits = sorted(seen, key=lambda sha: (order.get(sha, far), seen[sha]))
+        steps = detect_all(series) if series else []
+        views.append(MachineView(machine, _machine_label(store, machine), commits, series, gaps, steps))
+    if not any(v.series for v in views):
+        raise DataError(f"{str(store.root)!r} holds no measured series (nothing to publish)")
+    return views, infos
+
+
+# --- commands that confirm a step -----------------------------------------------------------------------------------
+#: options of `rlbench run` that `rlbench ab` and `rlbench bisect` set themselves (with the number of values they take)
+_MANAGED = {"--store": 1, "--report": 1, "--repeats": 1, "--seed": 1, "--json": 0, "--quiet": 0, "--profile": 0}
+
+
+def run_argv_of(command: str | None, benchmark: str) -> list[str]:
+    """The ``run BENCH ...`` (or ``profile ... -- script``) part of a recorded ``rlbench run ...`` command line, without
+    the options ab and bisect manage (store, report, repeats, seed, json, quiet, profile). ``run BENCH`` when the
+    record carries no command."""
+    try:
+        argv = shlex.split(command) if command else []
+    except ValueError:
+        argv = []
+    if argv and Path(argv[0]).name == "rlbench":
+        argv = argv[1:]
+    if len(argv) < 2 or argv[0] not in ("run", "profile"):
+        return ["run", benchmark]
+    out: list[str] = []
+    i = 0
+    script = False
+    while i < len(argv):
+        a = argv[i]
+        if a == "--" and argv[0] == "profile":
+            script = True
+        name = a.split("=", 1)[0]
+        if not script and name in _MANAGED:
+            i += 1 if "=" in a or _MANAGED[name] == 0 else 1 + _MANAGED[name]
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def threshold_pct(st: Step) -> int:
+    """The ``--fail METRIC:X%`` that confirms a step: 0% for an exact counter, else half the measured change, rounded
+    down, at least 1% (a confirmation rules out a regression of half the size seen in the history)."""
+    if st.series.exact:
+        return 0
+    if not math.isfinite(st.ratio):
+        return 1
+    return max(1, math.floor(round(abs(st.ratio - 1) * 100 / 2, 6)))
+
+
+def confirm_commands(st: Step, run_argv: list[str]) -> list[str]:
+    """``rlbench ab`` (and, for a step for the worse, ``rlbench bisect``) command lines that confirm ``st``."""
+    good, bad = st.last_good[:12], st.first_bad[:12]
+    tail = ["--", *run_argv]
+    if st.worse:
+        fail = ["--fail", f"{st.series.metric}:{threshold_pct(st)}%"]
+        rounds = ["--rounds", "1"] if st.series.exact else []
+        return [
+            shlex.join(["rlbench", "ab", good, bad, *rounds, *fail, *tail]),
+            shlex.join(["rlbench", "bisect", good, bad, *fail, *tail]),
+        ]
+    return [shlex.join(["rlbench", "ab", good, bad, "--metric", st.series.metric, *tail])]
+
+
+def _recorded_commands(store: HistoryStore, machine: str, wanted: set[tuple[str, str]], order: dict[str, int]) -> dict:
+    """(benchmark, params key) -> the command line of its latest record that carries one."""
+    found: dict[tuple[str, str], tuple[int, str]] = {}
+    if not wanted:
+        return {}
+    for r in store.records(machine):
+        key = (r.benchmark, _params_key(r.params))
+        cmd = r.meta.get("command") if isinstance(r.meta, dict) else None
+        if key not in wanted or not isinstance(cmd, str):
+            continue
+        pos = order.get(record_commit(r) or "", -1)
+        if key not in found or pos >= found[key][0]:
+            found[key] = (pos, cmd)
+    return {k: v[1] for k, v in found.items()}
+
+
+# --- HTML -----------------------------------------------------------------------------------------------------------
+def _page(title: str, body: str, *, scripts: Sequence[str] = (), data: Any = None) -> str:
+    data_block = (
+        f'<script type="application/json" id="rlbench-data">{script_json(data)}</script>\n' if data is not None else ""
+    )
+    tags = "".join(f'<script src="{ASSETS}/{_esc(s)}"></script>\n' for s in scripts)
+    return (
+        "<!doctype html>\n"
+        '<html lang="en"><head><meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{_esc(title)}</title>\n"
+        f'<link rel="stylesheet" href="{ASSETS}/{SITE_CSS}">\n'
+        "</head><body>\n"
+        f"{body}\n{data_block}{tags}"
+        "</body></html>\n"
+    )
+
+
+def _nav(current: str, open_count: int) -> str:
+    items = [("index.html", "Index"), ("regressions.html", f"Regressions ({open_count} open)")]
+    links = " · ".join(
+        f'<a href="{href}"{" aria-current=page" if href == current else ""}>{_esc(text)}</a>' for href, text in items
+    )
+    return f'<nav class="top">{links}</nav>'
+
+
+class _Site:
+    """Renders the pages of one store (the views, the commits' info and the URL template)."""
+
+    def __init__(
+        self, store: HistoryStore, views: list[MachineView], infos: dict[str, CommitInfo], commit_url: str | None, last_n: int
+    ):
+        self.store = store
+        self.views = views
+        self.infos = infos
+        self.commit_url = commit_url
+        self.last_n = last_n
+        self.steps = [st for v in self.views for st in v.steps]
+        self.open = open_steps(self.steps)
+        names = sorted({s.benchmark for v in views for s in v.series} | {g.benchmark for v in views for g in v.gaps})
+        self.pages: dict[str, str] = {}
+        used: set[str] = set()
+        for name in names:
+            slug = _slug(name)
+            if slug != name or slug.lower() in used:
+                slug = f"{slug}-{_hash(name, 8)}"
+            used.add(slug.lower())
+            self.pages[name] = f"{BENCH_PREFIX}{slug}.html"
+        self.generated = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+    # -- shared pieces
+    def short(self, sha: str) -> str:
+        return sha[:8]
+
+    def commit_html(self, sha: str, *, subject: bool = False) -> str:
+        info = self.infos.get(sha)
+        label = f"<code>{_esc(self.short(sha))}</code>"
+        if self.commit_url:
+            label = f'<a href="{_esc(self.commit_url.replace("{sha}", sha))}" title="{_esc(sha)}">{label}</a>'
+        else:
+            label = f'<span title="{_esc(sha)}">{label}</span>'
+        extra = ""
+        if info is not None and info.dirty:
+            extra += ' <span class="dirty" title="measured from a tree with uncommitted changes">dirty</span>'
+        if subject and info is not None and info.subject:
+            extra += f' <span class="subject">{_esc(info.subject)}</span>'
+        return label + extra
+
+    def footer(self) -> str:
+        return (
+            f"<footer>Generated by <code>rlbench publish</code> on {_esc(self.generated)}. Per-commit intervals: the 95% "
+            "interval of the median with 6 or more samples, else the samples' range.</footer>"
+        )
+
+    # -- index
+    def index_html(self) -> str:
+        commits = len({c for v in self.views for c in v.commits})
+        series = sum(len(v.series) for v in self.views)
+        parts = [
+            _nav("index.html", len(self.open)),
+            "<h1>Benchmark history</h1>",
+            f'<p class="lead">{len(self.views)} machine(s) · {len(self.pages)} benchmark(s) · {series} series · '
+            f'{commits} commit(s) · <a href="regressions.html">{len(self.open)} open regression(s)</a>, '
+            f"{len(self.steps)} detected step(s). Change: the latest median against the one {self.last_n} measured "
+            "commits earlier.</p>",
+            '<p><label>Filter <input id="filter" type="search" placeholder="benchmark, metric, parameter"></label></p>',
+        ]
+        for v in self.views:
+            parts.append(self.index_machine(v))
+        parts.append(self.footer())
+        return _page("rlbench history", "\n".join(parts), scripts=(SITE_JS,))
+
+    def index_machine(self, v: MachineView) -> str:
+        pos = {sha: i for i, sha in enumerate(v.commits)}
+        window = v.commits[-SPARK_POINTS:]
+        rows = []
+        for s in sorted(
+            v.series,
+            key=lambda s: (s.benchmark, _GROUPS.index(metric_group(s)), _metric_order(s.metric), _params_key(s.params)),
+        ):
+            rows.append(self.index_row(v, s, pos, window))
+        head = (
+            "<tr><th>benchmark</th><th>parameters</th><th>metric</th><th>latest</th><th>interval</th><th>commit</th>"
+            f"<th>change ({self.last_n})</th><th>last {len(window)} commits</th><th>regression</th></tr>"
+        )
+        return (
+            f'<section class="machine" id="m-{_esc(_slug(v.id))}"><h2>Machine <code>{_esc(v.id)}</code></h2>'
+            f'<p class="machine-label">{_esc(v.label)} · {len(v.commits)} commit(s), {len(v.series)} series</p>'
+            f'<table class="series"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table></section>'
+        )
+
+    def index_row(self, v: MachineView, s: Series, pos: dict[str, int], window: list[str]) -> str:
+        med, lo, hi, n, ci = median_interval(s.samples[-1])
+        back = max(0, len(s.commits) - 1 - self.last_n)
+        change = "–"
+        if back < len(s.commits) - 1:
+            old = median_interval(s.samples[back])[0]
+            if old and math.isfinite(old) and math.isfinite(med):
+                ratio = med / old
+                arrow = "▲" if ratio > 1 else "▼" if ratio < 1 else ""
+                change = f'<span title="vs {_esc(self.short(s.commits[back]))}">{arrow}{_esc(_pct(ratio))}</span>'
+        page = self.pages[s.benchmark]
+        flag = ""
+        st = self.open.get(s.key())
+        if st is not None:
+            text = f"{_pct(st.ratio)} at {self.short(st.first_bad)}"
+            flag = f'<a class="flag" href="regressions.html#{step_id(st)}">{_esc(text)}</a>'
+        values = dict(zip(s.commits, s.samples))
+        spark = sparkline([median_interval(values[c])[0] if c in values else None for c in window], s.direction)
+        interval = f"{_fmt_value(lo, s.unit)} – {_fmt_value(hi, s.unit)}" if n > 1 else "–"
+        kind = "95% CI" if ci else "range"
+        return (
+            f'<tr class="{"open" if flag else ""}"><td><a href="{page}#m-{_esc(_slug(v.id))}">{_esc(s.benchmark)}</a></td>'
+            f"<td>{_esc(params_label(s.params))}</td><td><code>{_esc(s.metric)}</code></td>"
+            f"<td class=num>{_esc(_fmt_value(med, s.unit))}</td>"
+            f'<td class=num title="{kind} of {n} samples">{_esc(interval)}</td>'
+            f"<td>{self.commit_html(s.commits[-1])}</td><td class=num>{change}</td><td>{spark}</td><td>{flag}</td></tr>"
+        )
+
+    # -- regressions
+    def regressions_html(self) -> str:
+        parts = [
+            _nav("regressions.html", len(self.open)),
+            "<h1>Detected steps</h1>",
+            f'<p class="lead">{len(self.steps)} step(s) detected, {len(self.open)} open regression(s) (a series whose latest '
+            "step is for the worse). Size: the median after the step over the median before, with its 95% interval. The "
+            "commands re-measure the two commits side by side (<code>rlbench ab</code>, interleaved rounds) and look for "
+            "the first bad commit between them (<code>rlbench bisect</code>); the threshold is half the step's size "
+            "(0% for an exact counter).</p>",
+        ]
+        order = {sha: i for v in self.views for i, sha in enumerate(v.commits)}
+        for v in self.views:
+            wanted = {(st.series.benchmark, _params_key(st.series.params)) for st in v.steps}
+            commands = _recorded_commands(self.store, v.id, wanted, order)
+            parts.append(
+                f'<section class="machine" id="m-{_esc(_slug(v.id))}"><h2>Machine <code>{_esc(v.id)}</code></h2>'
+                f'<p class="machine-label">{_esc(v.label)}</p>'
+            )
+            if not v.steps:
+                parts.append("<p>No step detected.</p>")
+            pos = {sha: i for i, sha in enumerate(v.commits)}
+            ranked = sorted(
+                v.steps,
+                key=lambda st: (st.series.key() not in self.open or self.open[st.series.key()] is not st,
+                                not st.worse, -pos.get(st.first_bad, 0), st.series.key()),
+            )  # fmt: skip
+            for st in ranked:
+                run_argv = run_argv_of(commands.get((st.series.benchmark, _params_key(st.series.params))), st.series.benchmark)
+                parts.append(self.step_html(v, st, run_argv))
+            parts.append("</section>")
+        parts.append(self.footer())
+        return _page("rlbench history: regressions", "\n".join(parts), scripts=(SITE_JS,))
+
+    def step_html(self, v: MachineView, st: Step, run_argv: list[str]) -> str:
+        s = st.series
+        is_open = self.open.get(s.key()) is st
+        kind = "regression" if st.worse else "improvement" if s.direction in ("higher", "lower") else "change"
+        status = " open" if is_open else ""
+        lo, hi = st.ci
+        size = f"{_pct(st.ratio)} [{_pct(lo)}, {_pct(hi)}]" if lo != hi else f"{_pct(st.ratio)} (exact)"
+        phases = self.moved_phases(v, st)
+        cmds = "".join(f"<pre><code>{_esc(c)}</code></pre>" for c in confirm_commands(st, run_argv))
+        return (
+            f'<article class="step {kind}{status}" id="{step_id(st)}">'
+            f"<h3>{'OPEN ' if is_open else ''}{kind}: "
+            f'<a href="{self.pages[s.benchmark]}#m-{_esc(_slug(v.id))}">{_esc(s.benchmark)}</a> '
+            f"<code>{_esc(s.metric)}</code> {_esc(size)}</h3>"
+            f"<p>parameters: {_esc(params_label(s.params))} · direction: {_esc(s.direction)} · unit: {_esc(s.unit)}</p>"
+            f"<p>last good {self.commit_html(st.last_good, subject=True)}<br>first bad "
+            f"{self.commit_html(st.first_bad, subject=True)}</p>"
+            f"<p>phases that moved: {phases}</p>{cmds}</article>"
+        )
+
+    def moved_phases(self, v: MachineView, st: Step) -> str:
+        """The step's ``phases`` with the size of their own step at the same commit (+-1 on the machine's commits)."""
+        if not st.phases:
+            return "none" if not st.series.metric.startswith(TIME) else "–"
+        pos = {sha: i for i, sha in enumerate(v.commits)}
+        at = pos.get(st.first_bad, -10)
+        out = []
+        for name in st.phases:
+            match = [
+                o
+                for o in v.steps
+                if o.series.metric == name
+                and o.series.benchmark == st.series.benchmark
+                and params_json(o.series.params) == params_json(st.series.params)
+                and abs(pos.get(o.first_bad, -10) - at) <= 1
+            ]
+            out.append(f"<code>{_esc(name)}</code>" + (f" {_esc(_pct(match[0].ratio))}" if match else ""))
+        return ", ".join(out)
+
+    # -- benchmark pages
+    def bench_html(self, name: str) -> tuple[str, dict[str, Any]]:
+        commits: list[list[Any]] = []
+        index: dict[str, int] = {}
+        machines: list[dict[str, Any]] = []
+        charts: list[dict[str, Any]] = []
+        sections = []
+        for v in self.views:
+            series = [s for s in v.series if s.benchmark == name]
+            gaps = [g for g in v.gaps if g.benchmark == name]
+            if not series and not gaps:
+                continue
+            first = min(
+                [v.commits.index(s.commits[0]) for s in series]
+                + [v.commits.index(g.commit) for g in gaps if g.commit in v.commits]
+            )
+            axis = v.commits[first:]
+            for sha in axis:
+                if sha not in index:
+                    index[sha] = len(commits)
+                    info = self.infos.get(sha)
+                    commits.append(
+                        [
+                            sha[:12],
+                            _date(info.time if info else None),
+                            (info.subject or "") if info else "",
+                            int(bool(info and info.dirty)),
+                        ]
+                    )
+            mi = len(machines)
+            pos = {sha: i for i, sha in enumerate(axis)}
+            gap_marks = [[pos[g.commit], g.status, g.message] for g in gaps if g.commit in pos]
+            machines.append({"id": v.id, "x": [index[sha] for sha in axis], "gaps": gap_marks})
+            sections.append(self.bench_machine(v, series, gaps, axis, pos, mi, charts))
+        cases = {_params_key(s.params): s.params for v in self.views for s in v.series if s.benchmark == name}
+        common = _common_params(list(cases.values()))
+        data = {"bench": name, "commits": commits, "machines": machines, "charts": charts}
+        head = (
+            f"<h1>{_esc(name)}</h1>"
+            f'<p class="lead">{len(cases)} parameter case(s){": " + _esc(params_label(common)) if common else ""}. '
+            "A chart per metric over commits (oldest left); hover a point for its commit, median, interval and sample "
+            "count. A missing point is a commit where that case has no samples.</p>"
+        )
+        toc = "".join(
+            f'<li><a href="#m-{_esc(_slug(v["id"]))}">machine <code>{_esc(v["id"])}</code></a></li>' for v in machines
+        )
+        body = "\n".join([_nav("", len(self.open)), head, f"<ul class=toc>{toc}</ul>", *sections, self.footer()])
+        return _page(f"rlbench history: {name}", body, scripts=(PLOTLY_JS, SITE_JS), data=data), data
+
+    def bench_machine(
+        self,
+        v: MachineView,
+        series: list[Series],
+        gaps: list[Gap],
+        axis: list[str],
+        pos: dict[str, int],
+        mi: int,
+        charts: list[dict[str, Any]],
+    ) -> str:
+        cases = {_params_key(s.params): s.params for s in series}
+        varying = _varying_params(list(cases.values()))
+        by_metric: dict[str, list[Series]] = defaultdict(list)
+        for s in series:
+            by_metric[s.metric].append(s)
+        groups: dict[str, list[str]] = defaultdict(list)
+        for metric, ss in by_metric.items():
+            groups[metric_group(ss[0])].append(metric)
+        out = [
+            f'<section class="machine" id="m-{_esc(_slug(v.id))}"><h2>Machine <code>{_esc(v.id)}</code></h2>',
+            f'<p class="machine-label">{_esc(v.label)} · {len(axis)} commit(s) from '
+            f"{self.commit_html(axis[0])} to {self.commit_html(axis[-1])}</p>",
+        ]
+        failed = [g for g in gaps if g.status == "failed"]
+        absent = [g for g in gaps if g.status != "failed"]
+        if gaps:
+            items = "".join(
+                f"<li>{self.commit_html(g.commit)} {_esc(g.status)} ({_esc(params_label(g.params))}): {_esc(g.message)}</li>"
+                for g in gaps[:200]
+            )
+            out.append(
+                f'<details class="gaps"><summary>{len(failed)} failed, {len(absent)} absent commit(s) (marked on the '
+                f"charts)</summary><ul>{items}</ul></details>"
+            )
+
+        def chart(title: str, spec: dict[str, Any], wide: bool = False) -> str:
+            spec["m"] = mi
+            charts.append(spec)
+            traces = spec["traces"] if "traces" in spec else charts[spec["of"]]["traces"]
+            points = sum(sum(1 for y in t["y"] if y is not None) for t in traces)
+            return (
+                f'<figure class="card{" wide" if wide else ""}"><figcaption>{title}</figcaption>'
+                f'<div class="chart" data-chart="{len(charts) - 1}" data-points="{points}"></div></figure>'
+            )
+
+        def line_spec(metric: str) -> dict[str, Any]:
+            ss = sorted(by_metric[metric], key=lambda s: _params_key(s.params))
+            traces = []
+            for s in ss:
+                y: list[Any] = [None] * len(axis)
+                lo: list[Any] = [None] * len(axis)
+                hi: list[Any] = [None] * len(axis)
+                n: list[int] = [0] * len(axis)
+                for sha, samples in zip(s.commits, s.samples):
+                    if sha not in pos:
+                        continue
+                    med, a, b, k, _ = median_interval(samples)
+                    i = pos[sha]
+                    y[i], lo[i], hi[i], n[i] = _round(med), _round(a, 4), _round(b, 4), k
+                trace: dict[str, Any] = {"name": params_label(s.params, varying), "y": y}
+                counts = {k for k, v in zip(n, y) if v is not None}
+                trace["n"] = counts.pop() if len(counts) == 1 else n  # one number when every commit has as many
+                if any(a != b for a, b in zip(lo, hi)):
+                    trace["lo"], trace["hi"] = lo, hi  # none: every commit has one sample (or all equal)
+                traces.append(trace)
+            first = ss[0]
+            return {
+                "kind": "line",
+                "metric": metric,
+                "unit": first.unit,
+                "dir": first.direction,
+                "exact": first.exact,
+                "traces": traces,
+            }
+
+        def title_of(metric: str) -> str:
+            s = by_metric[metric][0]
+            better = {"higher": "higher is better", "lower": "lower is better"}.get(s.direction, "")
+            return f"<code>{_esc(metric)}</code> <span class=unit>{_esc(s.unit)}{' · ' + better if better else ''}</span>"
+
+        for group in _GROUPS:
+            metrics = sorted(groups.get(group, []), key=_metric_order)
+            if not metrics:
+                continue
+            out.append(f"<h3>{_esc(_GROUP_TITLES[group])}</h3><div class=grid>")
+            if group == "phases":
+                out.extend(self.phase_stacks(by_metric, axis, pos, varying, chart, charts))
+            for metric in metrics:
+                out.append(chart(title_of(metric), line_spec(metric)))
+            out.append("</div>")
+        out.append("</section>")
+        return "\n".join(out)
+
+    def phase_stacks(
+        self,
+        by_metric: dict[str, list[Series]],
+        axis: list[str],
+        pos: dict[str, int],
+        varying: list[str],
+        chart: Any,
+        charts: list[dict[str, Any]],
+    ) -> list[str]:
+        """Per case, the top-level phase times stacked over commits, and their shares."""
+        per_case: dict[str, list[Series]] = defaultdict(list)
+        for metric, ss in by_metric.items():
+            if _top_phase(metric):
+                for s in ss:
+                    per_case[_params_key(s.params)].append(s)
+        out = []
+        for key in sorted(per_case):
+            ss = sorted(per_case[key], key=lambda s: s.metric)
+            if len(ss) < 2:
+                continue
+            traces = []
+            for s in ss:
+                y: list[Any] = [None] * len(axis)
+                for sha, samples in zip(s.commits, s.samples):
+                    if sha in pos:
+                        y[pos[sha]] = _round(median_interval(samples)[0])
+                traces.append({"name": s.metric[len(TIME) :], "y": y})
+            label = params_label(ss[0].params, varying) if varying else ""
+            suffix = f" <span class=unit>{_esc(label)}</span>" if label else ""
+            spec = {"kind": "stack", "unit": "s", "case": key, "traces": traces}
+            out.append(chart(f"phase times, stacked (median s){suffix}", spec))
+            share = {"kind": "share", "unit": "%", "case": key, "of": len(charts) - 1}  # the stack's traces, not a copy
+            out.append(chart(f"phase shares of their total{suffix}", share))
+        return out
+
+
+def _common_params(cases: list[dict[str, Any]]) -> dict[str, Any]:
+    if not cases:
+        return {}
+    first = cases[0]
+    return {k: v for k, v in first.items() if all(k in c and c[k] == v for c in cases[1:])}
+
+
+def _varying_params(cases: list[dict[str, Any]]) -> list[str]:
+    common = _common_params(cases)
+    return sorted({k for c in cases for k in c} - set(common))
+
+
+def sparkline(values: Sequence[float | None], direction: str = "none", width: int = 120, height: int = 24) -> str:
+    """An inline SVG line of ``values`` (``None``: a gap, the line breaks); the last value is a dot."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return ""
+    lo, hi = min(finite), max(finite)
+    span = hi - lo or 1.0
+    n = max(len(values) - 1, 1)
+    d = []
+    pen = False
+    last = None
+    for i, v in enumerate(values):
+        if v is None or not math.isfinite(v):
+            pen = False
+            continue
+        x = 1 + (width - 2) * i / n
+        y = height - 2 - (height - 4) * (v - lo) / span
+        d.append(f"{'L' if pen else 'M'}{x:.1f} {y:.1f}")
+        pen = True
+        last = (x, y)
+    dot = f'<circle cx="{last[0]:.1f}" cy="{last[1]:.1f}" r="2"/>' if last else ""
+    return (
+        f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="last {len(values)} commits"><path d="{" ".join(d)}"/>{dot}</svg>'
+    )
+
+
+# --- writing --------------------------------------------------------------------------------------------------------
+def _plotly_js() -> Path:
+    try:
+        import plotly
+    except ImportError:  # pragma: no cover - plotly is a dependency
+        raise UsageError("rlbench publish needs plotly (pip install plotly)") from None
+    path = Path(plotly.__file__).resolve().parent / "package_data" / PLOTLY_JS
+    if not path.is_file():
+        raise UsageError(f"the installed plotly has no {PLOTLY_JS} at {str(path)!r}; reinstall plotly")
+    return path
+
+
+def check_site_dir(out: str | os.PathLike[str]) -> Path:
+    """The output folder, refused (UsageError) when it is a file or anything but a folder, or not writable."""
+    path = Path(out)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    except OSError as exc:
+        raise UsageError(f"-o {str(path)!r}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode) and path.is_dir():
+        return path  # a link to a folder (a gh-pages checkout elsewhere): written into
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"-o {str(path)!r} is a file, not a folder; give the folder to write the site into")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"-o {str(path)!r}: folder not writable")
+    return path
+
+
+def write_site(
+    store: HistoryStore,
+    out: str | os.PathLike[str],
+    *,
+    commit_url: str | None = None,
+    last_n: int = 20,
+    repo: Path | None = None,
+) -> SiteSummary:
+    """Write the site of ``store`` into ``out`` and say what was written.
+
+    Pages of a benchmark no longer in the store are removed when ``out`` holds an earlier site (its
+    ``rlbench-site.json``); nothing else in ``out`` is touched (a ``.git`` of a gh-pages checkout stays).
+
+    Raises:
+        UsageError: ``out`` is a file or not writable, ``commit_url`` lacks ``{sha}``, ``last_n`` < 1.
+        DataError: the store is missing, empty, or not a history store.
+    """
+    if commit_url is not None and "{sha}" not in commit_url:
+        raise UsageError(
+            f"--commit-url must contain {{sha}}, e.g. https://github.com/OWNER/REPO/commit/{{sha}}; got {commit_url!r}"
+        )
+    if last_n < 1:
+        raise UsageError(f"--last must be at least 1, got {last_n}")
+    root = check_site_dir(out)
+    views, infos = build_views(store, repo)
+    site = _Site(store, views, infos, commit_url, last_n)
+    try:
+        (root / ASSETS).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"-o {str(root)!r}: cannot create folder ({exc.strerror or exc})") from None
+    summary = SiteSummary(out=root)
+    plotly_src = _plotly_js()
+    plotly_dst = root / ASSETS / PLOTLY_JS
+    if not (
+        plotly_dst.is_file()
+        and plotly_dst.stat().st_size == plotly_src.stat().st_size
+        and plotly_dst.read_bytes() == plotly_src.read_bytes()
+    ):
+        write_output(plotly_dst, plotly_src.read_bytes(), "-o")
+    for name in (SITE_JS, SITE_CSS):
+        write_output(root / ASSETS / name, resources.files("rlbench.report").joinpath("site_assets", name).read_bytes(), "-o")
+    summary.assets = [f"{ASSETS}/{n}" for n in (PLOTLY_JS, SITE_JS, SITE_CSS)]
+
+    def put(rel: str, text: str) -> None:
+        write_output(root / rel, text, "-o")
+        summary.pages.append(rel)
+
+    put("index.html", site.index_html())
+    put("regressions.html", site.regressions_html())
+    for name, rel in site.pages.items():
+        put(rel, site.bench_html(name)[0])
+    marker = root / SITE_FILE
+    if marker.is_file():  # an earlier publish: drop its benchmark pages that this one did not write
+        try:
+            previous = json.loads(marker.read_text(encoding="utf-8")).get("pages", [])
+        except (OSError, ValueError, AttributeError):
+            previous = []
+        for rel in previous:
+            if isinstance(rel, str) and rel.startswith(BENCH_PREFIX) and "/" not in rel and rel not in summary.pages:
+                (root / rel).unlink(missing_ok=True)
+    summary.machines = [v.id for v in views]
+    summary.benchmarks = list(site.pages)
+    summary.series = sum(len(v.series) for v in views)
+    summary.commits = len({c for v in views for c in v.commits})
+    summary.steps = len(site.steps)
+    summary.open_regressions = len(site.open)
+    write_output(marker, json.dumps({"generator": "rlbench publish", "pages": summary.pages}, indent=1) + "\n", "-o")
+    summary.bytes = sum((root / p).stat().st_size for p in [*summary.pages, *summary.assets])
+    return summary
+
+
+def publish(
+    store: HistoryStore, out: Path, *, commit_url: str | None = None, last_n: int = 20, repo: Path | None = None
+) -> Path:
+    """Write the static site of ``store`` into ``out`` (see the module docstring); returns ``out``."""
+    return write_site(store, out, commit_url=commit_url, last_n=last_n, repo=repo).out

@@ -1,0 +1,473 @@
+"""How often history step detection cries wolf, and how often it finds a real step, on this machine's real noise.
+
+``python -m rlbench.suites.scripts.step_calibration --report reports/history-steps-calibration.md``
+
+1. **Measure** (once): ``--ppo-runs`` separate invocations of ``rlbench run ppo-cartpole --total-steps N --repeats 3``
+   and ``--gae-runs`` of ``rlbench run gae --select 'numpy or numba' --repeats 3``, all of ONE commit, alternating,
+   each a fresh process as a history run makes one per commit. The raw samples of every timing metric (units of
+   time or rate, with a direction) are saved per invocation and repeat to a JSON file (``--save-samples``); pass it
+   back with ``--samples FILE`` to rerun the analysis without measuring again.
+2. **Synthetic histories**: ``--commits`` commits, each one real invocation drawn at random (with replacement), with
+   its ``--repeats`` repeats' raw samples: the noise between commits is the noise between real processes, and the
+   samples within a commit keep their real correlation.
+3. **False steps**: :func:`rlbench.analysis.steps.detect_steps` on ``--trials`` histories with nothing injected;
+   every step found is false. Reported per 100 commits.
+4. **Detection**: the same, with a slowdown of 10% (and 5%) injected at a random commit (every sample from it on
+   multiplied by 1.10 for a time, divided by 1.10 for a rate): found when a step's first bad commit is within +-1 of
+   the injected one and it goes the worse way.
+
+Nothing here is hard-coded: the report is generated from what this run measured (or the cached samples), on the
+machine it names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import zlib
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlbench.analysis.compare import RATE_OR_TIME_UNITS
+from rlbench.analysis.steps import DEFAULTS, StepSettings, detect_steps
+from rlbench.core.children import run_child
+from rlbench.core.errors import Terminated, interrupt_exit_code
+from rlbench.instrument.machine_load import LoadProbe
+from rlbench.results.fingerprint import git_fingerprint, machine_fingerprint
+from rlbench.results.history import Series, params_json
+from rlbench.results.metrics import MACHINE_OTHER_CPU
+from rlbench.results.store import read_records
+
+ROOT = Path(__file__).resolve().parents[2]
+GAE_SELECT = "numpy or numba"
+HEADLINE = (("ppo-cartpole", {}, "sps"), ("gae", {"impl": "numpy", "size": "128x8"}, "time/call"))
+"""The series the targets are judged on: ppo-cartpole's SPS and the gae micro group's NumPy GAE at T=128, N=8."""
+QUIET = 0.1
+"""An invocation is quiet when other processes used at most this share of the CPU (median over its repeats): the
+gate's ``BUSY_DIFFERENCE``, a load that can by itself move a timing."""
+
+
+def _run(cmd: list[str], timeout: float) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = run_child(cmd, timeout=timeout, env=env, cwd=str(ROOT))
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        raise SystemExit(f"measurement failed: {' '.join(cmd)} exited {done.returncode}: {tail[0]}")
+
+
+def wait_quiet(threshold: float, max_wait_s: float, window_s: float = 3.0) -> float | None:
+    """Wait until other processes use at most ``threshold`` of the CPU capacity over a ``window_s`` window, for at most
+    ``max_wait_s``; the last window's share (``None`` where unreadable)."""
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        probe = LoadProbe()
+        time.sleep(window_s)
+        other = probe.stop().other_cpu
+        if other is None or other <= threshold or time.monotonic() >= deadline:
+            return other
+
+
+def measure(args: argparse.Namespace, out: Path, command: str) -> dict[str, Any]:
+    """Run the invocations (alternating ppo-cartpole and gae) and collect their timing samples per invocation, with
+    the machine's load during each (median over its repeats of ``machine/other_cpu``).
+
+    The samples are saved to ``out`` after every invocation (replaced whole), so an interrupted measurement keeps what
+    it finished: ``--samples OUT`` analyses it.
+    """
+    series: dict[str, dict[str, Any]] = {}
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    commands = {
+        "ppo": [
+            *(sys.executable, "-m", "rlbench", "run", "ppo-cartpole"),
+            *("--total-steps", str(args.ppo_steps), "--repeats", str(args.repeats)),
+        ],
+        "gae": [
+            *(sys.executable, "-m", "rlbench", "run", "gae"),
+            *("--select", GAE_SELECT, "--repeats", str(args.repeats)),
+        ],
+    }
+    plan = []
+    for i in range(max(args.ppo_runs, args.gae_runs)):
+        plan += ["ppo"] if i < args.ppo_runs else []
+        plan += ["gae"] if i < args.gae_runs else []
+    done = {"ppo": 0, "gae": 0}
+    data: dict[str, Any] = {
+        "meta": {
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+            "command": command,
+            "machine": machine_fingerprint(),
+            "git": git_fingerprint(),
+            "ppo_runs": 0,
+            "gae_runs": 0,
+            "ppo_steps": args.ppo_steps,
+            "repeats": args.repeats,
+            "gae_select": GAE_SELECT,
+            "wait_quiet": args.wait_quiet,
+            "cpu_s": 0.0,
+            "wall_s": 0.0,
+        },
+        "series": series,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="rlbench-stepcal-"))
+    try:
+        for n, kind in enumerate(plan):
+            if args.wait_quiet is not None:
+                wait_quiet(args.wait_quiet, args.max_wait)
+            store = tmp / f"{kind}-{n}"
+            cmd = [*commands[kind], "--store", str(store), "--report", str(tmp / "report.md"), "--quiet"]
+            print(f"[{n + 1}/{len(plan)}] {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+            _run(cmd, timeout=900)
+            per: dict[str, list[list[float]]] = {}
+            loads: list[float] = []
+            for r in read_records(store):
+                if r.metric == MACHINE_OTHER_CPU:
+                    loads += [v for v in r.samples if math.isfinite(v)]
+                if r.unit not in RATE_OR_TIME_UNITS or r.direction == "none":
+                    continue
+                key = f"{r.benchmark}|{params_json(r.params)}|{r.metric}"
+                if key not in series:
+                    series[key] = {
+                        "benchmark": r.benchmark,
+                        "params": r.params,
+                        "metric": r.metric,
+                        "unit": r.unit,
+                        "direction": r.direction,
+                        "invocations": [],
+                        "loads": [],
+                    }
+                per.setdefault(key, []).append([v for v in r.samples if math.isfinite(v)])
+            load = float(np.median(loads)) if loads else None
+            for key, reps in per.items():
+                series[key]["invocations"].append(reps)
+                series[key]["loads"].append(load)
+            shutil.rmtree(store, ignore_errors=True)
+            done[kind] += 1
+            cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            data["meta"].update(
+                ppo_runs=done["ppo"],
+                gae_runs=done["gae"],
+                cpu_s=(cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
+                wall_s=time.perf_counter() - t0,
+            )
+            tmp_out = out.with_name(out.name + ".tmp")
+            tmp_out.write_text(json.dumps(data), encoding="utf-8")
+            os.replace(tmp_out, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return data
+
+
+def _pooled(invocation: list[list[float]]) -> list[float]:
+    return [v for rep in invocation for v in rep]
+
+
+def noise_of(invocations: list[list[list[float]]]) -> tuple[float, float]:
+    """Between-invocation standard deviation of the log median, and the median within-invocation standard error of
+    the log median (from its own samples): what the history sees against what one process's samples suggest."""
+    levels = [math.log(float(np.median(_pooled(inv)))) for inv in invocations]
+    between = float(np.std(levels, ddof=1)) if len(levels) >= 2 else math.nan
+    ses = []
+    for inv in invocations:
+        logs = np.log(np.asarray(_pooled(inv), dtype=float))
+        if logs.size >= 2:
+            ses.append(1.2533 * float(np.std(logs, ddof=1)) / math.sqrt(logs.size))
+    return between, float(np.median(ses)) if ses else math.nan
+
+
+def calibrate_series(
+    entry: dict[str, Any], invs: list[list[list[float]]], commits: int, trials: int, seed: int, settings: StepSettings
+) -> dict[str, Any]:
+    """False steps with nothing injected, and detection of +5% and +10% slowdowns, on synthetic histories drawn from
+    the invocations ``invs``."""
+    key = f"{entry['benchmark']}|{params_json(entry['params'])}|{entry['metric']}"
+    rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
+    between, within = noise_of(invs)
+    out: dict[str, Any] = {"entry": entry, "invocations": len(invs), "sigma_between": between, "se_within": within}
+    names = [f"{i:040x}" for i in range(commits)]
+    for label, size in (("none", 0.0), ("+5%", 0.05), ("+10%", 0.10)):
+        false = with_false = found = 0
+        for _ in range(trials):
+            picks = rng.integers(0, len(invs), commits)
+            samples = [_pooled(invs[p]) for p in picks]
+            at = int(rng.integers(1, commits)) if size else -1
+            if size:  # slower from commit `at` on: a time grows, a rate shrinks
+                factor = (1 + size) if entry["direction"] == "lower" else 1 / (1 + size)
+                samples = [[v * factor for v in s] if i >= at else s for i, s in enumerate(samples)]
+            series = Series(
+                "calibration",
+                entry["benchmark"],
+                entry["params"],
+                entry["metric"],
+                entry["unit"],
+                entry["direction"],
+                False,
+                names,
+                samples,
+            )
+            steps = detect_steps(series, settings)
+            hit = [st for st in steps if size and abs(st.index - at) <= 1 and st.worse]
+            found += bool(hit)
+            wrong = len(steps) - (1 if hit else 0)
+            false += wrong
+            with_false += wrong > 0
+        out[label] = {
+            "trials": trials,
+            "found": found,
+            "false_steps": false,
+            "false_per_100": 100 * false / (trials * commits),
+            "histories_with_false": with_false,
+        }
+    return out
+
+
+def _is_headline(entry: dict[str, Any]) -> bool:
+    return any(
+        entry["benchmark"] == b and entry["metric"] == m and all(entry["params"].get(k) == v for k, v in ps.items())
+        for b, ps, m in HEADLINE
+    )
+
+
+def calibrate(
+    data: dict[str, Any], commits: int, trials: int, seed: int, settings: StepSettings = DEFAULTS, only: str | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """:func:`calibrate_series` for every measured series, on all its invocations (``all``) and on the quiet ones
+    (``quiet``: load at most :data:`QUIET`), each where there are at least 4; ``only``: a substring filter on the key."""
+    results: dict[str, list[dict[str, Any]]] = {"all": [], "quiet": []}
+    for key in sorted(data["series"]):
+        entry = data["series"][key]
+        if only and only not in key:
+            continue
+        invs = [inv for inv in entry["invocations"] if inv and all(rep for rep in inv)]
+        loads = entry.get("loads") or [None] * len(entry["invocations"])
+        quiet = [inv for inv, load in zip(entry["invocations"], loads) if inv in invs and load is not None and load <= QUIET]
+        for name, chosen in (("all", invs), ("quiet", quiet)):
+            if len(chosen) < 4:
+                continue
+            r = calibrate_series(entry, chosen, commits, trials, seed, settings)
+            results[name].append(r)
+            print(
+                f"{name:5} {_label(entry)}: {len(chosen)} invocations, sigma {_pct(r['sigma_between'])}, false/100 "
+                f"{r['none']['false_per_100']:.2f}, +10% {r['+10%']['found']}/{trials}, +5% {r['+5%']['found']}/{trials}",
+                file=sys.stderr,
+                flush=True,
+            )
+    return results
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f}%" if math.isfinite(v) else "n/a"
+
+
+def _label(entry: dict[str, Any]) -> str:
+    params = entry["params"]
+    shown = ", ".join(str(params[k]) for k in ("impl", "size") if k in params and isinstance(params[k], str))
+    return f"{entry['benchmark']}{f' {shown}' if shown else ''} `{entry['metric']}`"
+
+
+def _table(results: list[dict[str, Any]], trials: int) -> list[str]:
+    lines = [
+        "| Series | Invocations | Sigma between | SE within | False steps / 100 commits | Histories with a false step "
+        "| +10% found | +5% found | False steps / 100 commits beside a +10% step |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(results, key=lambda r: (r["entry"]["benchmark"], r["sigma_between"])):
+        lines.append(
+            f"| {_label(r['entry'])} | {r['invocations']} | {_pct(r['sigma_between'])} | {_pct(r['se_within'])} | "
+            f"{r['none']['false_per_100']:.2f} | {r['none']['histories_with_false']}/{trials} | "
+            f"{_pct(r['+10%']['found'] / trials)} | {_pct(r['+5%']['found'] / trials)} | "
+            f"{r['+10%']['false_per_100']:.2f} |"
+        )
+    return lines
+
+
+def _summary(results: list[dict[str, Any]], trials: int) -> str:
+    ok_false = sum(r["none"]["false_per_100"] <= 1.0 for r in results)
+    ok_10 = sum(r["+10%"]["found"] / trials >= 0.95 for r in results)
+    worst = max((r["none"]["false_per_100"] for r in results), default=math.nan)
+    return (
+        f"{ok_false} of {len(results)} series have at most 1 false step per 100 commits (worst {worst:.2f}); "
+        f"{ok_10} of {len(results)} find a +10% step within +-1 commit in 95% of histories or more."
+    )
+
+
+def render(
+    data: dict[str, Any], results: dict[str, list[dict[str, Any]]], args: argparse.Namespace, settings: StepSettings
+) -> str:
+    """The markdown report: what was measured, the method's settings, false steps and detection per series."""
+    meta = data["meta"]
+    machine, git = meta.get("machine", {}), meta.get("git", {})
+    trials, commits, repeats = args.trials, args.commits, meta.get("repeats", 3)
+    loads = [x for e in data["series"].values() if e["metric"] == "sps" for x in e.get("loads", []) if x is not None]
+    loads += [x for e in data["series"].values() if _is_headline(e) and e["benchmark"] == "gae" for x in e.get("loads", [])]
+    loads = [x for x in loads if x is not None]
+    n_quiet = sum(x <= QUIET for x in loads)
+    analysis = (
+        "python -m rlbench.suites.scripts.step_calibration --samples SAMPLES.json "
+        f"--commits {commits} --trials {trials} --seed {args.seed}"
+        + "".join(
+            f" --{name.replace('_', '-')} {getattr(settings, name)}"
+            for name in ("penalty", "min_effect", "min_run")
+            if getattr(settings, name) != getattr(DEFAULTS, name)
+        )
+    )
+    lines = [
+        "# History step detection: calibration on real noise",
+        "",
+        f"Generated by `python -m rlbench.suites.scripts.step_calibration` on {machine.get('cpu', '?')}, "
+        f"{machine.get('cores', '?')} cores (machine id `{machine.get('id', '?')}`), measured {meta.get('date', '?')} at "
+        f"commit `{str(git.get('commit'))[:12]}`{' (dirty tree)' if git.get('dirty') else ''}.",
+        "",
+        f"- Measurement: `{_public(meta.get('command', '?'))}`: {meta.get('ppo_runs')} invocations of `rlbench run "
+        f"ppo-cartpole --total-steps {meta.get('ppo_steps')} --repeats {repeats}` and {meta.get('gae_runs')} of `rlbench "
+        f"run gae --select '{meta.get('gae_select')}' --repeats {repeats}`, alternating, each a fresh process, all of "
+        f"one commit; {meta.get('cpu_s', math.nan) / 60:.1f} min of CPU over {meta.get('wall_s', math.nan) / 60:.1f} min "
+        "of wall time, under `nice -n 10`"
+        + (
+            f", each invocation started after waiting (up to a limit) for other processes to use at most "
+            f"{meta['wait_quiet']:.0%} of the CPU."
+            if meta.get("wait_quiet") is not None
+            else "."
+        ),
+        f"- Analysis: `{analysis}`.",
+        f"- Machine state: this machine is shared. {n_quiet} of {len(loads)} invocations were quiet (other processes "
+        f"used at most {QUIET:.0%} of the CPU, median over the invocation's repeats of `machine/other_cpu`); "
+        + (
+            f"the median invocation saw {_pct(float(np.median(loads)))} (range {_pct(min(loads))}–{_pct(max(loads))})."
+            if loads
+            else "no load was recorded."
+        ),
+        "",
+        "## Method and settings",
+        "",
+        "`rlbench.analysis.steps.detect_steps` (details in `docs/history-steps.md`): each commit's level is the log of "
+        "the median of its raw samples (repeats pooled); the noise sigma is the between-commit standard deviation of "
+        "that level, estimated from consecutive differences (trimmed, robust to the steps); candidates come from "
+        "binary segmentation (`ruptures.Binseg`, least squares) on the levels in units of sigma with a penalty of "
+        f"`{settings.penalty} * log(n)` per change; each candidate is confirmed between its neighbouring candidates by "
+        f"the {settings.confidence:.0%} interval of the ratio of the segment medians (normal on the log scale with sigma, "
+        "widened to the commit-level bootstrap of `rlbench.analysis.compare.bootstrap_ratio` when both sides have 5 "
+        f"commits or more): kept when it excludes 1, the change is at least {settings.min_effect:.0%}, and the new level "
+        f"holds for {settings.min_run} commits or more (except at either end of the series).",
+        "",
+        f"Synthetic histories: {commits} commits x {repeats} repeats, each commit one real invocation drawn at random "
+        f"(with replacement) with its repeats' raw samples; {trials} histories per condition. A slowdown is injected at a "
+        "random commit (samples from it on multiplied by 1+x for a time, divided by it for a rate); it is found when a "
+        "step that goes the worse way has its first bad commit within +-1 of it. Every other step is false. Each series "
+        f"is calibrated twice: on its quiet invocations (what a history measured on a quiet machine sees: the "
+        "targets), and on all of them (what this shared machine gave).",
+        "",
+        "## Targets",
+        "",
+        "| Series | Invocations | False steps per 100 commits (target <= 1) | +10% found within +-1 (target >= 95%) "
+        "| +5% found within +-1 |",
+        "|---|---|---|---|---|",
+    ]
+    for name in ("quiet", "all"):
+        for r in results[name]:
+            if _is_headline(r["entry"]):
+                lines.append(
+                    f"| {_label(r['entry'])}, {name} | {r['invocations']} | **{r['none']['false_per_100']:.2f}** | "
+                    f"**{_pct(r['+10%']['found'] / trials)}** | {_pct(r['+5%']['found'] / trials)} |"
+                )
+    for name, title in (("quiet", "quiet invocations"), ("all", "all invocations, busy ones included")):
+        if not results[name]:
+            continue
+        lines += [
+            "",
+            f"## Every timing series: {title}",
+            "",
+            _summary(results[name], trials) + " Sigma between is the spread of a commit's log median from one process "
+            "to the next (about the relative spread); SE within is what the samples of one process suggest for it.",
+            "",
+            *_table(results[name], trials),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _public(command: str) -> str:
+    """A command line with file paths reduced to their names (a report never names this machine's directories)."""
+    return " ".join(Path(w).name if "/" in w else w for w in command.split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure (or read cached samples), calibrate, write the report."""
+    p = argparse.ArgumentParser(prog="python -m rlbench.suites.scripts.step_calibration", description=__doc__.split("\n")[0])
+    p.add_argument("--ppo-runs", type=int, default=40, help="ppo-cartpole invocations to measure (default: 40)")
+    p.add_argument("--gae-runs", type=int, default=20, help="gae invocations to measure (default: 20)")
+    p.add_argument("--ppo-steps", type=int, default=16384, help="ppo-cartpole --total-steps (default: 16384)")
+    p.add_argument("--repeats", type=int, default=3, help="repeats per invocation = per commit (default: 3)")
+    p.add_argument(
+        "--wait-quiet",
+        type=float,
+        metavar="SHARE",
+        help="before each invocation, wait until other processes use at most SHARE of the CPU (e.g. 0.1), for at most "
+        "--max-wait seconds; the load of each invocation is recorded either way",
+    )
+    p.add_argument("--max-wait", type=float, default=300.0, help="seconds to wait for quiet (default: 300)")
+    p.add_argument("--samples", metavar="FILE", help="measure nothing: read the samples an earlier run saved")
+    p.add_argument("--save-samples", metavar="FILE", help="where to save the measured samples (default: beside --report)")
+    p.add_argument("--measure-only", action="store_true", help="measure and save the samples, then stop")
+    p.add_argument("--commits", type=int, default=100, help="commits per synthetic history (default: 100)")
+    p.add_argument("--trials", type=int, default=200, help="synthetic histories per condition (default: 200)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic histories (default: 0)")
+    p.add_argument("--report", default="reports/history-steps-calibration.md", help="markdown report to write")
+    p.add_argument(
+        "--penalty", type=float, default=DEFAULTS.penalty, help=f"StepSettings.penalty (default: {DEFAULTS.penalty})"
+    )
+    p.add_argument(
+        "--min-effect",
+        type=float,
+        default=DEFAULTS.min_effect,
+        help=f"StepSettings.min_effect (default: {DEFAULTS.min_effect})",
+    )
+    p.add_argument("--min-run", type=int, default=DEFAULTS.min_run, help=f"StepSettings.min_run (default: {DEFAULTS.min_run})")
+    p.add_argument("--only", metavar="TEXT", help="calibrate only the series whose key contains TEXT")
+    args = p.parse_args(argv)
+    if min(args.ppo_runs, args.gae_runs, args.ppo_steps, args.repeats, args.trials) < 1 or args.commits < 4:
+        p.error("--ppo-runs, --gae-runs, --ppo-steps, --repeats and --trials must be >= 1, --commits >= 4")
+    report = Path(args.report)
+    if args.samples:
+        try:
+            data = json.loads(Path(args.samples).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            print(f"cannot read samples file {args.samples!r}: {exc}", file=sys.stderr)
+            return 2
+    else:
+        out = Path(args.save_samples) if args.save_samples else report.with_suffix(".samples.json")
+        command = "python -m rlbench.suites.scripts.step_calibration " + " ".join(argv if argv is not None else sys.argv[1:])
+        data = measure(args, out, command)
+        print(f"samples: {out}", file=sys.stderr)
+    if args.measure_only:
+        return 0
+    settings = StepSettings(penalty=args.penalty, min_effect=args.min_effect, min_run=args.min_run)
+    results = calibrate(data, args.commits, args.trials, args.seed, settings, args.only)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(render(data, results, args, settings), encoding="utf-8")
+    print(f"report: {report}")
+    return 0
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _terminated)  # the temporary stores are removed and the child ended, as on Ctrl-C
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as exc:
+        print("interrupted: the samples measured so far are saved", file=sys.stderr)
+        sys.exit(interrupt_exit_code(exc))

@@ -1,0 +1,198 @@
+"""A throwaway git repository with a user benchmark in ``./suites/``, 12 commits to measure, and their history.
+
+After a root commit ``init`` (a .gitignore), the 12 commits of ``init..HEAD`` (oldest first)::
+
+     1  README                          no benchmark yet: a gap "absent"
+     2  add the tiny benchmark          suites/tiny_bench.py (~50 ms of work, 10 tensor steps) and train.py (profiled script)
+     3  docs
+     4  refactor
+     5  slow                            60 ms of work instead of 50 ms: 20% slower   <- "slow"
+     6  docs
+     7  break the benchmark             tiny() raises: a gap "failed"
+     8  fix the benchmark
+     9  docs
+    10  check every step                an extra .item() sync per step                       <- "sync"
+    11  docs
+    12  docs
+
+``rlbench run tiny`` records timings only (an ``@rlbench.benchmark`` function gets no op/sync counters), so the
+extra sync is measured with ``rlbench profile --count-ops -- python train.py``, whose ``syncs/iteration`` counts it.
+
+Fixtures:
+
+* ``history_repo`` (session): the repository, a history store holding ``history run init..HEAD -- run tiny`` (3
+  repeats) over the 12 commits and ``history run --steps 4 --repeats 1 init..HEAD -- profile --count-ops -- python
+  train.py`` (commits 1, 5, 9, 12), and the shas ``{"slow", "sync", "absent", "failed", "root", "commits": [the 12]}``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = '''"""A tiny benchmark: ~50 ms of work (a sleep stands for it), then 10 small tensor steps."""
+
+import time
+
+import torch
+
+import rlbench
+
+WORK_S = WORK_VALUE  # seconds of work per call (a sleep: steady under a loaded machine's CPU contention)
+
+
+def step(x: torch.Tensor) -> torch.Tensor:
+    """One step of the benchmark (train.py has the same)."""
+    y = torch.tanh(x * 0.5 + 0.1)
+    CHECK
+    return y
+
+
+@rlbench.benchmark
+def tiny(steps: int = 10) -> dict[str, float]:
+    """tiny: about 50 ms of work and 10 tensor steps"""
+    BREAK
+    time.sleep(WORK_S)
+    x = torch.zeros(8)
+    for _ in range(steps):
+        x = step(x)
+    return {"checksum": float(x.sum())}
+'''
+
+TRAIN = '''"""A tiny training loop for `rlbench profile`: an env, a policy step like the benchmark's, SGD updates."""
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+
+def step(x: torch.Tensor) -> torch.Tensor:
+    """The benchmark's step (the same change lands in both)."""
+    y = torch.tanh(x * 0.5 + 0.1)
+    CHECK
+    return y
+
+
+class Walk(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (8,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(8, np.float32), {}
+
+    def step(self, action):
+        return np.full(8, 0.1 * action, np.float32), 1.0, False, False, {}
+
+
+torch.manual_seed(0)
+env = Walk()
+net = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(net.parameters(), lr=0.01)
+obs, _ = env.reset(seed=0)
+for it in range(4):
+    for t in range(8):
+        with torch.no_grad():
+            h = step(net(torch.as_tensor(obs)))
+        obs, *_ = env.step(int(h.argmax()) % 2)
+    loss = net(torch.randn(8, 8)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+'''
+
+GIT = ["git", "-c", "user.email=a@b", "-c", "user.name=a", "-c", "commit.gpgsign=false"]
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git in ``repo`` (no system config) and return its output."""
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1"}
+    return subprocess.run([*GIT, *args], cwd=repo, check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+def _check(on: bool) -> str:
+    return "assert float(y.abs().max()) < 1e6  # .item(): a host sync every step" if on else "pass"
+
+
+def bench_source(work_s: float = 0.05, check: bool = False, broken: bool = False) -> str:
+    """The benchmark file at one commit."""
+    return (
+        BENCH.replace("WORK_VALUE", repr(work_s))
+        .replace("CHECK", _check(check))
+        .replace("BREAK", "raise RuntimeError('broken on purpose')" if broken else "pass")
+    )
+
+
+def build_history_repo(repo: Path) -> dict:
+    """Make the repository at ``repo``; return ``{"slow", "sync", "absent", "failed", "root", "commits"}``."""
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q")
+    commits: list[str] = []
+    state = {"work_s": 0.05, "check": False, "broken": False}
+
+    def commit(message: str, readme: str | None = None, bench: bool = True) -> str:
+        if readme is not None:
+            (repo / "README.md").write_text(readme, encoding="utf-8")
+        if bench:
+            (repo / "suites").mkdir(exist_ok=True)
+            (repo / "suites" / "tiny_bench.py").write_text(bench_source(**state), encoding="utf-8")
+            (repo / "train.py").write_text(TRAIN.replace("CHECK", _check(state["check"])), encoding="utf-8")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", message)
+        commits.append(git(repo, "rev-parse", "HEAD"))
+        return commits[-1]
+
+    (repo / ".gitignore").write_text(".rlbench/\n__pycache__/\n", encoding="utf-8")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "init")
+    root = git(repo, "rev-parse", "HEAD")
+    absent = commit("README", readme="# tiny\n", bench=False)
+    commit("add the tiny benchmark and a training script")
+    commit("docs: what tiny measures", readme="# tiny\n\n50 ms of work.\n")
+    commit("refactor: nothing that changes speed", readme="# tiny\n\nAbout 50 ms of work.\n")
+    state["work_s"] = 0.06
+    slow = commit("slow: 20% more work per call")
+    commit("docs: usage", readme="# tiny\n\n`rlbench run tiny`\n")
+    state["broken"] = True
+    failed = commit("break the benchmark")
+    state["broken"] = False
+    commit("fix the benchmark")
+    commit("docs: history", readme="# tiny\n\n`rlbench history run`\n")
+    state["check"] = True
+    sync = commit("check the output every step")
+    commit("docs: bisect", readme="# tiny\n\n`rlbench bisect`\n")
+    commit("docs: done", readme="# tiny\n\ndone\n")
+    assert len(commits) == 12
+    return {"slow": slow, "sync": sync, "absent": absent, "failed": failed, "root": root, "commits": commits}
+
+
+def rlbench(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m rlbench ARGS`` in ``cwd``."""
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "rlbench", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+RUN_TINY = ["--", "run", "tiny"]
+PROFILE_TRAIN = ["--", "profile", "--count-ops", "--", "python", "train.py"]
+
+
+@pytest.fixture(scope="session")
+def history_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    """(repository, history store, shas): the 12 commits measured once per session (see the module docstring)."""
+    repo = tmp_path_factory.mktemp("history") / "repo"
+    shas = build_history_repo(repo)
+    store = repo.parent / "history"
+    span = f"{shas['root']}..HEAD"
+    full = rlbench(["history", "run", span, "--store", str(store), *RUN_TINY], repo)
+    assert full.returncode == 0, full.stderr[-3000:]
+    coarse = rlbench(  # counters are exact: one repeat is enough
+        ["history", "run", span, "--steps", "4", "--repeats", "1", "--store", str(store), *PROFILE_TRAIN], repo
+    )
+    assert coarse.returncode == 0, coarse.stderr[-3000:]
+    return repo, store, shas

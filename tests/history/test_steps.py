@@ -1,0 +1,117 @@
+"""Step detection on synthetic series with seeded noise: steps found where they are, none where there are none."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from rlbench.analysis.steps import DEFAULTS, Step, detect_all, detect_steps
+from rlbench.results.history import Series
+
+
+def commits(n: int) -> list[str]:
+    return [f"{i:040x}" for i in range(n)]
+
+
+def noisy(
+    n: int,
+    *,
+    seed: int,
+    at: int | None = None,
+    factor: float = 1.0,
+    metric: str = "time/update",
+    unit: str = "s",
+    direction: str = "lower",
+    level: float = 0.5,
+    between: float = 0.03,
+    params: dict | None = None,
+) -> Series:
+    """``n`` commits x 3 repeats: lognormal noise between commits (``between``) and within them (1%)."""
+    rng = np.random.default_rng(seed)
+    samples = []
+    for i in range(n):
+        commit_level = level * (factor if at is not None and i >= at else 1.0) * math.exp(rng.normal(0, between))
+        samples.append([commit_level * math.exp(e) for e in rng.normal(0, 0.01, 3)])
+    return Series("m1", "ppo-cartpole", params or {}, metric, unit, direction, False, commits(n), samples)
+
+
+def counter(values: list[float], metric: str = "syncs/update", params: dict | None = None) -> Series:
+    return Series(
+        "m1", "ppo-cartpole", params or {}, metric, "count", "lower", True, commits(len(values)), [[v] for v in values]
+    )
+
+
+def test_a_20_percent_step_is_found_at_its_commit_with_an_interval_excluding_1() -> None:
+    # over seeds 0-299 of this setting the step was found at commit 23 every time; 5% of them also had a false step
+    s = noisy(40, seed=0, at=23, factor=1.2)
+    steps = detect_steps(s)
+    assert len(steps) == 1
+    st = steps[0]
+    assert isinstance(st, Step) and st.index == 23
+    assert st.first_bad == s.commits[23] and st.last_good == s.commits[22]
+    assert 1.0 < st.ci[0] <= st.ratio <= st.ci[1]
+    assert 1.1 < st.ratio < 1.3 and st.worse
+
+
+def test_a_faster_rate_is_a_step_that_is_not_worse() -> None:
+    s = noisy(40, seed=4, at=10, factor=1.25, metric="sps", unit="steps/s", direction="higher", level=70000.0)
+    (st,) = detect_steps(s)
+    assert st.index == 10 and st.ci[0] > 1.0 and not st.worse
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_no_step_on_a_flat_noisy_series(seed: int) -> None:
+    assert detect_steps(noisy(60, seed=seed)) == []
+
+
+def test_one_slow_commit_in_the_middle_is_not_a_step_but_the_newest_commit_can_be() -> None:
+    s = noisy(40, seed=5)
+    s.samples[20] = [v * 1.5 for v in s.samples[20]]  # one commit measured on a busy machine
+    assert detect_steps(s) == []
+    s.samples[-1] = [v * 1.5 for v in s.samples[-1]]  # the newest commit: a step until the next commit says otherwise
+    (st,) = detect_steps(s)
+    assert st.index == 39 and st.ci[0] > 1.0
+
+
+def test_an_exact_counter_plus_one_is_a_step_with_a_point_interval() -> None:
+    s = counter([16.0] * 5 + [17.0] * 6)
+    (st,) = detect_steps(s)
+    assert st.index == 5 and st.ratio == pytest.approx(17 / 16) and st.ci == (st.ratio, st.ratio) and st.worse
+    (up,) = detect_steps(counter([0.0, 0.0, 2048.0]))
+    assert up.index == 2 and up.ratio == math.inf
+    assert detect_steps(counter([3.0] * 10)) == []
+
+
+def test_phases_that_stepped_with_a_top_level_metric_are_listed() -> None:
+    n, at = 50, 30
+    sps = noisy(n, seed=1, at=at, factor=1 / 1.25, metric="sps", unit="steps/s", direction="higher", level=70000.0)
+    update = noisy(n, seed=2, at=at, factor=1.4, metric="time/update")
+    forward = noisy(n, seed=6, at=at, factor=1.6, metric="time/update/forward")
+    env = noisy(n, seed=3, metric="time/collect/env")
+    syncs = counter([16.0] * (at + 1) + [17.0] * (n - at - 1))  # one commit later: within +-1
+    late = noisy(n, seed=7, at=at + 8, factor=1.5, metric="time/advantage")  # another commit: not listed
+    other = noisy(n, seed=8, at=at, factor=1.5, metric="time/collect", params={"num_envs": 4})  # other parameters
+    steps = detect_all([sps, update, forward, env, syncs, late, other])
+    by_metric = {(st.series.metric, json_params(st.series)): st for st in steps}
+    top = by_metric[("sps", "{}")]
+    assert top.index == at and top.worse
+    assert top.phases == ["time/update/forward", "time/update", "syncs/update"]  # largest change first
+    assert by_metric[("time/update", "{}")].phases == ["time/update/forward"]  # a phase lists its sub-phases
+    assert by_metric[("time/advantage", "{}")].phases == []
+    assert ("time/collect/env", "{}") not in by_metric
+
+
+def json_params(s: Series) -> str:
+    return json.dumps(s.params, sort_keys=True)
+
+
+def test_series_that_cannot_be_searched_give_no_step() -> None:
+    s = noisy(10, seed=0)
+    s.samples[3] = [-1.0, -2.0, -1.5]  # a loss, not a time
+    assert detect_steps(s) == []
+    one = noisy(1, seed=0)
+    assert detect_steps(one) == []
+    assert DEFAULTS.confidence == 0.95
