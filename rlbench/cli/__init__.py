@@ -32,6 +32,9 @@ USAGE_EPILOG = """examples:
   rlbench compare .rlbench/A.jsonl .rlbench/B.jsonl
   rlbench gate base.jsonl cand.jsonl --fail sps:5% --fail ops/iteration:0%
   rlbench ab main --fail sps:5% -- run ppo-cartpole --total-steps 20000
+  rlbench history run main~50..main -- run ppo-cartpole --total-steps 16384
+  rlbench publish -o site/                (the history as a static site)
+  rlbench bisect v1.0 main --fail sps:5% -- run ppo-cartpole
   rlbench history run main~20..main -- run ppo-cartpole
   rlbench bisect v1.0 main --fail sps:5% -- run ppo-cartpole
 """
