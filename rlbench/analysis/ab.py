@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,8 +260,15 @@ def run_ab(
     repo: Path,
     keep: Path | None = None,
     on_run: Callable[[int, str], None] | None = None,
+    looks: list[int] | None = None,
+    decided: Callable[[list[Record], list[Record], int], bool] | None = None,
+    max_time: float | None = None,
 ) -> ABResult:
     """Run ``run_argv`` for both revisions, ``rounds`` times each, interleaved; return both sides' records.
+
+    With ``looks`` (ascending round counts, the last one at most ``rounds``), the records so far are handed to
+    ``decided(base, head, look_index)`` each time a look's rounds are done, and the runs stop at the first look it
+    returns ``True`` for (``rlbench ab --rounds auto``), or at the first look after ``max_time`` seconds.
 
     Args:
         base_rev: Baseline revision (anything ``git rev-parse`` accepts).
@@ -285,12 +293,22 @@ def run_ab(
         assert wt.work is not None
         sides = {side: wt.add(side, sha, revs[side]) for side, sha in shas.items()}
         stores = {side: wt.work / f"store-{side}" for side in shas}
-        base, head = interleave(sides, args, seed, rounds, stores, on_run=on_run, work=wt.work, keep=keep)
+        plan = [n for n in (looks or []) if 0 < n < rounds] + [rounds]
+        done, t0 = 0, time.monotonic()
+        for i, target in enumerate(plan):
+            base, head = interleave(
+                sides, args, seed, target - done, stores, on_run=on_run, work=wt.work, keep=keep, start=done
+            )
+            done = target
+            if decided is not None and decided(base, head, i):
+                break
+            if max_time is not None and time.monotonic() - t0 > max_time:
+                break
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
             for side in shas:
                 shutil.copytree(stores[side], keep / f"store-{side}", dirs_exist_ok=True)
-        return ABResult(shas["base"], shas["head"], base, head, rounds)
+        return ABResult(shas["base"], shas["head"], base, head, done)
 
 
 def interleave(
@@ -305,12 +323,14 @@ def interleave(
     on_run: Callable[[int, str], None] | None = None,
     work: Path | None = None,
     keep: Path | None = None,
+    start: int = 0,
 ) -> tuple[list[Record], list[Record]]:
     """Run both sides ``rounds`` times, interleaved (A B, B A, ...); every run of round ``k`` uses the same seeds.
 
     ``sides`` and ``stores`` are keyed ``base`` and ``head``. Each run makes ``warmup + repeats`` repeats, seeds from
     ``seed + k * (warmup + repeats)``, the same on both sides, so comparisons stay paired by seed. The first ``warmup``
-    repeats of each run are left out of the records returned (they pay the process's one-time costs).
+    repeats of each run are left out of the records returned (they pay the process's one-time costs). ``start`` numbers
+    the first round (more rounds added to the same stores); the records returned are all the stores hold.
 
     Returns:
         The base side's and the head side's records.
@@ -323,7 +343,7 @@ def interleave(
     from rlbench.results.store import read_records
 
     per_run = warmup + repeats
-    for k in range(rounds):
+    for k in range(start, start + rounds):
         for side in ("base", "head") if k % 2 == 0 else ("head", "base"):
             if on_run:
                 on_run(k, side)

@@ -318,3 +318,27 @@ def refuse_if_busy(base: list[Record], cand: list[Record], results: list[CaseRes
             "machine or use `rlbench ab` (interleaved rounds), or pass --allow-busy to get the verdict anyway; a "
             "noise-free counter (--fail ops/iteration:0%) is judged whatever the load"
         )
+
+
+def planned_looks(max_rounds: int, first: int = 5) -> list[int]:
+    """The rounds at which ``rlbench ab --rounds auto`` looks at its data: ``first``, doubling, and ``max_rounds``.
+
+    Planned before the first round (a group-sequential design): the number of looks fixes what each may spend.
+    """
+    if max_rounds < 2:
+        raise UsageError(f"--max-rounds must be at least 2, got {max_rounds}")
+    looks, n = [], max(2, min(first, max_rounds))
+    while n < max_rounds:
+        looks.append(n)
+        n *= 2
+    return [*looks, max_rounds]
+
+
+def look_confidence(confidence: float, looks: int) -> float:
+    """The interval level each of ``looks`` planned looks uses: Bonferroni alpha spending.
+
+    Each look spends ``(1 - confidence) / looks`` of the error rate, so the chance that *any* look's interval misses
+    the true ratio (a false FAIL or a false PASS at any look) stays within ``1 - confidence`` however many looks stop
+    early. Conservative (the looks are correlated), and exact in what it promises.
+    """
+    return 1.0 - (1.0 - confidence) / max(1, looks)

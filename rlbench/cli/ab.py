@@ -20,7 +20,22 @@ def build_ab_parser() -> Parser:
     )
     p.add_argument("base_rev", help="baseline revision (branch, tag, sha)")
     p.add_argument("head_rev", nargs="?", default="HEAD", help="candidate revision (default: HEAD)")
-    p.add_argument("--rounds", type=int, default=5, help="runs per revision, interleaved A B / B A (default: 5)")
+    p.add_argument(
+        "--rounds",
+        default="5",
+        metavar="N|auto",
+        help="runs per revision, interleaved A B / B A (default: 5); auto (with --fail): add rounds until every threshold "
+        "is PASS or FAIL, looking at rounds 5, 10, 20, ... up to --max-rounds with Bonferroni alpha spending, so the "
+        "false-verdict rate stays at 5%% however early it stops",
+    )
+    p.add_argument("--max-rounds", type=int, default=40, help="--rounds auto: the most rounds per revision (default: 40)")
+    p.add_argument(
+        "--max-time",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="--rounds auto: start no new look after this many seconds (default: no limit)",
+    )
     p.add_argument(
         "--fail",
         action="append",
@@ -64,11 +79,25 @@ def ab_command(argv: list[str]) -> int:
     run_argv = argv[cut + 1 :]
     from rlbench.analysis.ab import run_ab, split_run_args, uncommitted_changes
     from rlbench.analysis.compare import compare, mismatches
-    from rlbench.analysis.gate import Threshold, evaluate
+    from rlbench.analysis.gate import Threshold, evaluate, look_confidence, planned_looks
     from rlbench.report.comparison import gate_markdown
 
     split_run_args(run_argv)  # validate before any checkout
     thresholds = [Threshold.parse(t) for t in args.fail or []]
+    auto = args.rounds == "auto"
+    if auto:
+        if not thresholds:
+            raise UsageError("--rounds auto adds rounds until the gate can decide: give at least one --fail METRIC:PCT%")
+        if args.max_time is not None and args.max_time <= 0:
+            raise UsageError(f"--max-time must be positive, got {args.max_time:g}")
+        looks = planned_looks(args.max_rounds)
+        rounds, confidence = looks[-1], look_confidence(0.95, len(looks))
+    else:
+        try:
+            rounds = int(args.rounds)
+        except ValueError:
+            raise UsageError(f"--rounds {args.rounds!r}: give a number of rounds or auto") from None
+        looks, confidence = None, 0.95
     drop = None if args.no_learning_check else Threshold.parse(f"eval_return:{args.learning_drop}").fraction
     report, summary = prepare_output(args.report, "--report"), prepare_output(args.summary, "--summary")
 
@@ -88,16 +117,48 @@ def ab_command(argv: list[str]) -> int:
 
     def progress(k: int, side: str) -> None:
         if not args.json:
-            err.print(f"[dim]round {k + 1}/{args.rounds}: {side} ({args.base_rev if side == 'base' else args.head_rev})[/]")
+            upto = f"up to {rounds}" if auto else str(rounds)
+            err.print(f"[dim]round {k + 1}/{upto}: {side} ({args.base_rev if side == 'base' else args.head_rev})[/]")
+
+    def gate(base, head):
+        return evaluate(
+            base,
+            head,
+            thresholds,
+            learning_drop=drop,
+            confidence=confidence,
+            allow_busy=args.allow_busy,
+            on_inconclusive=args.inconclusive,
+        )
+
+    decided_at: dict[str, int] = {}  # metric -> rounds after which its verdict was first PASS or FAIL
+
+    def decided(base, head, look: int) -> bool:
+        from rlbench.core.errors import DataError
+
+        try:
+            outcome = gate(base, head)
+        except DataError:  # a busy machine or too few samples at this look: not decided yet
+            return False
+        for c in outcome.checks:
+            if c.verdict != "INCONCLUSIVE":
+                decided_at.setdefault(c.threshold.metric, looks[look])
+        if not args.json:
+            words = ", ".join(f"{c.threshold.metric} {c.verdict}" for c in outcome.checks)
+            err.print(f"[dim]look {look + 1}/{len(looks)} after {looks[look]} rounds: {words}[/]")
+        return outcome.verdict == "FAIL" or all(c.verdict != "INCONCLUSIVE" for c in outcome.checks)
 
     result = run_ab(
         args.base_rev,
         args.head_rev,
         run_argv,
-        args.rounds,
+        rounds,
         Path.cwd(),
         Path(args.keep) if args.keep else None,
         on_run=progress,
+        looks=looks,
+        decided=decided if auto else None,
+        max_time=args.max_time,
     )
     diffs = [d for d in mismatches(result.base, result.head) if not d.startswith("machine")]
     if diffs and not args.allow_mismatch:
@@ -110,20 +171,21 @@ def ab_command(argv: list[str]) -> int:
     ] + [f"MISMATCH (compared anyway): {d}" for d in diffs]
     if dirty_note:
         notes.append(f"NOTE: {dirty_note}")
+    if auto:
+        assert looks is not None
+        stopped = ", ".join(f"{m} decided after {n}" for m, n in decided_at.items()) or "no threshold decided"
+        notes.append(
+            f"--rounds auto: looks planned at rounds {', '.join(map(str, looks))}; each look's interval at "
+            f"{confidence:.2%} (Bonferroni alpha spending over {len(looks)} looks: at most 5% false verdicts in all); "
+            f"stopped after {result.rounds} rounds ({stopped})"
+        )
     if args.report:
         from rlbench.report.comparison import comparison_markdown
 
         results = compare(result.base, result.head, min_effect=args.min_effect, metrics=args.metric)
         write_output(report, comparison_markdown(results, result.base, result.head, notes, args.min_effect), "--report")
     if thresholds:
-        outcome = evaluate(
-            result.base,
-            result.head,
-            thresholds,
-            learning_drop=drop,
-            allow_busy=args.allow_busy,
-            on_inconclusive=args.inconclusive,
-        )
+        outcome = gate(result.base, result.head)
         from rlbench.analysis.compare import sample_flags
 
         notes = notes + sample_flags([c.result for c in outcome.checks])
@@ -138,6 +200,8 @@ def ab_command(argv: list[str]) -> int:
                 "verdict": outcome.verdict,
                 "base": result.base_rev,
                 "head": result.head_rev,
+                "rounds": result.rounds,
+                "decided_after": decided_at,
                 "notes": notes,
                 "checks": [check_dict(c) for c in outcome.checks],
             }
