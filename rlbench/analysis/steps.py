@@ -1,30 +1,33 @@
 """Steps in a history: the commits where a series' level changes, with the size of the change and its 95% interval.
 
-Pure functions over :class:`~rlbench.results.history.Series`; nothing here reads files or prints. The method and
-what its calibration on real noise showed are in ``docs/history-steps.md``.
+Pure functions over :class:`~rlbench.results.history.Series`; nothing here reads files or prints. The method, and what
+its calibration on real noise showed, are in ``docs/history-steps.md``.
 
 **Exact series** (counters: ``ops/``, ``syncs/``, ``copies/``, ``flops/``, any ``count`` unit): every change of a
-commit's value (the median of its samples, which are all equal in a noise-free count) from the previous commit's is
-a step, with the interval ``(ratio, ratio)``.
+commit's value (the median of its samples, all equal in a noise-free count) from the previous commit's is a step,
+with the interval ``(ratio, ratio)``.
 
 **Noisy series** (times, rates): each commit's level is the log of the median of its raw samples (every repeat
 pooled). The unit of noise is the commit, not the sample: a commit's repeats run in one process, and the spread
-between processes is what a history sees (on this project's machines it is several times what the samples within a
-process suggest). Then:
+between processes is what a history sees (several times what the samples within one process suggest, on this
+project's machines). Then:
 
-1. **Noise**: ``sigma``, the between-commit standard deviation of the log level, from the median absolute difference of
-   consecutive commits (robust to the steps themselves), never below the standard error of one commit's median from
-   its own samples.
+1. **Noise**: ``sigma``, the between-commit standard deviation of the log level, from consecutive differences (so
+   that steps barely count): those within :data:`TRIM` robust deviations of their median, corrected for the trim;
+   never below the standard error of one commit's median from its own samples.
 2. **Search**: binary segmentation with the least-squares cost (``ruptures.Binseg``, model ``l2``) on the levels in
-   units of sigma, penalty ``penalty * log(n)`` per change point (:class:`StepSettings`).
+   units of sigma, with a penalty of ``penalty * log(n)`` per change point (:class:`StepSettings`).
 3. **Confirmation**, per candidate, between the segments on either side (up to the neighbouring candidates): the
-   ratio of the segments' medians (medians over their commits of each commit's median) and its interval, the wider
-   of a normal interval on the log scale with ``sigma`` (``pi/2`` for a median's variance past two commits) and,
-   when both sides have at least :data:`~rlbench.analysis.compare.MIN_SAMPLES` commits, the percentile bootstrap of
-   :func:`~rlbench.analysis.compare.bootstrap_ratio` with commits as units. A step is kept when the interval
-   excludes 1, the change is at least ``min_effect``, and the new level holds for at least ``min_run`` commits
-   (unless the series ends there: the newest commits are always candidates). Rejected candidates are dropped and the
-   rest tested again with their new neighbours, until none is dropped.
+   ratio of the segments' levels (20%-trimmed means of their commits' log levels, :data:`TRIM_SEGMENT`) and its
+   interval, a t interval on the log scale with ``sigma``. A step is kept when the interval excludes 1, the change is
+   at least ``min_effect``, and the new level holds for at least ``min_run`` commits (except at either end of the
+   series: the newest commits are always candidates). Of the candidates that fail, the weakest (smallest change for
+   its interval) is dropped and the rest are tested again against their new neighbours, until none fails.
+
+The ratio and interval are not :func:`rlbench.analysis.compare.bootstrap_ratio`'s (a bootstrap of medians of
+independent samples): here the independent units are commits, often few on one side, and a process-level noise with
+two modes (measured: ``reports/history-steps-calibration.md``) makes a median over a handful of commits jump between
+the modes, and its bootstrap with it.
 
 Series whose commit medians are not all positive (losses, diagnostics) are not searched.
 """
@@ -39,7 +42,6 @@ from statistics import NormalDist
 
 import numpy as np
 
-from rlbench.analysis.compare import MIN_SAMPLES, bootstrap_ratio
 from rlbench.results.history import Series
 from rlbench.results.metrics import COUNTERS, ITER_TIME, TIME
 
@@ -56,14 +58,12 @@ class StepSettings:
         confidence: Confidence of the interval that must exclude 1.
         min_effect: Smallest relative change reported as a step.
         min_run: Commits a new level must hold for, except at the ends of the series.
-        n_boot: Bootstrap resamples for the commit-level interval.
     """
 
     penalty: float = 3.0
     confidence: float = 0.95
     min_effect: float = 0.02
     min_run: int = 2
-    n_boot: int = 1000
 
 
 DEFAULTS = StepSettings()
@@ -78,7 +78,8 @@ class Step:
         index: Index in ``series.commits`` of the first bad commit (the first at the new level).
         last_good: The last commit at the old level.
         first_bad: The first commit at the new level.
-        ratio: New level over old (ratio of the segment medians); ``inf`` when a count rises from zero.
+        ratio: New level over old: for a noisy series, the ratio of the segments' typical commit medians (geometric
+            20%-trimmed means); for a counter, of the two commits' values (``inf`` when it rises from zero).
         ci: Its 95% interval (``(ratio, ratio)`` for exact counters).
         worse: The change goes the series' bad way (``False`` when it has no direction).
         phases: For a top-level metric, the per-phase metrics (``time/...``, ``iter_time/...``, counters) of the
@@ -160,24 +161,25 @@ def _candidates(z: np.ndarray, penalty: float) -> list[int]:
     return [int(b) for b in bkps if 0 < b < z.size]
 
 
+TRIM_SEGMENT = 0.2
+"""Share cut from each end of a segment's commit levels before averaging them (a 20% trimmed mean): nearly as
+efficient as the mean under normal noise, and one slow commit (a busy machine) cannot move it much."""
+
+
 def _interval(
-    levels: np.ndarray, medians: np.ndarray, a: int, i: int, b: int, sigma: float, settings: StepSettings
+    levels: np.ndarray, a: int, i: int, b: int, sigma: float, df: int, settings: StepSettings
 ) -> tuple[float, float, float]:
-    """Ratio of the medians of segments [a, i) and [i, b) and its interval (see the module docstring)."""
+    """Ratio of the levels of segments [a, i) and [i, b) (20%-trimmed means of log levels) and its t interval."""
+    from scipy.stats import t, trim_mean
+
     before, after = levels[a:i], levels[i:b]
-    log_ratio = float(np.median(after) - np.median(before))
+    log_ratio = float(trim_mean(after, TRIM_SEGMENT) - trim_mean(before, TRIM_SEGMENT))
 
-    def var(n: int) -> float:
-        return (1.0 if n <= 2 else math.pi / 2) / n
+    def var(n: int) -> float:  # a trimmed mean's variance over a mean's, under normal noise: 1.06 at 20%
+        return (1.06 if int(TRIM_SEGMENT * n) > 0 else 1.0) / n
 
-    z = NormalDist().inv_cdf(0.5 + settings.confidence / 2)
-    half = z * sigma * math.sqrt(var(before.size) + var(after.size))
-    low, high = math.exp(log_ratio - half), math.exp(log_ratio + half)
-    if before.size >= MIN_SAMPLES and after.size >= MIN_SAMPLES:
-        _, blow, bhigh = bootstrap_ratio(medians[a:i], medians[i:b], settings.confidence, settings.n_boot)
-        if math.isfinite(blow) and math.isfinite(bhigh):
-            low, high = min(low, blow), max(high, bhigh)
-    return math.exp(log_ratio), low, high
+    half = float(t.ppf(0.5 + settings.confidence / 2, max(df, 1))) * sigma * math.sqrt(var(before.size) + var(after.size))
+    return math.exp(log_ratio), math.exp(log_ratio - half), math.exp(log_ratio + half)
 
 
 def _noisy_steps(series: Series, settings: StepSettings) -> list[Step]:
@@ -187,20 +189,22 @@ def _noisy_steps(series: Series, settings: StepSettings) -> list[Step]:
         return []
     levels = np.log(medians)
     sigma = noise(levels, _within_se(series.samples))
+    df = n - 2  # the noise comes from n - 1 consecutive differences
     cps = _candidates((levels - np.median(levels)) / sigma, settings.penalty)
     while True:
-        kept, results = [], {}
+        results, failing = {}, []
         bounds = [0, *cps, n]
         for k, i in enumerate(cps):
             a, b = bounds[k], bounds[k + 2]
-            ratio, low, high = _interval(levels, medians, a, i, b, sigma, settings)
+            ratio, low, high = _interval(levels, a, i, b, sigma, df, settings)
+            results[i] = (ratio, (low, high))
             short = (i - a < settings.min_run and a > 0) or (b - i < settings.min_run and b < n)
-            if (low > 1.0 or high < 1.0) and abs(ratio - 1.0) >= settings.min_effect and not short:
-                kept.append(i)
-                results[i] = (ratio, (low, high))
-        if kept == cps:
+            if not (low > 1.0 or high < 1.0) or abs(ratio - 1.0) < settings.min_effect or short:
+                strength = abs(math.log(ratio)) / max(math.log(high / low) / 2, 1e-12)  # >= 1: the interval excludes 1
+                failing.append((strength, i))
+        if not failing:
             return [_step(series, i, *results[i]) for i in cps]
-        cps = kept
+        cps.remove(min(failing)[1])  # the weakest goes; the others are tested again against their new neighbours
 
 
 def detect_steps(series: Series, settings: StepSettings = DEFAULTS) -> list[Step]:

@@ -600,7 +600,8 @@ class HistoryStore:
         for m in [machine] if machine is not None else self.machines():
             groups: dict[tuple[str, str, str], dict[str, list[float]]] = {}
             meta: dict[tuple[str, str, str], tuple[dict, str, str]] = {}
-            for sha, path in self._commit_files(m):
+            files = sorted(self._commit_files(m), key=lambda f: rank.get(f[0], len(rank)))  # the newest record wins
+            for sha, path in files:
                 for r in self._read_records_file(path, sha):
                     if r.metric.startswith(MACHINE):
                         continue

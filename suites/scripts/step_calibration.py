@@ -187,12 +187,34 @@ def noise_of(invocations: list[list[list[float]]]) -> tuple[float, float]:
     return between, float(np.median(ses)) if ses else math.nan
 
 
+LAYOUTS = ("one process", "separate processes")
+"""How a synthetic commit's repeats are drawn: one invocation with all its repeats (a history that runs ``rlbench run
+--repeats 3`` once per commit), or each repeat from its own invocation (a history that runs each repeat in its own
+process)."""
+
+
+def _commit_samples(invs: list[list[list[float]]], layout: str, rng: np.random.Generator) -> list[float]:
+    if layout == LAYOUTS[0]:
+        return _pooled(invs[int(rng.integers(0, len(invs)))])
+    out: list[float] = []
+    for _ in range(len(invs[0])):
+        inv = invs[int(rng.integers(0, len(invs)))]
+        out += inv[int(rng.integers(0, len(inv)))]
+    return out
+
+
 def calibrate_series(
-    entry: dict[str, Any], invs: list[list[list[float]]], commits: int, trials: int, seed: int, settings: StepSettings
+    entry: dict[str, Any],
+    invs: list[list[list[float]]],
+    commits: int,
+    trials: int,
+    seed: int,
+    settings: StepSettings,
+    layout: str = LAYOUTS[0],
 ) -> dict[str, Any]:
     """False steps with nothing injected, and detection of +5% and +10% slowdowns, on synthetic histories drawn from
-    the invocations ``invs``."""
-    key = f"{entry['benchmark']}|{params_json(entry['params'])}|{entry['metric']}"
+    the invocations ``invs`` (see :data:`LAYOUTS`)."""
+    key = f"{entry['benchmark']}|{params_json(entry['params'])}|{entry['metric']}|{layout}"
     rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
     between, within = noise_of(invs)
     out: dict[str, Any] = {"entry": entry, "invocations": len(invs), "sigma_between": between, "se_within": within}
@@ -200,8 +222,7 @@ def calibrate_series(
     for label, size in (("none", 0.0), ("+5%", 0.05), ("+10%", 0.10)):
         false = with_false = found = 0
         for _ in range(trials):
-            picks = rng.integers(0, len(invs), commits)
-            samples = [_pooled(invs[p]) for p in picks]
+            samples = [_commit_samples(invs, layout, rng) for _ in range(commits)]
             at = int(rng.integers(1, commits)) if size else -1
             if size:  # slower from commit `at` on: a time grows, a rate shrinks
                 factor = (1 + size) if entry["direction"] == "lower" else 1 / (1 + size)
@@ -233,6 +254,14 @@ def calibrate_series(
     return out
 
 
+CONDITIONS = {
+    "quiet": ("quiet", LAYOUTS[0]),
+    "quiet, separate processes": ("quiet", LAYOUTS[1]),
+    "all": ("all", LAYOUTS[0]),
+}
+"""Conditions calibrated: which invocations (quiet ones, or all), and how a commit's repeats are drawn."""
+
+
 def _is_headline(entry: dict[str, Any]) -> bool:
     return any(
         entry["benchmark"] == b and entry["metric"] == m and all(entry["params"].get(k) == v for k, v in ps.items())
@@ -245,7 +274,7 @@ def calibrate(
 ) -> dict[str, list[dict[str, Any]]]:
     """:func:`calibrate_series` for every measured series, on all its invocations (``all``) and on the quiet ones
     (``quiet``: load at most :data:`QUIET`), each where there are at least 4; ``only``: a substring filter on the key."""
-    results: dict[str, list[dict[str, Any]]] = {"all": [], "quiet": []}
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in CONDITIONS}
     for key in sorted(data["series"]):
         entry = data["series"][key]
         if only and only not in key:
@@ -253,18 +282,50 @@ def calibrate(
         invs = [inv for inv in entry["invocations"] if inv and all(rep for rep in inv)]
         loads = entry.get("loads") or [None] * len(entry["invocations"])
         quiet = [inv for inv, load in zip(entry["invocations"], loads) if inv in invs and load is not None and load <= QUIET]
-        for name, chosen in (("all", invs), ("quiet", quiet)):
-            if len(chosen) < 4:
+        for name, (subset, layout) in CONDITIONS.items():
+            chosen = quiet if subset == "quiet" else invs
+            if len(chosen) < 4 or (layout != LAYOUTS[0] and not all(len(inv) == len(chosen[0]) for inv in chosen)):
                 continue
-            r = calibrate_series(entry, chosen, commits, trials, seed, settings)
+            r = calibrate_series(entry, chosen, commits, trials, seed, settings, layout)
             results[name].append(r)
             print(
-                f"{name:5} {_label(entry)}: {len(chosen)} invocations, sigma {_pct(r['sigma_between'])}, false/100 "
+                f"{name}: {_label(entry)}: {len(chosen)} invocations, sigma {_pct(r['sigma_between'])}, false/100 "
                 f"{r['none']['false_per_100']:.2f}, +10% {r['+10%']['found']}/{trials}, +5% {r['+5%']['found']}/{trials}",
                 file=sys.stderr,
                 flush=True,
             )
     return results
+
+
+SWEEP = {"penalty": (2.0, 3.0, 4.0, 6.0), "min_run": (1, 2, 3)}
+
+
+def sweep_settings(data: dict[str, Any], commits: int, trials: int, seed: int) -> list[dict[str, Any]]:
+    """The headline series on quiet invocations, one process per commit, under each setting of :data:`SWEEP`."""
+    rows = []
+    for penalty in SWEEP["penalty"]:
+        for min_run in SWEEP["min_run"]:
+            settings = StepSettings(penalty=penalty, min_effect=DEFAULTS.min_effect, min_run=min_run)
+            for entry in data["series"].values():
+                if not _is_headline(entry):
+                    continue
+                loads = entry.get("loads") or [None] * len(entry["invocations"])
+                invs = [
+                    inv
+                    for inv, load in zip(entry["invocations"], loads)
+                    if inv and all(inv) and load is not None and load <= QUIET
+                ]
+                if len(invs) < 4:
+                    continue
+                r = calibrate_series(entry, invs, commits, trials, seed, settings)
+                rows.append({"penalty": penalty, "min_run": min_run, **r})
+                print(
+                    f"sweep penalty {penalty} min_run {min_run} {_label(entry)}: false/100 "
+                    f"{r['none']['false_per_100']:.2f}, +10% {r['+10%']['found']}/{trials}, +5% {r['+5%']['found']}/{trials}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return rows
 
 
 def _pct(v: float) -> str:
@@ -304,7 +365,11 @@ def _summary(results: list[dict[str, Any]], trials: int) -> str:
 
 
 def render(
-    data: dict[str, Any], results: dict[str, list[dict[str, Any]]], args: argparse.Namespace, settings: StepSettings
+    data: dict[str, Any],
+    results: dict[str, list[dict[str, Any]]],
+    args: argparse.Namespace,
+    settings: StepSettings,
+    sweep: list[dict[str, Any]] | None = None,
 ) -> str:
     """The markdown report: what was measured, the method's settings, false steps and detection per series."""
     meta = data["meta"]
@@ -341,7 +406,7 @@ def render(
             if meta.get("wait_quiet") is not None
             else "."
         ),
-        f"- Analysis: `{analysis}`.",
+        f"- Analysis: `{analysis}{' --sweep' if sweep else ''}`.",
         f"- Machine state: this machine is shared. {n_quiet} of {len(loads)} invocations were quiet (other processes "
         f"used at most {QUIET:.0%} of the CPU, median over the invocation's repeats of `machine/other_cpu`); "
         + (
@@ -375,14 +440,19 @@ def render(
         "| +5% found within +-1 |",
         "|---|---|---|---|---|",
     ]
-    for name in ("quiet", "all"):
+    for name in CONDITIONS:
         for r in results[name]:
             if _is_headline(r["entry"]):
                 lines.append(
                     f"| {_label(r['entry'])}, {name} | {r['invocations']} | **{r['none']['false_per_100']:.2f}** | "
                     f"**{_pct(r['+10%']['found'] / trials)}** | {_pct(r['+5%']['found'] / trials)} |"
                 )
-    for name, title in (("quiet", "quiet invocations"), ("all", "all invocations, busy ones included")):
+    titles = {
+        "quiet": "quiet invocations, a commit's repeats in one process",
+        "quiet, separate processes": "quiet invocations, each repeat of a commit in its own process",
+        "all": "all invocations (busy ones included), a commit's repeats in one process",
+    }
+    for name, title in titles.items():
         if not results[name]:
             continue
         lines += [
@@ -394,6 +464,22 @@ def render(
             "",
             *_table(results[name], trials),
         ]
+    if sweep:
+        lines += [
+            "",
+            "## Settings tried",
+            "",
+            "The headline series on quiet invocations, one process per commit, under other settings (the same seed "
+            "for the synthetic histories).",
+            "",
+            "| penalty | min_run | Series | False steps / 100 commits | +10% found | +5% found |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in sweep:
+            lines.append(
+                f"| {r['penalty']} | {r['min_run']} | {_label(r['entry'])} | {r['none']['false_per_100']:.2f} | "
+                f"{_pct(r['+10%']['found'] / trials)} | {_pct(r['+5%']['found'] / trials)} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -434,6 +520,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"StepSettings.min_effect (default: {DEFAULTS.min_effect})",
     )
     p.add_argument("--min-run", type=int, default=DEFAULTS.min_run, help=f"StepSettings.min_run (default: {DEFAULTS.min_run})")
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="also calibrate the headline series under a grid of --penalty and --min-run values (quiet invocations, "
+        "one process per commit) and report it",
+    )
     p.add_argument("--only", metavar="TEXT", help="calibrate only the series whose key contains TEXT")
     args = p.parse_args(argv)
     if min(args.ppo_runs, args.gae_runs, args.ppo_steps, args.repeats, args.trials) < 1 or args.commits < 4:
@@ -453,9 +545,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.measure_only:
         return 0
     settings = StepSettings(penalty=args.penalty, min_effect=args.min_effect, min_run=args.min_run)
+    sweep = sweep_settings(data, args.commits, args.trials, args.seed) if args.sweep else []
     results = calibrate(data, args.commits, args.trials, args.seed, settings, args.only)
     report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(render(data, results, args, settings), encoding="utf-8")
+    report.write_text(render(data, results, args, settings, sweep), encoding="utf-8")
     print(f"report: {report}")
     return 0
 
