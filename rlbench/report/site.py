@@ -399,8 +399,9 @@ def _recorded_commands(store: HistoryStore, machine: str, wanted: set[tuple[str,
     found: dict[tuple[str, str], tuple[int, str]] = {}
     if not wanted:
         return {}
+    identity = store.identity()  # the parameters series are told apart by
     for r in store.records(machine):
-        key = (r.benchmark, _params_key(r.params))
+        key = (r.benchmark, _params_key(identity(r)))
         cmd = r.meta.get("command") if isinstance(r.meta, dict) else None
         if key not in wanted or not isinstance(cmd, str):
             continue

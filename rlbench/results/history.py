@@ -32,10 +32,11 @@ import math
 import os
 import re
 import secrets
+import shlex
 import subprocess
 import warnings
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,7 +134,9 @@ class Series:
     Attributes:
         machine: Machine id.
         benchmark: Benchmark id.
-        params: The records' parameters.
+        params: The parameters that tell the series apart (:meth:`HistoryStore.identity`): a case's own (a micro
+            benchmark's implementation and size) and those set on the command line. A parameter a later commit
+            added, or a default it changed, does not split a benchmark's history in two.
         metric: Metric name.
         unit: Unit of the samples (of the newest record).
         direction: ``higher``, ``lower`` or ``none``.
@@ -597,18 +600,21 @@ class HistoryStore:
         """
         rank = {sha: i for i, sha in enumerate(self.order(repo))}
         out: list[Series] = []
+        identity: Callable[[Record], dict] | None = None
         for m in [machine] if machine is not None else self.machines():
             groups: dict[tuple[str, str, str], dict[str, list[float]]] = {}
             meta: dict[tuple[str, str, str], tuple[dict, str, str]] = {}
             files = sorted(self._commit_files(m), key=lambda f: rank.get(f[0], len(rank)))  # the newest record wins
-            for sha, path in files:
-                for r in self._read_records_file(path, sha):
-                    if r.metric.startswith(MACHINE):
-                        continue
-                    k = (r.benchmark, params_json(r.params), r.metric)
-                    finite = [v for v in r.samples if math.isfinite(v)]
-                    groups.setdefault(k, {}).setdefault(sha, []).extend(finite)
-                    meta[k] = (r.params, r.unit, r.direction)
+            records = [(sha, r) for sha, path in files for r in self._read_records_file(path, sha)]
+            identity = identity or self.identity()
+            for sha, r in records:
+                if r.metric.startswith(MACHINE):
+                    continue
+                params = identity(r)
+                k = (r.benchmark, params_json(params), r.metric)
+                finite = [v for v in r.samples if math.isfinite(v)]
+                groups.setdefault(k, {}).setdefault(sha, []).extend(finite)
+                meta[k] = (params, r.unit, r.direction)
             for (benchmark, _, metric), per_commit in groups.items():
                 params, unit, direction = meta[(benchmark, _, metric)]
                 commits = sorted((s for s, v in per_commit.items() if v), key=lambda s: rank.get(s, len(rank)))
@@ -628,6 +634,50 @@ class HistoryStore:
                     )
                 )
         return sorted(out, key=Series.key)
+
+    def identity(self, records: list[Record] | None = None) -> Callable[[Record], dict]:
+        """What tells a record's series apart, learnt from ``records`` (default: every machine's, so a case is the
+        same series key on every machine): a function of a record.
+
+        A series is a benchmark's *case* over commits, under one command. Its parameters are those that differ
+        between the records of one run (the cases of a micro benchmark: implementation, size) and those the command
+        line set (``--total-steps 16384``). The other parameters are the benchmark's defaults at that commit: a
+        parameter added by a later commit, or a default changed, is part of the history (a step there, if it made a
+        difference), not a new series.
+        """
+        if records is None:
+            records = [r for m in self.machines() for r in self.records(m)]
+        seen: dict[tuple[str, str], dict[str, set[str]]] = {}
+        for r in records:
+            values = seen.setdefault((r.benchmark, r.run_id), {})
+            for k, v in r.params.items():
+                values.setdefault(k, set()).add(json.dumps(v, sort_keys=True, default=str))
+        varying: dict[str, set[str]] = {}
+        for (benchmark, _), values in seen.items():
+            varying.setdefault(benchmark, set()).update(k for k, vs in values.items() if len(vs) > 1)
+
+        def of(r: Record) -> dict:
+            keep = varying.get(r.benchmark, set()) | command_params(r)
+            return {k: v for k, v in r.params.items() if k in keep}
+
+        return of
+
+
+def command_params(r: Record) -> set[str]:
+    """The parameter names the record's command line set (``--total-steps 16384`` -> ``total_steps``), run options
+    (``--repeats``, ``--store``, ``--seed``, ...) excepted."""
+    command = r.meta.get("command") if isinstance(r.meta, dict) else None
+    if not isinstance(command, str):
+        return set()
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return set()
+    names = {w[2:].split("=", 1)[0].replace("-", "_") for w in words if w.startswith("--")}
+    return {n for n in names if n in r.params and n not in _RUN_OPTIONS}
+
+
+_RUN_OPTIONS = frozenset({"seed", "repeats", "store", "report", "quiet", "json", "profile", "backend", "address", "timeout"})
 
 
 def _git(repo: Path, args: list[str], stdin: str | None = None) -> str | None:

@@ -243,4 +243,23 @@ def test_series_pool_repeats_mark_counters_and_leave_out_context(tmp_path: Path)
     sps = by_metric["sps"]
     assert isinstance(sps, Series) and sps.commits == [SHA_A, SHA_B] and sps.samples == [[1.0, 2.0, 3.0], [4.0]]
     assert not sps.exact and by_metric["syncs/update"].exact
-    assert sps.key() == 'm1|ppo-cartpole|{"num_envs":8}|sps'
+    assert sps.key() == "m1|ppo-cartpole|{}|sps"  # num_envs is the benchmark's default, not a case or an option set
+
+
+def test_a_new_parameter_or_default_does_not_split_a_series_but_cases_and_options_do(tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / "h")
+    old = rec(SHA_A, run_id="r1", params={"num_envs": 8, "impl": "numpy"})
+    old_b = rec(SHA_A, run_id="r1", params={"num_envs": 8, "impl": "torch"})
+    # the next commit added a parameter and changed a default: the same two cases, continued
+    new = rec(SHA_B, run_id="r2", params={"num_envs": 16, "threads": 1, "impl": "numpy"}, time=1_700_000_100)
+    new_b = rec(SHA_B, run_id="r2", params={"num_envs": 16, "threads": 1, "impl": "torch"}, time=1_700_000_100)
+    # the same commit measured with an option set on the command line: a series of its own
+    opt = rec(SHA_B, run_id="r3", params={"num_envs": 4, "threads": 1, "impl": "numpy"}, time=1_700_000_100)
+    opt.meta = {"command": "rlbench run ppo-cartpole --num-envs 4 --repeats 3 --store s"}
+    store.add_records([old, old_b, new, new_b, opt])
+    series = {(json.dumps(s.params, sort_keys=True), tuple(s.commits)) for s in store.series() if s.metric == "sps"}
+    assert series == {
+        ('{"impl": "numpy"}', (SHA_A, SHA_B)),
+        ('{"impl": "torch"}', (SHA_A, SHA_B)),
+        ('{"impl": "numpy", "num_envs": 4}', (SHA_B,)),
+    }
