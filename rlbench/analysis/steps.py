@@ -153,12 +153,17 @@ def noise(levels: np.ndarray, within_se: float) -> float:
 
 
 def _within_se(samples: list[list[float]]) -> float:
-    """Median over commits of the standard error of a commit's log median from its own samples (0 if none has two)."""
+    """Median over commits of the standard error of a commit's log median from its own samples (0 if none has two).
+
+    The spread is the samples' median absolute deviation (scaled to a standard deviation), as robust as the median it
+    is the error of: one repeat that paid a process's one-time costs (an ``@rlbench.benchmark``'s first call, 3x its
+    siblings) must not make the commit look as noisy as that outlier."""
     ses = []
     for s in samples:
         if len(s) >= 2:
             logs = np.log(np.asarray(s, dtype=float))
-            ses.append(1.2533 * float(np.std(logs, ddof=1)) / math.sqrt(len(s)))
+            spread = 1.4826 * float(np.median(np.abs(logs - np.median(logs))))
+            ses.append(1.2533 * spread / math.sqrt(len(s)))
     return float(np.median(ses)) if ses else 0.0
 
 

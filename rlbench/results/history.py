@@ -570,7 +570,9 @@ class HistoryStore:
         """Every known sha, oldest first.
 
         With ``repo``: the repository's topology (``git rev-list --topo-order``; parents before children), then any
-        commits the repository does not have, by time. Without: by committer time (unknown times last), ties by sha.
+        commits the repository does not have, by time. Without: by committer time (unknown times last); commits of
+        the same second (a script's, a rebase's) in the order the store first learnt of them (``history run`` adds
+        them oldest first, in the repository's topology), then by sha.
 
         Raises:
             DataError: If ``repo`` is not a git repository.
@@ -578,9 +580,11 @@ class HistoryStore:
         shas = self.known_commits()
         infos = self.commits()
 
-        def by_time(s: str) -> tuple[bool, int, str]:
+        first_seen = {sha: i for i, sha in enumerate(infos)}  # commits.jsonl's order: a re-written line keeps its place
+
+        def by_time(s: str) -> tuple[bool, int, int, str]:
             t = infos[s].time if s in infos else None
-            return t is None, t or 0, s
+            return t is None, t or 0, first_seen.get(s, len(first_seen)), s
 
         if repo is None:
             return sorted(shas, key=by_time)
