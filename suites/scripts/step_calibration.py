@@ -264,6 +264,43 @@ CONDITIONS = {
 """Conditions calibrated: which invocations (quiet ones, or all), and how a commit's repeats are drawn."""
 
 
+class Progress:
+    """Finished calibrations of one analysis, appended to a JSONL file as each finishes: an interrupted analysis run
+    again with the same samples and settings picks up where it stopped (the file goes once the report is written)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.done: dict[str, dict[str, Any]] = {}
+        if path is not None and path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    item = json.loads(line)
+                    self.done[item["id"]] = item["result"]
+                except (ValueError, KeyError, TypeError):
+                    continue  # a torn last line
+
+    def run(
+        self,
+        entry: dict[str, Any],
+        invs: list[list[list[float]]],
+        commits: int,
+        trials: int,
+        seed: int,
+        settings: StepSettings,
+        layout: str,
+    ) -> dict[str, Any]:
+        key = f"{entry['benchmark']}|{params_json(entry['params'])}|{entry['metric']}"
+        ident = json.dumps([key, len(invs), commits, trials, seed, dataclasses.asdict(settings), layout])
+        if ident in self.done:
+            return {**self.done[ident], "entry": entry}
+        r = calibrate_series(entry, invs, commits, trials, seed, settings, layout)
+        self.done[ident] = {k: v for k, v in r.items() if k != "entry"}
+        if self.path is not None:
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"id": ident, "result": self.done[ident]}) + "\n")
+        return r
+
+
 def _is_headline(entry: dict[str, Any]) -> bool:
     return any(
         entry["benchmark"] == b and entry["metric"] == m and all(entry["params"].get(k) == v for k, v in ps.items())
@@ -272,7 +309,13 @@ def _is_headline(entry: dict[str, Any]) -> bool:
 
 
 def calibrate(
-    data: dict[str, Any], commits: int, trials: int, seed: int, settings: StepSettings = DEFAULTS, only: str | None = None
+    data: dict[str, Any],
+    commits: int,
+    trials: int,
+    seed: int,
+    settings: StepSettings = DEFAULTS,
+    only: str | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """:func:`calibrate_series` for every measured series, on all its invocations (``all``) and on the quiet ones
     (``quiet``: load at most :data:`QUIET`), each where there are at least 4; ``only``: a substring filter on the key."""
@@ -288,7 +331,7 @@ def calibrate(
             chosen = quiet if subset == "quiet" else invs
             if len(chosen) < 4 or (layout != LAYOUTS[0] and not all(len(inv) == len(chosen[0]) for inv in chosen)):
                 continue
-            r = calibrate_series(entry, chosen, commits, trials, seed, settings, layout)
+            r = (progress or Progress(None)).run(entry, chosen, commits, trials, seed, settings, layout)
             results[name].append(r)
             print(
                 f"{name}: {_label(entry)}: {len(chosen)} invocations, sigma {_pct(r['sigma_between'])}, false/100 "
@@ -302,7 +345,9 @@ def calibrate(
 SWEEP = {"penalty": (2.0, 3.0, 4.0, 6.0), "min_run": (1, 2, 3)}
 
 
-def sweep_settings(data: dict[str, Any], commits: int, trials: int, seed: int) -> list[dict[str, Any]]:
+def sweep_settings(
+    data: dict[str, Any], commits: int, trials: int, seed: int, progress: Progress | None = None
+) -> list[dict[str, Any]]:
     """The headline series on quiet invocations, one process per commit, under each setting of :data:`SWEEP`."""
     rows = []
     for penalty in SWEEP["penalty"]:
@@ -319,7 +364,7 @@ def sweep_settings(data: dict[str, Any], commits: int, trials: int, seed: int) -
                 ]
                 if len(invs) < 4:
                     continue
-                r = calibrate_series(entry, invs, commits, trials, seed, settings)
+                r = (progress or Progress(None)).run(entry, invs, commits, trials, seed, settings, LAYOUTS[0])
                 rows.append({"penalty": penalty, "min_run": min_run, **r})
                 print(
                     f"sweep penalty {penalty} min_run {min_run} {_label(entry)}: false/100 "
@@ -428,12 +473,14 @@ def render(
         lines.append(
             f"- Measurement{f' {i + 1}' if len(metas) > 1 else ''}: `{_public(m.get('command', '?'))}`: "
             + " and ".join(kinds)
-            + f", alternating, each a fresh process, all of one commit (`{str(m.get('git', {}).get('commit'))[:12]}`); "
+            + (", alternating" if len(kinds) > 1 else "")
+            + f", each a fresh process, all of one commit (`{str(m.get('git', {}).get('commit'))[:12]}`); "
             f"{m.get('cpu_s', math.nan) / 60:.1f} min of CPU over {m.get('wall_s', math.nan) / 60:.1f} min of wall time, "
             "under `nice -n 10`"
             + (
-                f", each invocation started after waiting (up to {m.get('max_wait', 0):.0f} s) for other processes to use "
-                f"at most {m['wait_quiet']:.0%} of the CPU."
+                ", each invocation started after waiting"
+                + (f" (up to {m['max_wait']:.0f} s)" if m.get("max_wait") is not None else " (up to --max-wait)")
+                + f" for other processes to use at most {m['wait_quiet']:.0%} of the CPU."
                 if m.get("wait_quiet") is not None
                 else "."
             )
@@ -466,7 +513,8 @@ def render(
         "step that goes the worse way has its first bad commit within +-1 of it. Every other step is false. Each series "
         "is calibrated three ways: on its quiet invocations with a commit's repeats in one process (what a history "
         "run once per commit on a quiet machine sees: the targets), on the same invocations with each repeat of a "
-        "commit drawn from a different one (repeats in separate processes), and on all invocations, busy ones "
+        "commit drawn from a different one (a random repeat of it: repeats in separate processes, each with that "
+        "repeat's share of warm-up), and on all invocations, busy ones "
         "included (what this shared machine gave).",
         "",
         "## Targets",
@@ -490,7 +538,7 @@ def render(
                 )
     titles = {
         "quiet": "quiet invocations, a commit's repeats in one process",
-        "quiet, separate processes": "quiet invocations, each repeat of a commit in its own process",
+        "quiet, separate processes": "quiet invocations, each repeat of a commit from its own process",
         "all": "all invocations (busy ones included), a commit's repeats in one process",
     }
     for name, title in titles.items():
@@ -609,11 +657,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.measure_only:
         return 0
     settings = StepSettings(penalty=args.penalty, min_effect=args.min_effect, min_run=args.min_run)
-    sweep = sweep_settings(data, args.commits, args.trials, args.seed) if args.sweep else []
-    results = calibrate(data, args.commits, args.trials, args.seed, settings, args.only)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    progress = Progress(report.with_suffix(".progress.jsonl"))
+    sweep = sweep_settings(data, args.commits, args.trials, args.seed, progress) if args.sweep else []
+    results = calibrate(data, args.commits, args.trials, args.seed, settings, args.only, progress)
     report.parent.mkdir(parents=True, exist_ok=True)
     saved = {
-        "metas": data["metas"],
+        "metas": [{**m, "command": _public(m.get("command", "?"))} for m in data["metas"]],
         "loads": _loads(data),
         "args": {"trials": args.trials, "commits": args.commits, "seed": args.seed},
         "settings": dataclasses.asdict(settings),
@@ -622,6 +672,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     report.with_suffix(".json").write_text(json.dumps(_without_samples(saved), indent=1), encoding="utf-8")
     report.write_text(render(saved, results, args, settings, sweep), encoding="utf-8")
+    if progress.path is not None:
+        progress.path.unlink(missing_ok=True)
     print(f"report: {report}")
     return 0
 
@@ -635,5 +687,5 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except KeyboardInterrupt as exc:
-        print("interrupted: the samples measured so far are saved", file=sys.stderr)
+        print("interrupted (a measurement keeps the samples of the invocations it finished)", file=sys.stderr)
         sys.exit(interrupt_exit_code(exc))
