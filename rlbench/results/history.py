@@ -46,7 +46,7 @@ from rlbench.core.errors import DataError, StoreError
 from rlbench.results.fingerprint import machine_id
 from rlbench.results.metrics import COUNTERS, MACHINE
 from rlbench.results.records import Record, from_dict
-from rlbench.results.store import RecordsWarning, read_records, read_text
+from rlbench.results.store import RecordsWarning, append_whole, read_records, read_text
 
 DEFAULT_HISTORY = ".rlbench/history"
 COMMITS = "commits.jsonl"
@@ -231,17 +231,7 @@ def _append_lines(path: Path, lines: list[str]) -> None:
                     cut = tail.rfind(b"\n")
                     size = size - len(tail) + cut + 1 if cut >= 0 else (0 if len(tail) == size else size)
                     os.ftruncate(fd, size)
-            try:
-                written = os.write(fd, data)
-                if written != len(data):
-                    raise OSError(28, f"disk full or file size limit: {written} of {len(data)} bytes fit")
-                os.fsync(fd)
-            except OSError as exc:
-                try:
-                    os.ftruncate(fd, size)
-                except OSError:
-                    pass
-                raise StoreError(f"cannot write to history store file {str(path)!r} ({exc.strerror or exc})") from None
+            append_whole(fd, data, size, f"cannot write to history store file {str(path)!r}")
         finally:
             os.close(fd)
 

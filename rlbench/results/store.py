@@ -107,19 +107,28 @@ class RunWriter:
                 raise StoreError(f"cannot write results to {str(self.path)!r}: not a regular file; remove it")
             os.set_blocking(fd, True)
             size = st.st_size
-            try:
-                written = os.write(fd, data)
-                if written != len(data):
-                    raise OSError(28, f"disk full or file size limit: {written} of {len(data)} bytes fit")
-                os.fsync(fd)
-            except OSError as exc:
-                try:
-                    os.ftruncate(fd, size)  # never leave a partial record behind
-                except OSError:
-                    pass
-                raise StoreError(f"cannot write results to {str(self.path)!r} ({exc.strerror or exc})") from None
+            append_whole(fd, data, size, f"cannot write results to {str(self.path)!r}")
         finally:
             os.close(fd)
+
+
+def append_whole(fd: int, data: bytes, size: int, what: str) -> None:
+    """Append ``data`` to the file open at ``fd`` (``size`` bytes long) whole and synced, or not at all.
+
+    Raises:
+        StoreError: ``what`` and the reason (a full disk, a file size limit); the file is cut back to ``size``.
+    """
+    try:
+        written = os.write(fd, data)
+        if written != len(data):
+            raise OSError(28, f"disk full or file size limit: {written} of {len(data)} bytes fit")
+        os.fsync(fd)
+    except OSError as exc:
+        try:
+            os.ftruncate(fd, size)  # never leave a partial record behind
+        except OSError:
+            pass
+        raise StoreError(f"{what} ({exc.strerror or exc})") from None
 
 
 def run_files(store: str | os.PathLike[str]) -> list[Path]:
