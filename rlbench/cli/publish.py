@@ -1,4 +1,4 @@
-"""``rlbench publish [STORE] -o DIR [--commit-url URL] [--last N] [--repo PATH] [--json]``: the history as a static site."""
+"""``rlbench publish [STORE] -o DIR [options]``: the history as a static site (options: see ``--help``)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,13 @@ def build_publish_parser() -> Parser:
         metavar="PATH",
         help="git repository whose topology orders the commits (default: commit time, as the store has it)",
     )
+    p.add_argument(
+        "--plotly",
+        choices=("bundle", "cdn"),
+        default="bundle",
+        help="bundle: copy plotly.js (4.7 MB) into the site's assets/, so it opens offline (default); cdn: link the "
+        "same plotly.js version on cdn.plot.ly instead, for a site kept in a repository (viewing needs the network)",
+    )
     p.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     return p
 
@@ -65,7 +72,7 @@ def publish_command(argv: list[str]) -> int:
     out = check_site_dir(args.output)
     if out.resolve() == store.resolve() or store.resolve() in out.resolve().parents:
         raise UsageError(f"-o {args.output!r} lies inside the history store; write the site elsewhere")
-    summary = write_site(HistoryStore(store), out, commit_url=args.commit_url, last_n=args.last, repo=repo)
+    summary = write_site(HistoryStore(store), out, commit_url=args.commit_url, last_n=args.last, repo=repo, plotly=args.plotly)
     if args.json:
         sys.stdout.write(json.dumps(summary.to_dict(), indent=2) + "\n")
     else:

@@ -12,7 +12,9 @@ Pages, all written into one output folder:
 * ``regressions.html``: every detected step (:func:`rlbench.analysis.steps.detect_all`) with its commit range (last
   good -> first bad, linked through ``--commit-url``), size and 95% interval, the phases that stepped with it, and
   the ``rlbench ab`` / ``rlbench bisect`` commands that confirm it.
-* ``assets/``: ``plotly.min.js`` (copied once from the installed plotly package), ``site.js`` and ``site.css``.
+* ``assets/``: ``plotly.min.js`` (copied once from the installed plotly package), ``site.js`` and ``site.css``. With
+  ``plotly="cdn"`` the chart pages load plotly.js (the version the installed plotly bundles) from its CDN instead and
+  the 4.7 MB copy is not written: for a site kept in a repository; viewing it then needs the network.
 
 Per-commit intervals: the distribution-free 95% interval of the median (order statistics of the binomial) where a
 commit has 6 or more samples, else the range of its samples (fewer samples cannot give 95%); the hover says which.
@@ -413,10 +415,11 @@ def _recorded_commands(store: HistoryStore, machine: str, wanted: set[tuple[str,
 
 # --- HTML -----------------------------------------------------------------------------------------------------------
 def _page(title: str, body: str, *, scripts: Sequence[str] = (), data: Any = None) -> str:
+    """A page; ``scripts`` are file names in ``assets/`` or full ``https://`` addresses."""
     data_block = (
         f'<script type="application/json" id="rlbench-data">{script_json(data)}</script>\n' if data is not None else ""
     )
-    tags = "".join(f'<script src="{ASSETS}/{_esc(s)}"></script>\n' for s in scripts)
+    tags = "".join(f'<script src="{_esc(s if s.startswith("https://") else f"{ASSETS}/{s}")}"></script>\n' for s in scripts)
     return (
         "<!doctype html>\n"
         '<html lang="en"><head><meta charset="utf-8">\n'
@@ -441,9 +444,16 @@ class _Site:
     """Renders the pages of one store (the views, the commits' info and the URL template)."""
 
     def __init__(
-        self, store: HistoryStore, views: list[MachineView], infos: dict[str, CommitInfo], commit_url: str | None, last_n: int
+        self,
+        store: HistoryStore,
+        views: list[MachineView],
+        infos: dict[str, CommitInfo],
+        commit_url: str | None,
+        last_n: int,
+        plotly_src: str = PLOTLY_JS,
     ):
         self.store = store
+        self.plotly_src = plotly_src
         self.views = views
         self.infos = infos
         self.commit_url = commit_url
@@ -670,7 +680,7 @@ class _Site:
             f'<li><a href="#m-{_esc(_slug(v["id"]))}">machine <code>{_esc(v["id"])}</code></a></li>' for v in machines
         )
         body = "\n".join([_nav("", len(self.open)), head, f"<ul class=toc>{toc}</ul>", *sections, self.footer()])
-        return _page(f"rlbench history: {name}", body, scripts=(PLOTLY_JS, SITE_JS), data=data), data
+        return _page(f"rlbench history: {name}", body, scripts=(self.plotly_src, SITE_JS), data=data), data
 
     def bench_machine(
         self,
@@ -852,6 +862,18 @@ def _plotly_js() -> Path:
     return path
 
 
+PLOTLY_CHOICES = ("bundle", "cdn")
+
+
+def plotly_cdn_url() -> str:
+    """The CDN address of the plotly.js the installed plotly package bundles (the same code as ``bundle``)."""
+    try:
+        from plotly.offline import get_plotlyjs_version
+    except ImportError:  # pragma: no cover - plotly is a dependency
+        raise UsageError("rlbench publish needs plotly (pip install plotly)") from None
+    return f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js"
+
+
 def check_site_dir(out: str | os.PathLike[str]) -> Path:
     """The output folder, refused (UsageError) when it is a file or anything but a folder, or not writable."""
     path = Path(out)
@@ -877,14 +899,18 @@ def write_site(
     commit_url: str | None = None,
     last_n: int = 20,
     repo: Path | None = None,
+    plotly: str = "bundle",
 ) -> SiteSummary:
     """Write the site of ``store`` into ``out`` and say what was written.
+
+    ``plotly="bundle"`` copies plotly.js into ``assets/`` (the site works offline); ``"cdn"`` links its CDN copy.
 
     Pages of a benchmark no longer in the store are removed when ``out`` holds an earlier site (its
     ``rlbench-site.json``); nothing else in ``out`` is touched (a ``.git`` of a gh-pages checkout stays).
 
     Raises:
-        UsageError: ``out`` is a file or not writable, ``commit_url`` lacks ``{sha}``, ``last_n`` < 1.
+        UsageError: ``out`` is a file or not writable, ``commit_url`` lacks ``{sha}``, ``last_n`` < 1, ``plotly`` is
+            neither ``bundle`` nor ``cdn``.
         DataError: the store is missing, empty, or not a history store.
     """
     if commit_url is not None and "{sha}" not in commit_url:
@@ -893,25 +919,30 @@ def write_site(
         )
     if last_n < 1:
         raise UsageError(f"--last must be at least 1, got {last_n}")
+    if plotly not in PLOTLY_CHOICES:
+        raise UsageError(f"--plotly must be one of {', '.join(PLOTLY_CHOICES)}; got {plotly!r}")
     root = check_site_dir(out)
     views, infos = build_views(store, repo)
-    site = _Site(store, views, infos, commit_url, last_n)
+    site = _Site(store, views, infos, commit_url, last_n, PLOTLY_JS if plotly == "bundle" else plotly_cdn_url())
     try:
         (root / ASSETS).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"-o {str(root)!r}: cannot create folder ({exc.strerror or exc})") from None
     summary = SiteSummary(out=root)
-    plotly_src = _plotly_js()
-    plotly_dst = root / ASSETS / PLOTLY_JS
-    if not (
-        plotly_dst.is_file()
-        and plotly_dst.stat().st_size == plotly_src.stat().st_size
-        and plotly_dst.read_bytes() == plotly_src.read_bytes()
-    ):
-        write_output(plotly_dst, plotly_src.read_bytes(), "-o")
+    own_assets = (SITE_JS, SITE_CSS)
+    if plotly == "bundle":
+        plotly_src = _plotly_js()
+        plotly_dst = root / ASSETS / PLOTLY_JS
+        if not (
+            plotly_dst.is_file()
+            and plotly_dst.stat().st_size == plotly_src.stat().st_size
+            and plotly_dst.read_bytes() == plotly_src.read_bytes()
+        ):
+            write_output(plotly_dst, plotly_src.read_bytes(), "-o")
+        own_assets = (PLOTLY_JS, *own_assets)
     for name in (SITE_JS, SITE_CSS):
         write_output(root / ASSETS / name, resources.files("rlbench.report").joinpath("site_assets", name).read_bytes(), "-o")
-    summary.assets = [f"{ASSETS}/{n}" for n in (PLOTLY_JS, SITE_JS, SITE_CSS)]
+    summary.assets = [f"{ASSETS}/{n}" for n in own_assets]
 
     def put(rel: str, text: str) -> None:
         write_output(root / rel, text, "-o")
@@ -942,7 +973,13 @@ def write_site(
 
 
 def publish(
-    store: HistoryStore, out: Path, *, commit_url: str | None = None, last_n: int = 20, repo: Path | None = None
+    store: HistoryStore,
+    out: Path,
+    *,
+    commit_url: str | None = None,
+    last_n: int = 20,
+    repo: Path | None = None,
+    plotly: str = "bundle",
 ) -> Path:
     """Write the static site of ``store`` into ``out`` (see the module docstring); returns ``out``."""
-    return write_site(store, out, commit_url=commit_url, last_n=last_n, repo=repo).out
+    return write_site(store, out, commit_url=commit_url, last_n=last_n, repo=repo, plotly=plotly).out

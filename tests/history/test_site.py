@@ -81,6 +81,19 @@ def test_pages_and_assets_written_once(site: Path, synthetic: Synthetic) -> None
     assert "plotly.min.js" not in (site / "index.html").read_text(encoding="utf-8")  # the index draws SVG only
 
 
+def test_cdn_plotly_links_the_bundled_version_and_writes_no_copy(synthetic: Synthetic, tmp_path: Path) -> None:
+    out = tmp_path / "site"
+    summary = write_site(synthetic.store, out, plotly="cdn")
+    assert not (out / "assets" / "plotly.min.js").exists()
+    assert summary.assets == ["assets/site.js", "assets/site.css"]
+    bundled = (Path(site_mod._plotly_js()).read_text(encoding="utf-8")[:200]).split("plotly.js v", 1)[1].split()[0]
+    bench = bench_page(out, "toy").read_text(encoding="utf-8")
+    assert f'<script src="https://cdn.plot.ly/plotly-{bundled}.min.js"></script>' in bench
+    assert '<script src="assets/site.js"></script>' in bench
+    with pytest.raises(site_mod.UsageError, match="--plotly must be one of bundle, cdn"):
+        write_site(synthetic.store, tmp_path / "other", plotly="inline")
+
+
 def test_user_text_is_escaped_everywhere(site: Path, synthetic: Synthetic) -> None:
     for page in site.glob("*.html"):
         text = page.read_text(encoding="utf-8")
@@ -257,6 +270,7 @@ def rlbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "rlbench", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_publish_json_and_bad_input(synthetic: Synthetic, tmp_path: Path) -> None:
     store = str(synthetic.store.root)
     ok = rlbench("publish", store, "-o", str(tmp_path / "out"), "--json", cwd=tmp_path)
