@@ -54,6 +54,7 @@ def _records(store: Path) -> list[dict]:
     return [json.loads(line) for f in sorted(store.glob("*.jsonl")) for line in f.read_text().splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "target, args, said",
     [

@@ -64,6 +64,7 @@ def test_a_test_knob_phase_the_benchmark_times_still_slows_it() -> None:
     assert "tst-phase" in slowed_phases() and timer.seconds["tst-phase"] >= 0.003
 
 
+@pytest.mark.slow
 def test_a_test_knob_is_refused_for_a_function_under_automatic_attribution(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -123,6 +124,7 @@ def test_record_refuses_a_name_rlbench_records_itself(loose_store: Path, name: s
     assert {r.metric for r in read_records(loose_store)} == {"eval_return", "my_sps"}
 
 
+@pytest.mark.slow
 def test_a_benchmark_returning_a_metric_rlbench_records_itself_fails_naming_it(project: Path) -> None:
     err = one_line_error(rlbench(["run", "b.py:shadows", "--quiet", "--store", "s"], project, timeout=120), code=1)
     assert "'sps' is one rlbench records itself" in err, err
@@ -130,6 +132,7 @@ def test_a_benchmark_returning_a_metric_rlbench_records_itself_fails_naming_it(p
 
 
 # --- parameters named like rlbench's settings --------------------------------------------------------------------
+@pytest.mark.slow
 def test_parameters_named_device_and_threads_are_the_functions_own(project: Path) -> None:
     proc = rlbench(
         ["run", "b.py:own_names", "--threads", "4096", "--device", "my-gpu", "--json", "--quiet", "--store", "s"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
@@ -87,6 +88,7 @@ def noisy(n: int = 3) -> dict:
 """
 
 
+@pytest.mark.slow
 def test_run_json_prints_exactly_one_object_on_stdout(tmp_path: Path) -> None:
     (tmp_path / "bench.py").write_text(BENCH)
     proc = rlbench(["run", "bench.py:noisy", "--quiet", "--store", "s", "--json"], tmp_path, timeout=120)

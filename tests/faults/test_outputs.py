@@ -133,6 +133,7 @@ def test_report_to_dev_null_draws_nothing_beside_it(tmp_path: Path) -> None:
     assert {p.name: p.stat().st_mtime_ns for p in Path("/dev").glob("null?*")} == before
 
 
+@pytest.mark.slow
 def test_run_with_report_dev_null_writes_records_and_nothing_beside_dev_null(tmp_path: Path) -> None:
     (tmp_path / "bench.py").write_text(BENCH)
     before = {p.name: p.stat().st_mtime_ns for p in Path("/dev").glob("null?*")}  # another process's leftovers stay
@@ -143,6 +144,7 @@ def test_run_with_report_dev_null_writes_records_and_nothing_beside_dev_null(tmp
     assert len(list((tmp_path / "s").glob("*.jsonl"))) == 1
 
 
+@pytest.mark.slow
 def test_run_with_a_report_symlink_is_refused_before_any_work(tmp_path: Path) -> None:
     (tmp_path / "bench.py").write_text(BENCH)
     link = _odd_paths(tmp_path)["link"]

@@ -81,6 +81,7 @@ def test_empty_run_id_is_bad_input(tmp_path: Path) -> None:
         read_run(tmp_path / "s", "")
 
 
+@pytest.mark.slow
 def test_run_into_a_store_with_an_undecodable_file_writes_its_report(tmp_path: Path) -> None:
     (tmp_path / "bench.py").write_text(
         "import rlbench\n\n@rlbench.benchmark\ndef tiny(n: int = 3) -> dict:\n    return {'value': float(n)}\n"

@@ -72,6 +72,7 @@ def small_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return repo, build_history_repo(repo)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, words",
     [
@@ -101,6 +102,7 @@ def test_bisect_outside_a_repository_is_bad_input(tmp_path: Path) -> None:
     assert proc.returncode == 2 and proc.stderr.startswith("rlbench: error:") and proc.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_bisect_cannot_decide_when_bad_cannot_be_judged(small_repo: tuple[Path, dict]) -> None:
     repo, shas = small_repo
     # `rlbench run` of a user benchmark records no op counts: BAD cannot be judged, so there is nothing to search

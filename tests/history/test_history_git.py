@@ -23,6 +23,9 @@ import pytest
 from rlbench.results.history import HistoryStore
 from tests.history.conftest import PROFILE_TRAIN, RUN_TINY, build_history_repo, git, rlbench
 
+# every test here builds git histories and runs rlbench per commit in subprocesses
+pytestmark = pytest.mark.slow
+
 
 def worktrees(repo: Path) -> list[str]:
     """The worktrees registered in ``repo`` (its own checkout first)."""

@@ -126,6 +126,7 @@ def drawn_points(driver) -> list[dict]:
     return driver.execute_async_script(JS_POINTS)
 
 
+@pytest.mark.slow
 def test_site_in_chromium(tmp_path: Path) -> None:
     syn = synthetic_store(tmp_path / "store")
     site = tmp_path / "site"

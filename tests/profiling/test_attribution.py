@@ -308,6 +308,7 @@ def test_hooks_are_removed_exactly():
     assert optimizer_module._global_optimizer_pre_hooks == {}
 
 
+@pytest.mark.slow
 def test_op_counts_per_iteration_are_the_same_run_to_run():
     def counts():
         with Session(Settings(count_iteration=2, memory=False)) as s:

@@ -91,6 +91,7 @@ def _minibatch_loop(minibatches: int = 6) -> None:
             opt.step()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "loop", [known_loop, _wrapped_envs_loop, _minibatch_loop], ids=["vector-env-ppo-shape", "wrapped-env", "minibatches"]
 )
