@@ -89,10 +89,14 @@ def meaning(name: str, rows: dict[str, Any], data: dict[str, Any]) -> list[str]:
     for key, words in (("hog-interleaved", "a CPU hog started halfway, interleaved"), ("steady-aa", "steady load")):
         if key in t:
             h = t[key]
+            target = (
+                f" (target: at most 1 in 20, {_met(h['fail'] <= h['n'] * TARGET_FALSE_FAIL)})"
+                if key == "hog-interleaved"
+                else ""
+            )
             out.append(
-                f"A/A with {words}: FAIL in {h['fail']} of {h['n']} (target: at most 1 in 20, "
-                f"{_met(h['fail'] <= h['n'] * TARGET_FALSE_FAIL)}), PASS in {h['pass']}, INCONCLUSIVE because the machine "
-                f"was busy in {h['busy']} and too noisy in {h['inconclusive']}."
+                f"A/A with {words}: FAIL in {h['fail']} of {h['n']}{target}, PASS in {h['pass']}, INCONCLUSIVE because "
+                f"the machine was busy in {h['busy']} and too noisy in {h['inconclusive']}."
             )
     for key, words in (("plus5", "A 5% slowdown"), ("steady-plus5", "A 5% slowdown under steady load")):
         if key in t:
@@ -179,7 +183,7 @@ def render(data: dict[str, Any]) -> str:
             n = t["n"]
             rows.append(
                 [
-                    f"{row['label']} ({n} comparisons)",
+                    f"{row['label']} ({n} comparison{'' if n == 1 else 's'})",
                     _count(t["fail"], n),
                     _count(t["pass"], n),
                     _count(t["inconclusive"], n),

@@ -299,4 +299,4 @@ def test_real_smoke(tmp_path: Path) -> None:
         (r,) = data["benchmarks"][name]["conditions"]["aa"]["results"]
         assert r["verdict"] in ("PASS", "INCONCLUSIVE") and r["rounds"] == 5
     text = (tmp_path / "cal.md").read_text(encoding="utf-8")
-    assert "## ppo-cartpole" in text and "## gae" in text and "| A/A (1 comparisons) |" in text
+    assert "## ppo-cartpole" in text and "## gae" in text and "| A/A (1 comparison) |" in text
