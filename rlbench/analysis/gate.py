@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlbench.analysis.compare import RATE_OR_TIME_UNITS, CaseResult, LoadCheck, compare, load_check
@@ -73,6 +74,7 @@ class Check:
         verdict: ``PASS``, ``FAIL`` or ``INCONCLUSIVE``.
         reason: The row's words (they match the interval).
         advice: For INCONCLUSIVE: what would give a verdict (one clause, no newline).
+        busy: INCONCLUSIVE only because the machine was busy (a timing PASS on a heavily loaded machine).
     """
 
     threshold: Threshold
@@ -80,6 +82,7 @@ class Check:
     verdict: str
     reason: str
     advice: str = ""
+    busy: bool = False
 
     @property
     def failed(self) -> bool:
@@ -210,7 +213,7 @@ def _busy(check: Check, load: LoadCheck) -> Check:
         f"machine was busy ({load.note}): other processes' load can hide a regression, so a PASS cannot be trusted; "
         "rerun on a quiet machine or with `rlbench ab` (interleaved rounds), or pass --allow-busy"
     )
-    return Check(check.threshold, check.result, INCONCLUSIVE, reason, advice)
+    return Check(check.threshold, check.result, INCONCLUSIVE, reason, advice, busy=True)
 
 
 def evaluate(
@@ -303,17 +306,21 @@ def detectable_note(results: list[CaseResult]) -> str | None:
     )
 
 
+class MachineBusy(DataError):
+    """The gate refused a verdict: the two sides' different machine load alone could explain the result (exit 2)."""
+
+
 def refuse_if_busy(base: list[Record], cand: list[Record], results: list[CaseResult], allow_busy: bool) -> None:
     """Refuse verdicts that the two sides' different machine load could have produced on its own.
 
     Raises:
-        DataError: Unless ``allow_busy``, when a significant timing result leans the way the load difference pushes.
+        MachineBusy: Unless ``allow_busy``, when a significant timing result leans the way the load difference pushes.
     """
     load = load_check(base, cand)
     busy = [r for r in results if r.significant and load.explains(r)]
     if busy and not allow_busy:
         names = ", ".join(sorted({r.case.metric for r in busy})[:4])
-        raise DataError(
+        raise MachineBusy(
             f"machine was busy: {load.note}; the difference alone could explain the result for {names}. Rerun on a quiet "
             "machine or use `rlbench ab` (interleaved rounds), or pass --allow-busy to get the verdict anyway; a "
             "noise-free counter (--fail ops/iteration:0%) is judged whatever the load"
@@ -342,3 +349,41 @@ def look_confidence(confidence: float, looks: int) -> float:
     early. Conservative (the looks are correlated), and exact in what it promises.
     """
     return 1.0 - (1.0 - confidence) / max(1, looks)
+
+
+@dataclass(frozen=True)
+class AutoRounds:
+    """The sequential design of ``rlbench ab --rounds auto``, planned before the first round.
+
+    Attributes:
+        looks: The rounds after which the gate looks (:func:`planned_looks`).
+        confidence: The interval level every look uses (:func:`look_confidence` of 95% over the looks).
+    """
+
+    looks: tuple[int, ...]
+    confidence: float
+
+    @classmethod
+    def plan(cls, max_rounds: int, confidence: float = 0.95) -> AutoRounds:
+        """Looks at 5, 10, 20, ... and ``max_rounds``; at most ``1 - confidence`` false verdicts over them all.
+
+        Raises:
+            UsageError: ``max_rounds`` below 2.
+        """
+        looks = planned_looks(max_rounds)
+        return cls(tuple(looks), look_confidence(confidence, len(looks)))
+
+
+def gate_look(gate: Callable[[], GateOutcome]) -> tuple[GateOutcome | None, bool]:
+    """One look of ``--rounds auto``: the gate's outcome at this look, and whether the rounds stop here.
+
+    ``gate`` is the :func:`evaluate` call of the final verdict, with the design's per-look ``confidence``. They stop
+    when some threshold FAILs or every threshold is PASS or FAIL. A refusal (the machine was busy, too few samples
+    so far) decides nothing yet: the outcome is ``None`` and the rounds go on. ``rlbench ab`` and ``rlbench
+    calibrate`` both decide with this function.
+    """
+    try:
+        outcome = gate()
+    except DataError:
+        return None, False
+    return outcome, outcome.verdict == FAIL or all(c.verdict != INCONCLUSIVE for c in outcome.checks)

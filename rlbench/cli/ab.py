@@ -79,7 +79,7 @@ def ab_command(argv: list[str]) -> int:
     run_argv = argv[cut + 1 :]
     from rlbench.analysis.ab import run_ab, split_run_args, uncommitted_changes
     from rlbench.analysis.compare import compare, mismatches
-    from rlbench.analysis.gate import Threshold, evaluate, look_confidence, planned_looks
+    from rlbench.analysis.gate import AutoRounds, Threshold, evaluate, gate_look
     from rlbench.report.comparison import gate_markdown
 
     split_run_args(run_argv)  # validate before any checkout
@@ -90,8 +90,9 @@ def ab_command(argv: list[str]) -> int:
             raise UsageError("--rounds auto adds rounds until the gate can decide: give at least one --fail METRIC:PCT%")
         if args.max_time is not None and args.max_time <= 0:
             raise UsageError(f"--max-time must be positive, got {args.max_time:g}")
-        looks = planned_looks(args.max_rounds)
-        rounds, confidence = looks[-1], look_confidence(0.95, len(looks))
+        design = AutoRounds.plan(args.max_rounds)
+        looks, confidence = list(design.looks), design.confidence
+        rounds = looks[-1]
     else:
         try:
             rounds = int(args.rounds)
@@ -134,11 +135,8 @@ def ab_command(argv: list[str]) -> int:
     decided_at: dict[str, int] = {}  # metric -> rounds after which its verdict was first PASS or FAIL
 
     def decided(base, head, look: int) -> bool:
-        from rlbench.core.errors import DataError
-
-        try:
-            outcome = gate(base, head)
-        except DataError:  # a busy machine or too few samples at this look: not decided yet
+        outcome, stop = gate_look(lambda: gate(base, head))
+        if outcome is None:  # a busy machine or too few samples at this look: not decided yet
             return False
         for c in outcome.checks:
             if c.verdict != "INCONCLUSIVE":
@@ -146,7 +144,7 @@ def ab_command(argv: list[str]) -> int:
         if not args.json:
             words = ", ".join(f"{c.threshold.metric} {c.verdict}" for c in outcome.checks)
             err.print(f"[dim]look {look + 1}/{len(looks)} after {looks[look]} rounds: {words}[/]")
-        return outcome.verdict == "FAIL" or all(c.verdict != "INCONCLUSIVE" for c in outcome.checks)
+        return stop
 
     result = run_ab(
         args.base_rev,

@@ -1,37 +1,236 @@
-"""``rlbench calibrate``: measure the gate's false-alarm and detection rates on this machine, and publish them."""
+"""``rlbench calibrate``: measure the gate's verdicts on this machine (false FAILs, detections, INCONCLUSIVE rates,
+rounds used by ``--rounds auto``), and publish them."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
 
 from rlbench.cli.parser import prepare_output, write_output
+from rlbench.core.errors import UsageError
+
+DEFAULT_BENCHMARKS = "ppo-cartpole,gae"
 
 
 def build_calibrate_parser(p: argparse.ArgumentParser) -> None:
     """The options of ``rlbench calibrate``."""
-    p.add_argument("--comparisons", type=int, default=20, help="comparisons per condition (default 20)")
-    p.add_argument("--rounds", type=int, default=8, help="interleaved rounds per comparison (default 8)")
-    p.add_argument("--threshold", type=float, default=2.5, help="gate threshold in percent (default 2.5)")
-    p.add_argument("--ppo-steps", type=int, default=8192, help="agent steps per ppo-cartpole run (default 8192)")
-    p.add_argument("--gae-calls", type=int, default=300, help="timed gae calls per run (default 300)")
     p.add_argument(
-        "--hog-comparisons", type=int, default=None, help="comparisons per CPU-hog condition (default: --comparisons)"
+        "--comparisons",
+        type=int,
+        default=20,
+        metavar="N",
+        help="comparisons per quiet condition and for A/A with a CPU hog from halfway, interleaved (default 20)",
     )
-    p.add_argument("--out", default="reports/gate-calibration.md", help="markdown report to write")
+    p.add_argument(
+        "--hog-comparisons",
+        type=int,
+        default=10,
+        metavar="N",
+        help="comparisons per other loaded condition: A then B with hogs, steady load (default 10)",
+    )
+    p.add_argument(
+        "--max-rounds",
+        type=int,
+        default=40,
+        metavar="N",
+        help="--rounds auto: the most rounds per side of an interleaved comparison (default 40; at least 5)",
+    )
+    p.add_argument(
+        "--separate-rounds",
+        type=int,
+        default=20,
+        metavar="N",
+        help="runs per side of the 'A then B' conditions, gated once afterwards (default 20; at least 5)",
+    )
+    p.add_argument("--threshold", type=float, default=2.5, metavar="PCT", help="gate threshold in percent (default 2.5)")
+    p.add_argument(
+        "--ppo-steps", type=int, default=16384, metavar="N", help="agent steps per ppo-cartpole run (default 16384)"
+    )
+    p.add_argument("--gae-calls", type=int, default=300, metavar="N", help="timed gae calls per run (default 300)")
+    p.add_argument(
+        "--benchmarks",
+        default=DEFAULT_BENCHMARKS,
+        metavar="A,B",
+        help=f"benchmarks to calibrate (default {DEFAULT_BENCHMARKS})",
+    )
+    p.add_argument(
+        "--conditions",
+        default=None,
+        metavar="A,B",
+        help="conditions to run (default: all of aa, plus5, plus10, hog-interleaved, hog-a-then-b, steady-aa, "
+        "steady-plus5, candidate-hogs)",
+    )
+    p.add_argument("--out", default="reports/gate-calibration.md", help="markdown report to write; the JSON goes beside it")
+    p.add_argument("--json", action="store_true", help="also print every comparison as one JSON object on stdout")
+    p.add_argument(
+        "--render", metavar="JSON", help="measure nothing: write the report again from the JSON an earlier run saved"
+    )
+
+
+def validate(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """Check every option before anything runs; returns the benchmarks and conditions to run.
+
+    Raises:
+        UsageError: A value out of range, or an unknown benchmark or condition.
+    """
+    import math
+
+    from rlbench.analysis.calibration import BENCHMARKS, CONDITIONS, PPO_BATCH, parse_names
+
+    for flag, value, least in (
+        ("--comparisons", args.comparisons, 1),
+        ("--hog-comparisons", args.hog_comparisons, 1),
+        ("--max-rounds", args.max_rounds, 5),
+        ("--separate-rounds", args.separate_rounds, 5),
+        ("--ppo-steps", args.ppo_steps, 2 * PPO_BATCH),
+        ("--gae-calls", args.gae_calls, 1),
+    ):
+        if value < least:
+            why = {
+                "--max-rounds": " (the gate needs 5 paired rounds for an interval)",
+                "--separate-rounds": " (the gate needs 5 paired rounds for an interval)",
+                "--ppo-steps": f" (two iterations of {PPO_BATCH:,} steps: the first one is left out)",
+            }.get(flag, "")
+            raise UsageError(f"{flag} must be at least {least:,}{why}, got {value:,}")
+    if not (math.isfinite(args.threshold) and 0 < args.threshold < 100):
+        raise UsageError(f"--threshold must be a percentage above 0 and below 100, got {args.threshold:g}")
+    names = parse_names(args.benchmarks, BENCHMARKS, "--benchmarks")
+    keys = tuple(c.key for c in CONDITIONS)
+    conditions = parse_names(args.conditions, keys, "--conditions") if args.conditions is not None else list(keys)
+    return names, conditions
+
+
+def command_line(args: argparse.Namespace, names: list[str], conditions: list[str]) -> str:
+    """The command that measured (every option that shapes the numbers, so it can be run again)."""
+    from rlbench.analysis.calibration import BENCHMARKS, CONDITIONS
+
+    parts = ["rlbench calibrate", f"--comparisons {args.comparisons}", f"--hog-comparisons {args.hog_comparisons}"]
+    parts += [
+        f"--max-rounds {args.max_rounds}",
+        f"--separate-rounds {args.separate_rounds}",
+        f"--threshold {args.threshold:g}",
+    ]
+    if "ppo-cartpole" in names:
+        parts.append(f"--ppo-steps {args.ppo_steps}")
+    if "gae" in names:
+        parts.append(f"--gae-calls {args.gae_calls}")
+    if names != list(BENCHMARKS):
+        parts.append(f"--benchmarks {','.join(names)}")
+    if conditions != [c.key for c in CONDITIONS]:
+        parts.append(f"--conditions {','.join(conditions)}")
+    return " ".join(parts)
+
+
+class CalibrationProgress:
+    """A rich bar per benchmark and condition on stderr, with the verdicts so far."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.progress: Any = None
+        self.tasks: dict[tuple[str, str], Any] = {}
+        self.counts: dict[tuple[str, str], dict[str, int]] = {}
+
+    def __enter__(self) -> CalibrationProgress:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("comparisons"),
+                TextColumn("{task.fields[verdicts]}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                refresh_per_second=2,  # the refresh thread takes the GIL from the timed code: keep it rare
+                transient=False,
+            )
+            self.progress.start()
+        return self
+
+    def __call__(self, name: str, cond: Any, index: int, count: int, result: dict[str, Any] | None) -> None:
+        if self.progress is None:
+            return
+        key = (name, cond.key)
+        if key not in self.tasks:
+            self.tasks[key] = self.progress.add_task(f"{name} {cond.label}", total=count, verdicts="")
+            self.counts[key] = {"FAIL": 0, "PASS": 0, "INCONCLUSIVE": 0, "busy": 0}
+        if result is None:
+            return
+        c = self.counts[key]
+        c[result["verdict"]] += 1
+        c["busy"] += result["verdict"] == "INCONCLUSIVE" and result["busy"]
+        words = f"FAIL {c['FAIL']}  PASS {c['PASS']}  INCONCLUSIVE {c['INCONCLUSIVE']} (busy {c['busy']})"
+        self.progress.update(self.tasks[key], advance=1, verdicts=f"{words}, last after {result['rounds']} rounds")
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if self.progress is not None:
+            if exc_type is not None:
+                if self.progress.console.is_terminal:
+                    self.progress.live.transient = True
+                else:
+                    self.progress.console.quiet = True
+            self.progress.stop()
 
 
 def calibrate_command(args: argparse.Namespace) -> int:
-    """Run the calibration and write its report (markdown, and the raw results as JSON beside it)."""
-    from rlbench.analysis.calibration import calibrate
+    """Run the calibration and write its report (markdown, and every comparison as JSON beside it)."""
     from rlbench.report.calibration import render
-    from rlbench.results.fingerprint import machine_fingerprint
+    from rlbench.report.format import finite
 
     out = prepare_output(args.out, "--out")
-    data = calibrate(args.comparisons, args.rounds, args.threshold, args.ppo_steps, args.gae_calls, args.hog_comparisons)
-    options = {k: v for k, v in vars(args).items() if k not in ("out", "command") and v is not None}
-    command = "rlbench calibrate " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in options.items())
-    write_output(out, render(data, machine_fingerprint(), command), "--out")
-    write_output(out.with_suffix(".json"), json.dumps(data, indent=1), "--out")
-    print(f"report: {out}")
+    if args.render:
+        try:
+            data = json.loads(Path(args.render).read_text(encoding="utf-8"))
+            text = render(data)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"--render {args.render}: cannot read a calibration's results from it ({exc})") from None
+        if out is not None:
+            write_output(out, text, "--out")
+            print(f"report: {out}")
+        else:
+            sys.stdout.write(text)
+        return 0
+    names, conditions = validate(args)
+    from rlbench.analysis.calibration import calibrate
+    from rlbench.results.fingerprint import machine_fingerprint
+
+    t0 = time.perf_counter()
+    with CalibrationProgress() as bar:
+        data = calibrate(
+            args.comparisons,
+            args.max_rounds,
+            args.threshold,
+            args.ppo_steps,
+            args.gae_calls,
+            hog_comparisons=args.hog_comparisons,
+            separate_rounds=args.separate_rounds,
+            names=names,
+            conditions=conditions,
+            on_comparison=bar,
+        )
+    machine = machine_fingerprint()
+    data = finite(
+        {
+            "command": command_line(args, names, conditions),
+            "machine": {k: machine.get(k) for k in ("cpu", "cores", "id")},
+            "wall_s": time.perf_counter() - t0,
+            **data,
+        }
+    )
+    text = render(data)
+    if out is not None:
+        write_output(out, text, "--out")
+        write_output(out.with_suffix(".json"), json.dumps(data, indent=1) + "\n", "--out")
+    if args.json:
+        print(json.dumps(data))
+    elif out is not None:
+        print(f"report: {out}")
+    else:
+        sys.stdout.write(text)
     return 0
