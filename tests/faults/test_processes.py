@@ -154,3 +154,32 @@ def test_interrupted_profile_names_no_file_it_did_not_write(tmp_path: Path) -> N
     for word in line.split():
         if word.endswith(".jsonl") or word.endswith(".jsonl;"):
             assert (tmp_path / word.rstrip(";")).is_file() or Path(word.rstrip(";")).is_file(), line
+
+
+def test_local_pipeline_leaves_no_process_after_kill_9(tmp_path: Path) -> None:
+    """The roles' parent is the forkserver, not rlbench: they watch rlbench's pid and end when it is gone, and the
+    forkserver and resource tracker follow."""
+    marker = uuid.uuid4().hex
+    args = ["run", "grpo-pipeline", "--updates", "100000", "--quiet", "--store", "s"]
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with out.open("w") as o, err.open("w") as e:  # files, not pipes: a process left behind must not hang the test
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlbench", *args],
+            cwd=tmp_path,
+            env={**os.environ, MARKER: marker},
+            stdout=o,
+            stderr=e,
+            preexec_fn=foreground_signals,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while len(marked(marker)) < 5 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)  # rlbench, the forkserver, the resource tracker, two generators and the scorer
+        time.sleep(2)
+        assert proc.poll() is None, err.read_text()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        left = wait_gone(marker)
+        assert not left, f"left running after kill -9: {left}"
+    finally:
+        kill_marked(marker)
