@@ -158,20 +158,11 @@ def profile_command(argv: list[str], t0: float) -> int:
     outcome = run_profile(target, opts, writer, meta={"command": command_line}, on_repeat=announce)
     if outcome.interrupted:
         what = "terminated (SIGTERM)" if outcome.exit_code == 143 else "interrupted"
-        print(
-            f"rlbench: {what}: {outcome.repeats_done} of {opts.repeats} repeats saved in {outcome.records_path}"
-            + (f"; `rlbench report {outcome.records_path}` renders them" if outcome.repeats_done else ""),
-            file=sys.stderr,
-        )
+        print(f"rlbench: {what}: {_saved(outcome, opts.repeats)}", file=sys.stderr)
         return outcome.exit_code
     if outcome.error:
-        saved = (
-            f"{outcome.repeats_done} finished repeats saved in {outcome.records_path}"
-            if outcome.repeats_done
-            else "no repeat finished"
-        )
-        log = f"; its output is in {outcome.logs[-1]}" if outcome.logs else ""
-        print(f"rlbench: error: {target.name} {outcome.error}; {saved}{log}", file=sys.stderr)
+        log = f"; its output is in {outcome.logs[-1]}" if outcome.logs and outcome.logs[-1].is_file() else ""
+        print(f"rlbench: error: {target.name} {outcome.error}; {_saved(outcome)}{log}", file=sys.stderr)
         return 1
     from rlbench.report.kinds import render_run
 
@@ -201,6 +192,18 @@ def profile_command(argv: list[str], t0: float) -> int:
 
         renderer(rendered.kind).print_summary(summary)
     return 0
+
+
+def _saved(outcome: Any, of: int | None = None) -> str:
+    """What is on disk after a run that did not finish (``of``: the repeats asked for); a file is named only if it
+    exists."""
+    if not outcome.repeats_done or not outcome.records_path.is_file():
+        return "no repeat was saved"
+    cut = outcome.cut_repeat
+    finished = outcome.repeats_done - (cut is not None)
+    count = f"{finished} of {of} repeats" if of is not None else f"{finished} finished repeats"
+    cut_note = f", and repeat {cut} as far as it ran," if cut is not None else ""
+    return f"{count} saved{cut_note} in {outcome.records_path}; `rlbench report {outcome.records_path}` renders them"
 
 
 class _CommandCost:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,87 @@ def end_child(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def own_group_dying_with_parent() -> None:
+    """In a child, before exec: lead a new process group (so rlbench can end it and everything the child starts, as a
+    whole) and get SIGTERM when rlbench dies, even by SIGKILL (:func:`die_with_parent`).
+
+    Used as ``preexec_fn`` with ``start_new_session=True``'s effect but only the group: the child stays in rlbench's
+    session (its terminal), while Ctrl-C at that terminal reaches rlbench alone, which then ends the group.
+    """
+    os.setpgid(0, 0)
+    die_with_parent()
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process is left in process group ``pgid`` (zombies count until they are reaped)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def end_stragglers(pgid: int, grace_s: float = 2.0) -> None:
+    """End what is left in process group ``pgid`` once its leader has exited: SIGTERM, then SIGKILL after ``grace_s``.
+
+    A script's ``multiprocessing.Pool`` workers or ``subprocess.Popen`` children are in its group: they never outlive
+    the repeat that started them. (Zombies whose parent is gone are reaped by init; they run nothing.)
+    """
+    if not group_alive(pgid):
+        return
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and group_alive(pgid):
+        time.sleep(0.02)
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def end_group(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
+    """End ``proc``, which leads its own process group (:func:`own_group_dying_with_parent`), and all of that group.
+
+    SIGTERM goes to the leader first, so that it can save what it measured and its code can clean up as it would on
+    Ctrl-C (a ``with Pool()`` block ends its workers); SIGKILL goes to the whole group after ``grace_s``. The leader
+    is reaped, and whatever it left in its group is ended too (:func:`end_stragglers`).
+    """
+    pgid = proc.pid
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(pgid, signal.SIGKILL)
+            proc.wait()
+    end_stragglers(pgid, grace_s=min(grace_s, 2.0))
+
+
+def watch_parent(grace_s: float = 5.0, poll_s: float = 0.2) -> None:
+    """In a child that leads its own process group: when rlbench (its parent) dies, even by SIGKILL, end the group.
+
+    A daemon thread polls the parent's pid. Once the parent is gone it sends SIGTERM to the group (the child itself
+    included, so it can save what it measured), then SIGKILL to the group after ``grace_s``. This covers what
+    ``PR_SET_PDEATHSIG`` cannot: the grandchildren (a ``multiprocessing.Pool``'s workers, a ``Popen`` child), and
+    systems other than Linux.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        pgid = os.getpgrp()
+        _signal_group(pgid, signal.SIGTERM)
+        time.sleep(grace_s)
+        _signal_group(pgid, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="rlbench-watch-parent", daemon=True).start()
 
 
 def run_child(

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from rlbench.components.pipeline.timeline import Timeline
+from rlbench.core.children import pid_alive
 from rlbench.engines.base import PipelineConfig, PipelineError, PipelineRun, describe, now, policy_hidden, sync_strategy
 from rlbench.engines.loops import (
     generator_loop,
@@ -205,19 +206,33 @@ def _timedelta(seconds: float) -> Any:
 
 
 # --- the roles' processes -------------------------------------------------------------------------------------------
-def _child_setup() -> None:
+def _child_setup(driver: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
+    _watch_driver(driver)
     import torch
 
     torch.set_num_threads(1)
 
 
-def generator_main(cfg: PipelineConfig, index: int, chans: dict[str, Any], board: tuple[Any, ...]) -> None:
+def _watch_driver(driver: int, poll_s: float = 0.2) -> None:
+    """End this role's process when the driver is gone (a ``kill -9`` of rlbench): a role's parent is the forkserver,
+    not the driver, so nothing else would tell it, and it would run (and hold the forkserver and the resource tracker)
+    for good."""
+
+    def watch() -> None:
+        while pid_alive(driver):
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="rlbench-watch-driver", daemon=True).start()
+
+
+def generator_main(cfg: PipelineConfig, index: int, chans: dict[str, Any], board: tuple[Any, ...], driver: int) -> None:
     """A generator process (:func:`~rlbench.engines.loops.generator_loop`); its report goes to the results queue."""
     name = f"generator-{index}"
     stop = chans["stop"]
     try:
-        _child_setup()
+        _child_setup(driver)
         shm = sync_strategy(cfg) == "shm"
         report = generator_loop(
             cfg,
@@ -231,11 +246,11 @@ def generator_main(cfg: PipelineConfig, index: int, chans: dict[str, Any], board
         chans["results"].put(("error", name, describe(exc)))
 
 
-def scorer_main(cfg: PipelineConfig, chans: dict[str, Any]) -> None:
+def scorer_main(cfg: PipelineConfig, chans: dict[str, Any], driver: int) -> None:
     """The scorer process (:func:`~rlbench.engines.loops.scorer_loop`); its report goes to the results queue."""
     stop = chans["stop"]
     try:
-        _child_setup()
+        _child_setup(driver)
         get = queue_get(chans["trajectories"], queue.Empty, POLL_S)
         report = scorer_loop(cfg, get, queue_put(chans["scored"], stop.is_set, queue.Full, POLL_S), stop.is_set)
         chans["results"].put(("done", "scorer", report))
@@ -261,8 +276,8 @@ class _Procs:
 
     def start(self, board: tuple[Any, ...]) -> None:
         for i in range(self.cfg.generators):
-            self._spawn(f"generator-{i}", generator_main, (self.cfg, i, self.chans, board))
-        self._spawn("scorer", scorer_main, (self.cfg, self.chans))
+            self._spawn(f"generator-{i}", generator_main, (self.cfg, i, self.chans, board, os.getpid()))
+        self._spawn("scorer", scorer_main, (self.cfg, self.chans, os.getpid()))
 
     def _spawn(self, name: str, target: Any, args: tuple[Any, ...]) -> None:
         p = self.ctx.Process(target=target, args=args, name=f"rlbench-{name}", daemon=True)

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rlbench.core.children import signal_handlers_kept
 from rlbench.engines.base import PipelineConfig, PipelineError, PipelineRun, now, policy_hidden, sync_strategy
 from rlbench.engines.loops import (
     generator_loop,
@@ -30,6 +29,7 @@ from rlbench.engines.loops import (
     throttled,
     wait_until,
 )
+from rlbench.engines.ray_connect import init_ray
 
 POLL_S = 0.05
 
@@ -136,8 +136,8 @@ def run(cfg: PipelineConfig, on_start: Callable[[dict[str, Any]], None] | None =
     t_start = now()
     started_ray = False
     if not ray.is_initialized():
-        with signal_handlers_kept():  # Ray's native SIGTERM handler would exit 1 with a stack trace
-            ray.init(address=cfg.address or "local", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        # a deadline on reaching --address; Ray's native SIGTERM handler would exit 1 with a stack trace
+        init_ray(ray, cfg.address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         started_ray = True
     task = BanditTask(cfg.state_dim, cfg.actions, cfg.seed)
     policy = FlatPolicy(cfg.state_dim, cfg.actions, policy_hidden(cfg), cfg.layers, cfg.seed)

@@ -17,6 +17,7 @@ _T0_WALL = time.time()
 import json  # noqa: E402
 import os  # noqa: E402
 import runpy  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -48,6 +49,38 @@ def _pyinstrument_metrics(profiler: Any, html: Path) -> list[Any]:
     return [Metric(PROFILE_SELF_S, "s", "none", secs, meta={"frames": names, "total_s": total, "html": html.name})]
 
 
+def _missing_module(name: str) -> str | None:
+    """Why ``python -m NAME`` cannot start (no such module or package), or ``None`` when it can.
+
+    Only the module itself (or a package on its dotted path) missing is the user's input to fix: anything its import
+    raises beyond that is the user's code failing, and runs (and fails) as the script would.
+    """
+    import importlib.util
+
+    def find(mod: str) -> Any:
+        try:
+            return importlib.util.find_spec(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name and (mod == exc.name or mod.startswith(exc.name + ".")):
+                return None
+            return True  # its package imports something missing: the user's code fails when it runs
+        except (ImportError, ValueError):
+            return None
+
+    found = find(name)
+    if found is None:
+        return f"no module named {name!r} (relative to {os.getcwd()} and the path): check `-m {name}`"
+    if found is not True and found.submodule_search_locations is not None and find(f"{name}.__main__") is None:
+        return f"{name!r} is a package without a __main__ module: name the module to run, `-m {name}.train`"
+    return None
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM (rlbench ends the repeat: its timeout, its own SIGTERM, or its death) ends the script like Ctrl-C, so
+    what it measured up to then is written."""
+    raise KeyboardInterrupt
+
+
 def main(spec_path: str) -> int:
     """Run the request in ``spec_path``; return the script's exit code."""
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
@@ -75,6 +108,11 @@ def main(spec_path: str) -> int:
     else:
         sys.argv = [target, *args]
         sys.path.insert(0, str(Path(target).resolve().parent))
+    if spec["module"]:
+        missing = _missing_module(target)
+        if missing:
+            _write_json(out, {"status": "usage", "exit_code": 2, "error": missing, "metrics": []})
+            return 2
     status, code, error, tb = "ok", 0, None, None
     session.start()
     if profiler is not None:
@@ -98,6 +136,8 @@ def main(spec_path: str) -> int:
         traceback.print_exc()
     finally:
         t_done = time.perf_counter()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # what was measured is written whole; SIGKILL still ends it
+            signal.signal(sig, signal.SIG_IGN)
         if profiler is not None:
             profiler.stop()
         outcome = session.stop()
@@ -130,4 +170,17 @@ def main(spec_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    from rlbench.core.children import watch_parent
+
+    _parent = os.getppid()
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        # the script's forked processes (a Pool's workers) keep the default: SIGTERM ends them, as without rlbench
+        os.register_at_fork(after_in_child=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    if os.getpgrp() == os.getpid():  # it leads its group (rlbench's launcher): the group dies with rlbench
+        watch_parent()
+    _code = main(sys.argv[1])
+    if os.getppid() != _parent and os.getpgrp() == os.getpid():  # rlbench died: nothing of the script stays
+        sys.stdout.flush()
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    sys.exit(_code)

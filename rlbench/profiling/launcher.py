@@ -9,9 +9,11 @@ ends the run with a one-line error, and the finished repeats stay on disk. Ctrl-
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,7 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlbench.core.children import child_pythonpath, die_with_parent, end_child, remove_orphan_dirs, signals_deferred
+from rlbench.core.children import (
+    child_pythonpath,
+    end_group,
+    end_stragglers,
+    own_group_dying_with_parent,
+    remove_orphan_dirs,
+    signals_deferred,
+)
 from rlbench.core.errors import StoreError, UsageError, interrupt_exit_code
 from rlbench.instrument.machine_load import LoadProbe
 from rlbench.profiling.results import metric_from_dict
@@ -33,6 +42,7 @@ from rlbench.results.store import RunWriter, utc_now
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 PROFILE_VERSION = 1
+MAX_SEED = 2**31 - 1  # as `rlbench run`: every seeding library accepts it
 
 
 @dataclass
@@ -69,10 +79,7 @@ def parse_command(argv: list[str]) -> Target:
     rest = list(argv)
     head = Path(rest[0]).name
     if _PYTHON.match(head):
-        if os.sep in rest[0]:  # an explicit interpreter path: use it (rlbench is put on its path)
-            python = rest[0]
-            if not os.access(python, os.X_OK):
-                raise UsageError(f"interpreter {python!r} is not executable")
+        python = _interpreter(rest[0])
         rest = rest[1:]
     if not rest:
         raise UsageError("nothing to profile after the interpreter: `rlbench profile -- python train.py [ARGS]`")
@@ -94,6 +101,41 @@ def parse_command(argv: list[str]) -> Target:
     if not Path(script).is_file():
         raise UsageError(f"no such script: {script!r} (relative to {os.getcwd()})")
     return Target(python, False, script, rest[1:])
+
+
+def _interpreter(given: str) -> str:
+    """The interpreter ``given`` names: rlbench's own for ``python`` / ``python3`` / its own version, else that one.
+
+    Raises:
+        UsageError: A path that is not executable, a name not on ``PATH``, or Python 2.
+    """
+    version = _PYTHON.match(Path(given).name)
+    assert version is not None
+    if version.group(1) and version.group(1).split(".")[0] != "3":
+        raise UsageError(f"{given!r} is Python {version.group(1)}: rlbench profile runs Python 3 scripts (`-- python ...`)")
+    ours = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if os.sep in given:  # an explicit interpreter path: use it (rlbench is put on its path)
+        if not os.access(given, os.X_OK) or not Path(given).is_file():
+            raise UsageError(f"interpreter {given!r} is not an executable file")
+        found: str | None = given
+    elif version.group(1) in (None, "3", ours):
+        return sys.executable  # the Python rlbench runs in, where its hooks and the script's libraries are
+    else:
+        found = shutil.which(given)
+    if found is None:
+        raise UsageError(
+            f"no {given!r} on PATH: name an installed interpreter by its path, or `python` for rlbench's own ({ours})"
+        )
+    try:  # a shim (pyenv) may be on PATH for a version that is not installed: it must start
+        probe = subprocess.run(
+            [found, "-c", "import sys; print(sys.version_info[0])"], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"interpreter {given!r} does not start ({exc})") from None
+    if probe.returncode != 0 or probe.stdout.strip() != "3":
+        said = (probe.stderr.strip().splitlines() or [f"exit {probe.returncode}"])[0]
+        raise UsageError(f"interpreter {given!r} does not run Python 3 ({said}): name one by its path, or `python`")
+    return found
 
 
 def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -146,7 +188,13 @@ def seeded_args(args: list[str], seed_arg: str, seed: int) -> list[str]:
         raise UsageError(
             f"--seed-arg {seed_arg!r}: put {{seed}} where the seed goes, e.g. '--seed {{seed}}' ({exc})"
         ) from None
-    return [*args, *shlex.split(filled)]
+    try:
+        return [*args, *shlex.split(filled)]
+    except ValueError as exc:  # an unclosed quote
+        raise UsageError(
+            f"--seed-arg {seed_arg!r} cannot be split into arguments ({exc}): quote it as a shell would, "
+            "e.g. '--seed {seed}'"
+        ) from None
 
 
 def check_options(opts: Options) -> None:
@@ -160,7 +208,12 @@ def check_options(opts: Options) -> None:
     if opts.seed_arg and "{seed}" not in opts.seed_arg:
         raise UsageError(f"--seed-arg {opts.seed_arg!r} has no {{seed}}: e.g. --seed-arg '--seed {{seed}}'")
     seeded_args([], opts.seed_arg, opts.seed)
-    if opts.timeout is not None and opts.timeout <= 0:
+    if not 0 <= opts.seed <= MAX_SEED - (opts.repeats - 1):
+        raise UsageError(
+            f"--seed must lie in [0, {MAX_SEED - (opts.repeats - 1)}] (repeats use seed..seed+{opts.repeats - 1}), "
+            f"got {opts.seed}"
+        )
+    if opts.timeout is not None and not (math.isfinite(opts.timeout) and opts.timeout > 0):
         raise UsageError(f"--timeout must be positive seconds, got {opts.timeout:g}")
     if opts.repeats > 1 and not opts.seed_arg:
         print(
@@ -182,6 +235,8 @@ class ProfileOutcome:
     interrupted: bool = False
     exit_code: int = 0
     logs: list[Path] = field(default_factory=list)
+    cut_repeat: int | None = None
+    """A repeat ended early (Ctrl-C, SIGTERM, ``--timeout``) whose measurements up to then are saved (``meta.cut``)."""
     child_s: float = 0.0
     """Wall seconds the children ran, summed over repeats (from start to exit, as this process saw them)."""
     child_rlbench_s: float = 0.0
@@ -235,8 +290,7 @@ def run_profile(
                 result = _run_repeat(target, opts, k, seed, Path(tmp), writer, outcome, fp)
                 if result is None:
                     break
-                metrics, load, device = result
-                metrics = [*metrics, *load_metrics(load)]
+                metrics, device = [*result.metrics, *load_metrics(result.load)], result.device
                 fields: dict[str, Any] = {
                     "run_id": writer.run_id,
                     "timestamp": utc_now(),
@@ -249,6 +303,8 @@ def run_profile(
                     "fingerprint": fp.result(),
                     "meta": {**(meta or {}), "kind": "profile", "report": "profile", "repeats": opts.repeats},
                 }
+                if result.cut:  # what the repeat measured before it was ended, marked as such
+                    fields["meta"]["cut"] = True
                 outcome.record_fields = outcome.record_fields or fields
                 records = metric_records(metrics, **fields)
                 with signals_deferred():
@@ -259,6 +315,12 @@ def run_profile(
                         raise StoreError(f"{exc} while saving repeat {k}; {saved}; free space or pass --store DIR") from None
                     outcome.repeats_done += 1
                     outcome.metrics.append(metrics)
+                    if result.cut:
+                        outcome.cut_repeat = k
+                if result.interrupted is not None:
+                    raise result.interrupted
+                if result.cut:
+                    break
         except KeyboardInterrupt as exc:
             outcome.interrupted = True
             outcome.exit_code = interrupt_exit_code(exc)
@@ -337,7 +399,7 @@ def _run_repeat(
     writer: RunWriter,
     outcome: ProfileOutcome,
     fp: _Fingerprint | None = None,
-) -> tuple[list[Metric], Any, str] | None:
+) -> _Repeat | None:
     out = tmp / f"repeat-{k}.json"
     spec_path = write_child_spec(
         tmp / f"repeat-{k}.spec.json",
@@ -360,25 +422,37 @@ def _run_repeat(
     probe = LoadProbe()
     where = f"repeat {k}" + (f" (seed {seed})" if opts.seed_arg else "")
     started = time.perf_counter()
+    interrupted: KeyboardInterrupt | None = None
+    timed_out = False
     try:
-        with subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, preexec_fn=die_with_parent) as proc:
+        # the child leads its own process group: its Pool workers and Popen children end with it, whatever ends it
+        with subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, preexec_fn=own_group_dying_with_parent) as proc:
             if fp is not None:
                 fp.start()
             try:
                 proc.wait(timeout=opts.timeout)
             except subprocess.TimeoutExpired:
-                end_child(proc, grace_s=5.0)
-                outcome.error = f"{where} ran past --timeout {opts.timeout:g} s and was ended"
-                return None
+                timed_out = True
+                end_group(proc, grace_s=5.0)
+            except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM here: the child saves what it measured, then ends
+                interrupted = exc
+                end_group(proc, grace_s=5.0)
             except BaseException:
-                end_child(proc, grace_s=5.0)
+                end_group(proc, grace_s=5.0)
                 raise
+            else:
+                end_stragglers(proc.pid)  # what the script started and left running ends with its repeat
     finally:
         outcome.child_s += time.perf_counter() - started
         if log is not None:
             log.close()
     load = probe.stop()
     if not out.is_file():
+        if interrupted is not None:
+            raise interrupted
+        if timed_out:
+            outcome.error = f"{where} ran past --timeout {opts.timeout:g} s and was ended"
+            return None
         how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited {proc.returncode}"
         outcome.error = f"{where}: the script {how} before rlbench could save its measurements"
         if proc.returncode in (-2, 130):
@@ -386,9 +460,30 @@ def _run_repeat(
         return None
     data = json.loads(out.read_text(encoding="utf-8"))
     outcome.child_rlbench_s += float(data.get("rlbench_s") or 0.0)
-    if data["status"] == "interrupted":
-        raise KeyboardInterrupt
-    if data["status"] != "ok":
+    if data["status"] == "usage":  # the child could not start the script (no such module)
+        raise UsageError(data["error"])
+    cut = interrupted is not None or timed_out or data["status"] == "interrupted"
+    if timed_out:
+        outcome.error = f"{where} ran past --timeout {opts.timeout:g} s and was ended"
+    elif data["status"] == "interrupted" and interrupted is None:
+        interrupted = KeyboardInterrupt()  # the script itself was interrupted (SIGINT sent to it alone)
+    elif data["status"] not in ("ok", "interrupted"):
         outcome.error = f"{where}: the script {data['error']}"
         return None
-    return [metric_from_dict(d) for d in data["metrics"]], load, str(data.get("device", "cpu"))
+    if cut and not data.get("metrics"):
+        if interrupted is not None:
+            raise interrupted
+        return None
+    return _Repeat([metric_from_dict(d) for d in data["metrics"]], load, str(data.get("device", "cpu")), cut, interrupted)
+
+
+@dataclass
+class _Repeat:
+    """One repeat's measurements. ``cut``: it was ended early (Ctrl-C, SIGTERM, ``--timeout``) and these are what it
+    measured up to then; ``interrupted``: raise it once they are saved."""
+
+    metrics: list[Metric]
+    load: Any
+    device: str
+    cut: bool = False
+    interrupted: KeyboardInterrupt | None = None

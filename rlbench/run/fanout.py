@@ -27,9 +27,10 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from rlbench.core.children import signal_handlers_kept, signals_deferred
+from rlbench.core.children import signals_deferred
 from rlbench.core.errors import RlbenchError, StoreError, UsageError, interrupt_exit_code
 from rlbench.core.options import run_setting
+from rlbench.engines.ray_connect import init_ray
 from rlbench.instrument.machine_load import LoadProbe
 from rlbench.results.fingerprint import fingerprint
 from rlbench.results.metrics import Metric, load_metrics
@@ -259,17 +260,10 @@ def _connect(ray: Any, address: str) -> bool:
     """Join ``address`` or start a local Ray; True when this call started it (and must shut it down)."""
     if ray.is_initialized():
         return False
-    kwargs = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
-    try:
-        with signal_handlers_kept():
-            if address:
-                ray.init(address=address, log_to_driver=False, logging_level="ERROR")
-            else:
-                ray.init(address="local", **kwargs)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = f"the Ray cluster at {address}" if address else "a local Ray"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"cannot start or join {where} ({first}); check --address (`ray status` shows it)") from None
+    if address:
+        init_ray(ray, address, log_to_driver=False, logging_level="ERROR")
+    else:
+        init_ray(ray, "", include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     return True
 
 
