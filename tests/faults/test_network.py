@@ -16,6 +16,7 @@ import pytest
 from tests.faults.fault_helpers import foreground_signals, one_line_error, rlbench
 
 pytest.importorskip("ray")
+pytestmark = pytest.mark.slow  # each test starts rlbench, which imports Ray, in a subprocess
 MICRO = ["run", "gae", "--select", "numpy and T128xN8", "--max-time", "0.05", "--quiet", "--backend", "ray"]
 PIPELINE = ["run", "grpo-pipeline", "--engine", "ray", "--updates", "5", "--quiet"]
 

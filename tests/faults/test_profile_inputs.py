@@ -8,6 +8,8 @@ import pytest
 
 from tests.faults.fault_helpers import one_line_error, rlbench
 
+pytestmark = pytest.mark.slow  # each test starts `rlbench profile` in a subprocess
+
 SCRIPT = "print('ran')\n"
 
 
