@@ -7,6 +7,7 @@ loads, children die with rlbench, and what was left on disk is removed by the ne
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -86,7 +87,8 @@ def _started(run: str, cwd: Path, pid: int) -> bool:
     return any(f.stat().st_size > 0 for f in (cwd / "s").glob("*.jsonl"))
 
 
-@pytest.mark.parametrize("seed", range(2))
+# one seeded point per command and signal (twelve points in all); RLBENCH_SIGNAL_SEEDS=N tries N points each
+@pytest.mark.parametrize("seed", range(int(os.environ.get("RLBENCH_SIGNAL_SEEDS", "1"))))
 @pytest.mark.parametrize("sig_name", sorted(SIGNALS))
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_signal_at_a_random_point(tmp_path: Path, run: str, sig_name: str, seed: int) -> None:
