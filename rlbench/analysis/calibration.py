@@ -4,7 +4,7 @@
 
 For each benchmark and condition it runs independent comparisons of side A (baseline) and side B (candidate), in
 this process. A comparison runs as ``rlbench ab --rounds auto`` does: interleaved rounds (A B, B A, ...), round ``k``
-running both sides with seed ``k``, and after the rounds of each planned look (5, 10, 20, ..., ``--max-rounds``) the
+running both sides with seed ``k``, and after the rounds of each planned look (10, 20, 40, ..., ``--max-rounds``) the
 gate decides with :func:`rlbench.analysis.gate.gate_look`, the very function ``ab`` decides with, at the design's
 per-look confidence (:class:`rlbench.analysis.gate.AutoRounds`). The rounds stop at the first look where the
 threshold is PASS or FAIL; the verdict at the last look is the comparison's. The 'A then B' conditions instead run

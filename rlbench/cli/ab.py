@@ -25,7 +25,7 @@ def build_ab_parser() -> Parser:
         default="5",
         metavar="N|auto",
         help="runs per revision, interleaved A B / B A (default: 5); auto (with --fail): add rounds until every threshold "
-        "is PASS or FAIL, looking at rounds 5, 10, 20, ... up to --max-rounds with Bonferroni alpha spending, so the "
+        "is PASS or FAIL, looking at rounds 10, 20, 40, ... up to --max-rounds with Bonferroni alpha spending, so the "
         "false-verdict rate stays at 5%% however early it stops",
     )
     p.add_argument("--max-rounds", type=int, default=40, help="--rounds auto: the most rounds per revision (default: 40)")

@@ -30,9 +30,10 @@ def nap(n: int = 5):
 
 
 def test_looks_double_up_to_the_budget_and_share_the_error_rate() -> None:
-    assert planned_looks(40) == [5, 10, 20, 40]
-    assert planned_looks(12) == [5, 10, 12]
+    assert planned_looks(40) == [10, 20, 40]
+    assert planned_looks(12) == [10, 12]
     assert planned_looks(3) == [3]
+    assert planned_looks(40, first=5) == [5, 10, 20, 40]
     assert look_confidence(0.95, 4) == pytest.approx(0.9875)
     assert look_confidence(0.95, 1) == pytest.approx(0.95)
     with pytest.raises(UsageError):
@@ -56,14 +57,14 @@ def test_auto_rounds_stop_at_the_first_look_that_decides(tmp_path: Path) -> None
     same = run_cli(["ab", "HEAD~1", "HEAD~1", *auto], cwd=tmp_path, timeout=300)
     assert same.returncode == 0, same.stderr[-2000:]
     out = json.loads(same.stdout)
-    assert out["verdict"] == "PASS" and out["rounds"] == 5 and out["decided_after"] == {"nap_s": 5}
-    assert any("Bonferroni" in n and "98.33%" in n for n in out["notes"])  # three looks planned: 5, 10, 20
+    assert out["verdict"] == "PASS" and out["rounds"] == 10 and out["decided_after"] == {"nap_s": 10}
+    assert any("Bonferroni" in n and "97.50%" in n for n in out["notes"])  # two looks planned: 10, 20
     slow = run_cli(["ab", "HEAD~1", "HEAD", *auto], cwd=tmp_path, timeout=300)
     assert slow.returncode == 1, slow.stderr[-2000:]
     out = json.loads(slow.stdout)
-    assert out["verdict"] == "FAIL" and out["rounds"] == 5
+    assert out["verdict"] == "FAIL" and out["rounds"] == 10
     (check,) = [c for c in out["checks"] if c["metric"] == "nap_s"]
-    assert check["ci_low"] > 1.1  # worse by more than the threshold, at 98.33% per look
+    assert check["ci_low"] > 1.1  # worse by more than the threshold, at 97.5% per look
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert worktrees.stdout.count("\n") == 1
 

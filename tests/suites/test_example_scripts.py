@@ -85,7 +85,15 @@ SCRIPTS = {
 NEW_SCRIPTS = ["cleanrl_dqn", "cleanrl_sac", "cleanrl_td3", "cleanrl_ppo_continuous", "sb3_dqn", "sb3_sac", "torchrl_dqn"]
 
 
-HARNESSES = {"__init__", "accuracy", "overhead", "fanout", "step_calibration", "site_screenshot"}  # not example scripts
+HARNESSES = {
+    "__init__",
+    "accuracy",
+    "overhead",
+    "fanout",
+    "step_calibration",
+    "site_screenshot",
+    "fault_examples",
+}  # not example scripts
 
 
 def _script_files() -> list[Path]:
