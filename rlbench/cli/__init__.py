@@ -248,8 +248,9 @@ def console_main() -> None:
 
     Once torch is imported, Python's normal shutdown (finalizing thousands of modules) takes ~0.4 s on
     the reference machine, longer than a short benchmark's whole report. Every file rlbench writes is
-    closed before this point, so the process exits at once with ``os._exit`` after flushing stdout and
-    stderr. Set ``RLBENCH_SLOW_EXIT=1`` to keep the normal shutdown (e.g. to debug atexit handlers).
+    closed before this point, so the process exits with ``os._exit`` after the ``atexit`` handlers (the
+    libraries' own clean-up, such as multiprocessing's temporary folder) and flushing stdout and stderr. Set
+    ``RLBENCH_SLOW_EXIT=1`` to keep the normal shutdown (e.g. to debug atexit handlers).
     """
     try:
         code = main()
@@ -257,6 +258,10 @@ def console_main() -> None:
         code = 0
     if os.environ.get("RLBENCH_SLOW_EXIT"):
         sys.exit(code)
+    import atexit
+
+    # the libraries' exit handlers still run: multiprocessing removes its pymp-* folder and reaps its helpers there
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -270,7 +270,7 @@ def examples() -> list[Example]:
         Example(
             2,
             "kill -9 of a local grpo-pipeline run",
-            ["run", "grpo-pipeline", "--engine", "local", "--updates", "1000", "--quiet", "--store", "s"],
+            ["run", "grpo-pipeline", "--engine", "local", "--updates", "100000", "--quiet", "--store", "s"],
             signal_after=("", signal.SIGKILL),
             delay_s=12.0,
         ),

@@ -183,3 +183,21 @@ def test_local_pipeline_leaves_no_process_after_kill_9(tmp_path: Path) -> None:
         assert not left, f"left running after kill -9: {left}"
     finally:
         kill_marked(marker)
+
+
+def test_local_pipeline_leaves_no_temporary_folder(tmp_path: Path) -> None:
+    """multiprocessing's pymp-* folder (the forkserver's socket) is removed at the end of the run: rlbench leaves
+    through os._exit, after the libraries' atexit handlers, which remove it."""
+    with tempfile.TemporaryDirectory(prefix="p") as private:  # short: the forkserver's socket path must fit AF_UNIX
+        args = ["run", "grpo-pipeline", "--updates", "5", "--quiet", "--store", "s"]
+        proc = subprocess.run(
+            [sys.executable, "-m", "rlbench", *args],
+            cwd=tmp_path,
+            env={**os.environ, "TMPDIR": private},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        left = [p.name for p in Path(private).iterdir() if p.name.startswith(("pymp-", "rlbench-"))]
+    assert not left, f"left in TMPDIR: {left}"
