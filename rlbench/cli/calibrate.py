@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.cli.parser import prepare_output, write_output
+from rlbench.cli.progress import Bars, start_bars
 from rlbench.core.errors import UsageError
 
 DEFAULT_BENCHMARKS = "ppo-cartpole,gae"
@@ -125,7 +126,7 @@ def command_line(args: argparse.Namespace, names: list[str], conditions: list[st
     return " ".join(parts)
 
 
-class CalibrationProgress:
+class CalibrationProgress(Bars):
     """A rich bar per benchmark and condition on stderr, with the verdicts so far."""
 
     def __init__(self, enabled: bool = True) -> None:
@@ -136,21 +137,8 @@ class CalibrationProgress:
 
     def __enter__(self) -> CalibrationProgress:
         if self.enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.progress = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("comparisons"),
-                TextColumn("{task.fields[verdicts]}"),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                refresh_per_second=2,  # the refresh thread takes the GIL from the timed code: keep it rare
-                transient=False,
-            )
-            self.progress.start()
+            # the refresh thread takes the GIL from the timed code: keep it rare
+            self.progress = start_bars("comparisons", "verdicts", refresh_per_second=2)
         return self
 
     def __call__(self, name: str, cond: Any, index: int, count: int, result: dict[str, Any] | None) -> None:
@@ -167,15 +155,6 @@ class CalibrationProgress:
         c["busy"] += result["verdict"] == "INCONCLUSIVE" and result["busy"]
         words = f"FAIL {c['FAIL']}  PASS {c['PASS']}  INCONCLUSIVE {c['INCONCLUSIVE']} (busy {c['busy']})"
         self.progress.update(self.tasks[key], advance=1, verdicts=f"{words}, last after {result['rounds']} rounds")
-
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        if self.progress is not None:
-            if exc_type is not None:
-                if self.progress.console.is_terminal:
-                    self.progress.live.transient = True
-                else:
-                    self.progress.console.quiet = True
-            self.progress.stop()
 
 
 def calibrate_command(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.cli.parser import Parser
+from rlbench.cli.progress import Bars, start_bars
 from rlbench.core.errors import UsageError
 
 HISTORY_HELP = """\
@@ -68,7 +69,7 @@ def build_history_run_parser() -> Parser:
     return p
 
 
-class CommitProgress:
+class CommitProgress(Bars):
     """A rich bar over the commits of a history, showing the commit being measured (stderr)."""
 
     def __init__(self, total: int, enabled: bool = True) -> None:
@@ -78,21 +79,7 @@ class CommitProgress:
 
     def __enter__(self) -> CommitProgress:
         if self.enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.progress = Progress(
-                TextColumn("[bold]history"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("commits"),
-                TextColumn("{task.fields[commit]}"),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                refresh_per_second=4,
-                transient=False,
-            )
-            self.progress.start()
+            self.progress = start_bars("commits", "commit", title="[bold]history")
             self.task = self.progress.add_task("history", total=self.total, commit="")
         return self
 
@@ -106,15 +93,6 @@ class CommitProgress:
         if event != "measured":
             self.progress.console.print(f"[dim]{label}: {event}[/]")
         self.progress.update(self.task, advance=1, commit="")
-
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        if self.progress is not None:
-            if exc_type is not None:
-                if self.progress.console.is_terminal:
-                    self.progress.live.transient = True
-                else:
-                    self.progress.console.quiet = True
-            self.progress.stop()
 
 
 def history_run_command(argv: list[str]) -> int:

@@ -8,6 +8,52 @@ from typing import Any
 from rlbench.instrument.callbacks import Callback, IterationInfo
 
 
+def start_bars(unit: str, *fields: str, title: str = "[bold]{task.description}", refresh_per_second: int = 4) -> Any:
+    """A started rich ``Progress`` on stderr: title, bar, ``k/N unit``, one text column per task field, elapsed time.
+
+    Keep ``refresh_per_second`` low where timed code runs beside it: the refresh thread takes the GIL.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn(title),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(unit),
+        *(TextColumn(f"{{task.fields[{f}]}}") for f in fields),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        refresh_per_second=refresh_per_second,
+        transient=False,
+    )
+    progress.start()
+    return progress
+
+
+class Bars:
+    """Owner of a started ``Progress`` (``self.progress``, ``None`` when disabled) that, as a context manager, stops
+    it on the way out and removes the bars when the block raised: a failed or interrupted command ends with its
+    one-line message only."""
+
+    progress: Any = None
+
+    def discard(self) -> None:
+        """Remove the bars when the display stops."""
+        if self.progress is None:
+            return
+        if self.progress.console.is_terminal:
+            self.progress.live.transient = True  # erase the bars
+        else:
+            self.progress.console.quiet = True  # a log, not a screen: print nothing more (not even an empty line)
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if self.progress is not None:
+            if exc_type is not None:
+                self.discard()
+            self.progress.stop()
+
+
 class _RepeatProgress(Callback):
     def __init__(self, owner: TrainingProgress, repeat: int) -> None:
         self.owner = owner
@@ -28,7 +74,7 @@ class _RepeatProgress(Callback):
         return None
 
 
-class TrainingProgress:
+class TrainingProgress(Bars):
     """Context manager owning a rich ``Progress`` on stderr; ``callback(repeat)`` makes a per-repeat callback.
 
     Args:
@@ -53,41 +99,11 @@ class TrainingProgress:
 
     def __enter__(self) -> TrainingProgress:
         if self.enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.progress = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("steps"),
-                TextColumn("{task.fields[sps]}"),
-                TextColumn("{task.fields[ret]}"),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                refresh_per_second=4,  # the refresh thread takes the GIL from training: keep it rare
-                transient=False,
-            )
-            self.progress.start()
+            self.progress = start_bars("steps", "sps", "ret")
         return self
 
-    def discard(self) -> None:
-        """Remove the bars when the display stops: a failed or interrupted run ends with its one-line message only."""
-        if self.progress is None:
-            return
-        if self.progress.console.is_terminal:
-            self.progress.live.transient = True  # erase the bars
-        else:
-            self.progress.console.quiet = True  # a log, not a screen: print nothing more (not even an empty line)
 
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        if self.progress is not None:
-            if exc_type is not None:
-                self.discard()
-            self.progress.stop()
-
-
-class CaseProgress:
+class CaseProgress(Bars):
     """A rich bar over every case of a fanned-out run (``--backend ray``), advanced as each case's records land.
 
     Args:
@@ -104,21 +120,7 @@ class CaseProgress:
 
     def __enter__(self) -> CaseProgress:
         if self.enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.progress = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("cases"),
-                TextColumn("{task.fields[last]}"),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                refresh_per_second=4,
-                transient=False,
-            )
-            self.progress.start()
+            self.progress = start_bars("cases", "last")
         return self
 
     def plan(self, cases: list[Any]) -> None:
@@ -133,6 +135,3 @@ class CaseProgress:
             last = f"{case.label} failed" if reason else f"{case.label} saved"
             failed = f" ({self.failed} failed)" if self.failed else ""
             self.progress.update(self.task, advance=1, last=last + failed)
-
-    discard = TrainingProgress.discard
-    __exit__ = TrainingProgress.__exit__

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +62,7 @@ def own_group_dying_with_parent() -> None:
 
 def group_alive(pgid: int) -> bool:
     """Whether any process is left in process group ``pgid`` (zombies count until they are reaped)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return _answers_signal_0(os.killpg, pgid)
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -196,8 +190,13 @@ def child_pythonpath(env: dict[str, str] | None = None) -> str:
 
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` exists (one owned by another user counts as alive)."""
+    return _answers_signal_0(os.kill, pid)
+
+
+def _answers_signal_0(send: Callable[[int, int], None], target: int) -> bool:
+    """Whether ``send(target, 0)`` finds a process (one owned by another user counts)."""
     try:
-        os.kill(pid, 0)
+        send(target, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
