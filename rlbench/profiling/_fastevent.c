@@ -4,9 +4,12 @@
  * of the Python wrapper it stands for, line for line: the pass-through of a nested call, a call of the same kind
  * within the merge gap (a merge), the transition from a pending phase to this one, and the lazy exit. It also runs
  * the cases of Attributor.enter and enter_forward that occur once per minibatch while the training forward is open
- * (see leave_forward and in_forward). Everything else (the first phase under a parent, an env step that starts an
- * iteration, a module call outside the open training forward (acting, a target, the forward's first call), op counting, traces, memory marks, an env class seen for
- * the first time, an inner env to shadow) goes to the Python wrapper it was built with (`fallback`), or to
+ * (see leave_forward and in_forward), and acting's two common cases (acting_call): the policy's next call while it
+ * acts, and acting after a pending phase. An Event built with `mark` is instead a grad-mode block's __enter__ or
+ * __exit__ (mark_call). Everything else (the first phase under a parent, an env step that starts an iteration, a
+ * module call outside the open training forward that is not acting's common case (a target, the forward's first
+ * call, a module called for the first time), op counting, traces, memory marks, an env class seen for the first
+ * time, an inner env to shadow) goes to the Python wrapper it was built with (`fallback`), or to
  * Attributor.enter/exit, exactly as the Python wrapper would.
  *
  * The Attributor stays a plain Python class with __slots__. An Event reads and writes its slots directly at the
@@ -21,22 +24,29 @@
 enum {
     S_DEPTH, S_PENDING, S_AUTO_NAME, S_T_EXIT, S_T, S_MERGED, S_MERGES, S_SLOW, S_EXTRAS,
     S_UPDATED, S_STARTED, S_STACK, S_EXCL, S_ENTERS, S_PARENT, S_PASSTHROUGH, S_ENV_SELF, S_ENV_IDS, S_STEPS,
-    S_MEM_LEFT, S_KINDS, S_FORWARD_NAMES, S_ENV_WIDTH, S_N
+    S_MEM_LEFT, S_KINDS, S_FORWARD_NAMES, S_ENV_WIDTH, S_BLOCKS, S_BLOCK_T, S_ACT_RETURN, S_SEEN,
+    S_PROFILER_ENABLED, S_SAVED_DEPTH, S_N
 };
 static const char *slot_names[S_N] = {
     "depth", "pending", "auto_name", "t_exit", "t", "merged", "merges", "slow", "extras",
     "updated", "started", "stack", "excl", "enters", "parent", "passthrough", "env_self", "env_ids", "steps",
-    "_mem_left", "kinds", "forward_names", "env_width",
+    "_mem_left", "kinds", "forward_names", "env_width", "blocks", "block_t", "act_return", "seen_modules",
+    "profiler_enabled", "saved_depth",
 };
 /* Attributor.extras when memory marks are the only extra on (attribution.MEMORY_ONLY) */
 #define MEMORY_ONLY 2
 
 /* roles and phase kinds (attribution.py), skips (autohooks.py) */
 enum { ENV = 0, UPDATE = 1, INFER = 2, NEST = 3 };
-enum { AUTO = 0, STICKY = 1, EXPLICIT = 2 };
+enum { AUTO = 0, STICKY = 1, EXPLICIT = 2, ACTING = 3 };
 enum { SKIP_CAST = 1, SKIP_NO_DATA = 2 };
 /* env batches: not an env, a reset (no steps), one step, a vector env's num_envs, what batch_fn(env) says */
 enum { NOT_ENV = -1, BATCH_NONE = 0, BATCH_ONE = 1, BATCH_VECTOR = 2, BATCH_CALL = 3 };
+/* grad-mode marks (autohooks._install_grad_modes): torch.no_grad/inference_mode's __enter__ and __exit__ */
+enum { NOT_MARK = 0, MARK_ENTER = 1, MARK_EXIT = 2 };
+/* a library's label (libraries.label_wrapper): an explicit phase around the call; LABEL_ITERATION: one that starts a
+ * training iteration (a collector's rollout) */
+enum { LABEL = 3, LABEL_ITERATION = 4 };
 
 typedef struct {
     PyObject_HEAD
@@ -57,14 +67,16 @@ typedef struct {
     PyObject *tensor_cls;   /* SKIP_NO_DATA: torch.Tensor */
     PyObject *shape_like;   /* SKIP_NO_DATA: (int, torch.Size) */
     PyObject *forward;      /* a module call: the training forward's name (attribution.FORWARD), else None */
+    PyObject *target;       /* a module call: the Event whose phase a no_grad call in the update opens (train/target) */
     unsigned long thread;
     int role, skip, model, batch, direct_clock;
+    int mark; /* a grad-mode mark: name and layer are then the phases a block's end extends (ACT, TARGET); or a label */
     long memory_marks; /* attribution.MEMORY_MARKS: marks around a top-level phase's first occurrences */
     double gap;
     Py_ssize_t off[S_N];
 } Event;
 
-static PyObject *str_enter, *str_exit, *str_device, *str_num_envs, *zero, *one;
+static PyObject *str_enter, *str_exit, *str_device, *str_num_envs, *str_batch_size, *str_shape, *str_empty, *zero, *one;
 
 #define SLOT(e, i) (*(PyObject **)((char *)(e)->a + (e)->off[i]))
 
@@ -282,6 +294,38 @@ leave_forward(Event *e, double now)
     return 1;
 }
 
+static int inline_ok(Event *e);
+
+/* the kind of the frame on top of the stack (attribution.AUTO ...), -1 for an empty stack */
+static long
+top_kind(Event *e)
+{
+    PyObject *kinds = SLOT(e, S_KINDS);
+    Py_ssize_t n = PyList_GET_SIZE(kinds);
+    return n > 0 ? PyLong_AsLong(PyList_GET_ITEM(kinds, n - 1)) : -1;
+}
+
+/* Attributor.enter with acting on top and nothing pending, for an env step that starts no iteration (or an inference
+ * call that is not a module's): acting closes now (Attributor._close_acting without its split, which only a call that
+ * ends the rollout makes) and this phase takes its place, where no memory mark is due. 1: done; 0: not this case */
+static int
+leave_acting(Event *e, double now)
+{
+    if (e->role == ENV && (truth(SLOT(e, S_UPDATED)) || SLOT(e, S_STARTED) == Py_None)) return 0;
+    if (e->role != ENV && e->role != INFER) return 0;
+    if (e->role == INFER) { /* _close_acting(split=True) splits where the policy's last call returned before now */
+        double last = as_double(SLOT(e, S_ACT_RETURN));
+        if (as_double(SLOT(e, S_T)) <= last && last < now) return 0;
+    }
+    int ok = inline_ok(e);
+    if (ok <= 0) return ok;
+    set_slot(e, S_DEPTH, Py_NewRef(one));
+    if (replace_top(e, now, now) < 0) return -1;
+    PyObject *kinds = SLOT(e, S_KINDS);
+    PyList_SetItem(kinds, PyList_GET_SIZE(kinds) - 1, Py_NewRef(zero)); /* AUTO */
+    return 1;
+}
+
 /* Attributor.enter_forward's pass-through: a module called with grad enabled while the training forward it would
  * open is already open (the loss computation's second, third, ... module call) */
 static int
@@ -337,6 +381,54 @@ inline_ok(Event *e)
     return new_due < 0 ? -1 : !new_due;
 }
 
+/* Attributor.enter with nothing pending and nothing to close: the stack is empty or an explicit phase is on top
+ * (a library's label), and this phase is pushed on it (Attributor._push, from the open grad-mode block's start for
+ * an inference call), where no memory mark is due and no other extra is on. An env step that starts an iteration is
+ * Python's. 1: done; 0: not this case */
+static int
+push_phase(Event *e, double now)
+{
+    long kind = top_kind(e);
+    if (kind != -1 && kind != EXPLICIT) return 0;
+    if (e->role == ENV && (truth(SLOT(e, S_UPDATED)) || SLOT(e, S_STARTED) == Py_None)) return 0;
+    PyObject *stack = SLOT(e, S_STACK);
+    Py_ssize_t n = PyList_GET_SIZE(stack);
+    PyObject *top = n > 0 ? PyList_GET_ITEM(stack, n - 1) : str_empty;
+    PyObject *extras = SLOT(e, S_EXTRAS);
+    int extra = truth(extras);
+    if (extra && !(PyLong_CheckExact(extras) && PyLong_AsLong(extras) == MEMORY_ONLY)) return 0;
+    PyObject *path = path_under(e, top);
+    if (path == NULL) return -1;
+    if (extra && n == 0) { /* a top-level phase: Attributor._push_extras marks memory while marks are due */
+        int due = mark_due(e, path);
+        if (due != 0) {
+            Py_DECREF(path);
+            return due < 0 ? -1 : 0;
+        }
+    }
+    double t = as_double(SLOT(e, S_T));
+    if (e->role == INFER) {
+        double block_t = as_double(SLOT(e, S_BLOCK_T));
+        if (block_t > t) now = block_t;
+    }
+    set_slot(e, S_DEPTH, Py_NewRef(one));
+    if (dict_add_double(SLOT(e, S_EXCL), top, now - t) < 0 || set_double(e, S_T, now) < 0) goto fail;
+    long merged = PyLong_AsLong(SLOT(e, S_MERGED));
+    if (merged) {
+        if (dict_add_long(SLOT(e, S_ENTERS), top, merged) < 0 || add_long(e, S_MERGES, merged) < 0) goto fail;
+        set_slot(e, S_MERGED, Py_NewRef(zero));
+    }
+    if (PyList_Append(stack, path) < 0 || PyList_Append(SLOT(e, S_KINDS), zero) < 0) goto fail;
+    Py_DECREF(path);
+    set_slot(e, S_PARENT, Py_NewRef(top));
+    if (e->role == UPDATE) set_slot(e, S_UPDATED, Py_NewRef(Py_True));
+    set_slot(e, S_AUTO_NAME, Py_NewRef(e->name));
+    return 1;
+fail:
+    Py_DECREF(path);
+    return -1;
+}
+
 /* an automatic phase opens (or continues) around fn; the caller did the pass-through test */
 static PyObject *
 timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -365,9 +457,18 @@ timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
              (ok = inline_ok(e)) != 0) {
         if (ok < 0 || transition(e, now) < 0) return NULL;
     }
+    else if (!pending && e->role != UPDATE && top_kind(e) == ACTING && !truth(SLOT(e, S_SLOW)) &&
+             (e->role == NEST || (ok = leave_acting(e, now)) != 0)) {
+        if (e->role == NEST) /* the action's conversion (or another transfer) while the policy acts: part of it */
+            return call_inside(e, args, nargsf, kwnames);
+        if (ok < 0) return NULL;
+    }
     else if (!pending && forward_on_top(e) && (e->role == NEST || (ok = leave_forward(e, now)) != 0)) {
         if (e->role == NEST) /* a transfer inside the loss computation: part of the forward */
             return call_inside(e, args, nargsf, kwnames);
+        if (ok < 0) return NULL;
+    }
+    else if (!pending && (ok = push_phase(e, now)) != 0) {
         if (ok < 0) return NULL;
     }
     else { /* everything else: Attributor.enter */
@@ -385,9 +486,374 @@ timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     return finish(e, PyObject_Vectorcall(e->fn, args, nargsf, kwnames));
 }
 
+
+/* autohooks._install_grad_modes, line for line: the outermost block's __enter__ at depth 0 marks its time
+ * (Attributor.block_enter); the outermost __exit__ extends a pending acting or target phase that opened inside the
+ * block to the block's end (Attributor.block_exit). Nested blocks only count. */
+static PyObject *
+mark_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    int ours = PyThread_get_thread_ident() == e->thread;
+    if (e->mark == MARK_ENTER) {
+        if (ours && !truth(SLOT(e, S_DEPTH))) {
+            double now = read_clock(e);
+            if (PyErr_Occurred()) return NULL;
+            long blocks = PyLong_AsLong(SLOT(e, S_BLOCKS)) + 1;
+            if (add_long(e, S_BLOCKS, 1) < 0) return NULL;
+            if (blocks == 1 && set_double(e, S_BLOCK_T, now) < 0) return NULL;
+        }
+        return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    }
+    PyObject *out = PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    if (out == NULL) return NULL;
+    if (!ours || truth(SLOT(e, S_DEPTH))) return out;
+    long blocks = PyLong_AsLong(SLOT(e, S_BLOCKS));
+    if (blocks == 0) return out;
+    double now = read_clock(e);
+    if (PyErr_Occurred()) goto fail;
+    if (blocks > 1) {
+        if (add_long(e, S_BLOCKS, -1) < 0) goto fail;
+        return out;
+    }
+    set_slot(e, S_BLOCKS, Py_NewRef(zero));
+    double block_t = as_double(SLOT(e, S_BLOCK_T));
+    if (truth(SLOT(e, S_PENDING)) && as_double(SLOT(e, S_T)) >= block_t && block_t > 0.0) {
+        PyObject *auto_name = SLOT(e, S_AUTO_NAME);
+        int hit = PyObject_RichCompareBool(auto_name, e->name, Py_EQ);
+        if (hit == 0) hit = PyObject_RichCompareBool(auto_name, e->layer, Py_EQ);
+        if (hit < 0) goto fail;
+        if (hit && set_double(e, S_T_EXIT, now) < 0) goto fail;
+    }
+    if (set_double(e, S_BLOCK_T, 0.0) < 0) goto fail;
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* autohooks.batch_width for the common input, a tensor or an array with a tuple shape (torch.Size is one): the rows
+ * of args[1]; -1 where the Python function must decide (keywords, a TensorDict, anything else) */
+static long
+simple_width(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (kwnames != NULL || nargs < 2) return -1;
+    PyObject *x = args[1], *v;
+    if (_PyObject_LookupAttr(x, str_batch_size, &v) != 0) { /* a TensorDict (or an error): Python's */
+        Py_XDECREF(v);
+        PyErr_Clear();
+        return -1;
+    }
+    if (_PyObject_LookupAttr(x, str_shape, &v) <= 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    long width = -1;
+    if (PyTuple_Check(v)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(v);
+        if (n == 1) width = 1;
+        else if (n > 1 && PyLong_CheckExact(PyTuple_GET_ITEM(v, 0))) {
+            width = PyLong_AsLong(PyTuple_GET_ITEM(v, 0));
+            if (width == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                width = -1;
+            }
+        }
+    }
+    Py_DECREF(v);
+    return width;
+}
+
+/* autohooks._model_event's acting, in C for its two common cases: a module called on the env's batch while the policy
+ * is acting (the critic beside the actor: Attributor.enter_acting's pass-through), and the acting that follows a
+ * pending automatic phase (the env step's conversions), where no memory mark is due. NULL with no error set: not one
+ * of these cases, the Python wrapper decides. */
+static PyObject *
+acting_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *width_obj = SLOT(e, S_ENV_WIDTH);
+    long width = PyLong_CheckExact(width_obj) ? PyLong_AsLong(width_obj) : 0;
+    if (width <= 0 || simple_width(args, nargs, kwnames) != width) return NULL;
+    PyObject *id = PyLong_FromVoidPtr(args[0]);
+    if (id == NULL) return NULL;
+    int seen = PySet_Contains(SLOT(e, S_SEEN), id);
+    Py_DECREF(id);
+    if (seen <= 0) { /* first called here: the Python wrapper watches its parameters */
+        PyErr_Clear();
+        return NULL;
+    }
+    double now = read_clock(e);
+    if (PyErr_Occurred()) return NULL;
+    int pending = truth(SLOT(e, S_PENDING));
+    long kind = top_kind(e);
+    if (!pending && kind == ACTING) { /* the policy's next call: the same acting */
+        if (add_long(e, S_PASSTHROUGH, 1) < 0) return NULL;
+        set_slot(e, S_DEPTH, Py_NewRef(one));
+    }
+    else if (pending && kind == AUTO && !truth(SLOT(e, S_SLOW))) {
+        int ok = inline_ok(e);
+        if (ok <= 0) return NULL;
+        /* Attributor._settle, then _push(ACT, ..., ACTING, start): the pending phase closes at its t_exit and acting
+         * takes its place, from the open grad-mode block's start where there is one */
+        double t_exit = as_double(SLOT(e, S_T_EXIT));
+        double block_t = as_double(SLOT(e, S_BLOCK_T));
+        set_slot(e, S_PENDING, Py_NewRef(Py_False));
+        set_slot(e, S_DEPTH, Py_NewRef(one));
+        if (replace_top(e, t_exit, block_t > t_exit ? block_t : now) < 0) return NULL;
+        PyObject *kinds = SLOT(e, S_KINDS);
+        PyObject *acting = PyLong_FromLong(ACTING);
+        if (acting == NULL) return NULL;
+        PyList_SetItem(kinds, PyList_GET_SIZE(kinds) - 1, acting);
+    }
+    else {
+        return NULL;
+    }
+    PyObject *out = PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    set_slot(e, S_DEPTH, Py_NewRef(zero));
+    double t = read_clock(e);
+    if (!PyErr_Occurred()) set_double(e, S_ACT_RETURN, t);
+    if (type != NULL) {
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+    }
+    else if (PyErr_Occurred()) {
+        Py_CLEAR(out);
+    }
+    return out;
+}
+
+/* autohooks._model_event's target, in C for its common case: a module called under no_grad, not on the env's batch,
+ * with nothing pending and nothing on the stack (the TD target after the replay sample) opens train/target (the
+ * Event e->target), as Attributor.enter would. NULL with no error set: the Python wrapper decides. */
+static PyObject *
+target_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (e->target == NULL || e->target == Py_None || truth(SLOT(e, S_PENDING)) || top_kind(e) != -1 ||
+        truth(SLOT(e, S_SLOW)))
+        return NULL;
+    PyObject *width_obj = SLOT(e, S_ENV_WIDTH);
+    long width = PyLong_CheckExact(width_obj) ? PyLong_AsLong(width_obj) : 0;
+    long rows = simple_width(args, PyVectorcall_NARGS(nargsf), kwnames);
+    if (width <= 0 || rows < 0 || rows == width) return NULL;
+    PyObject *id = PyLong_FromVoidPtr(args[0]);
+    if (id == NULL) return NULL;
+    int seen = PySet_Contains(SLOT(e, S_SEEN), id);
+    Py_DECREF(id);
+    if (seen <= 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Event *t = (Event *)e->target;
+    double now = read_clock(e);
+    if (PyErr_Occurred()) return NULL;
+    int ok = push_phase(t, now);
+    if (ok <= 0) return NULL;
+    return finish(t, PyObject_Vectorcall(e->fn, args, nargsf, kwnames));
+}
+
+
+/* Attributor._pop without its extras: the phase on top closes at `now` (the caller checked that no memory mark is
+ * due: a pop that empties the stack marks while marks are due) */
+static int
+pop_phase(Event *e, double now)
+{
+    PyObject *stack = SLOT(e, S_STACK), *kinds = SLOT(e, S_KINDS);
+    Py_ssize_t n = PyList_GET_SIZE(stack);
+    PyObject *path = Py_NewRef(PyList_GET_ITEM(stack, n - 1));
+    int r = -1;
+    if (PyList_SetSlice(stack, n - 1, n, NULL) < 0 ||
+        PyList_SetSlice(kinds, PyList_GET_SIZE(kinds) - 1, PyList_GET_SIZE(kinds), NULL) < 0)
+        goto done;
+    set_slot(e, S_PARENT, Py_NewRef(n > 2 ? PyList_GET_ITEM(stack, n - 3) : str_empty));
+    if (dict_add_double(SLOT(e, S_EXCL), path, now - as_double(SLOT(e, S_T))) < 0 || set_double(e, S_T, now) < 0)
+        goto done;
+    long merged = PyLong_AsLong(SLOT(e, S_MERGED));
+    if (merged) {
+        if (add_long(e, S_MERGES, merged) < 0) goto done;
+        set_slot(e, S_MERGED, Py_NewRef(zero));
+    }
+    r = dict_add_long(SLOT(e, S_ENTERS), path, merged + 1);
+done:
+    Py_DECREF(path);
+    return r;
+}
+
+/* whether popping the phase on top, at stack depth n, needs no memory mark (extras are off or memory-only, and the
+ * pop leaves phases below it or finds no mark due): 1 yes, 0 no, -1 error */
+static int
+pop_ok(Event *e)
+{
+    PyObject *extras = SLOT(e, S_EXTRAS);
+    if (!truth(extras)) return 1;
+    if (!PyLong_CheckExact(extras) || PyLong_AsLong(extras) != MEMORY_ONLY) return 0;
+    PyObject *stack = SLOT(e, S_STACK);
+    if (PyList_GET_SIZE(stack) > 1) return 1;
+    int due = mark_due(e, PyList_GET_ITEM(stack, 0));
+    return due < 0 ? -1 : !due;
+}
+
+/* libraries.label_wrapper with Attributor.open_explicit and close_explicit, in C for the common case: nothing to
+ * settle but a pending automatic phase, no sticky phase to close but the training forward, no iteration to start, no
+ * profiler ranges and no memory mark due. Anything else, at either end, goes to the attributor's own methods. */
+static PyObject *
+label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyThread_get_thread_ident() != e->thread) return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    PyObject *stack = SLOT(e, S_STACK);
+    Py_ssize_t n = PyList_GET_SIZE(stack);
+    if (n > 0) { /* already inside this label (a collector's iterator calling its rollout) */
+        PyObject *top = PyList_GET_ITEM(stack, n - 1);
+        int same = PyUnicode_Compare(top, e->name) == 0;
+        if (!same) {
+            Py_ssize_t r = PyUnicode_Tailmatch(top, e->name, 0, PY_SSIZE_T_MAX, 1);
+            if (r < 0) return NULL;
+            /* endswith("/" + name) */
+            if (r && PyUnicode_GET_LENGTH(top) > PyUnicode_GET_LENGTH(e->name)) {
+                Py_UCS4 c = PyUnicode_ReadChar(top, PyUnicode_GET_LENGTH(top) - PyUnicode_GET_LENGTH(e->name) - 1);
+                same = c == '/';
+            }
+        }
+        if (same) return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    }
+    int fast = 1;
+    double now = read_clock(e);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *extras = SLOT(e, S_EXTRAS);
+    if (truth(extras) && !(PyLong_CheckExact(extras) && PyLong_AsLong(extras) == MEMORY_ONLY)) fast = 0;
+    if (fast && e->mark == LABEL_ITERATION && (truth(SLOT(e, S_UPDATED)) || SLOT(e, S_STARTED) == Py_None)) fast = 0;
+    if (fast) {
+        PyObject *pe = SLOT(e, S_PROFILER_ENABLED);
+        if (pe != Py_None) {
+            PyObject *on = PyObject_CallNoArgs(pe);
+            if (on == NULL) return NULL;
+            fast = on == Py_False;
+            Py_DECREF(on);
+        }
+    }
+    /* the state after _settle and _close_sticky: at most a pending phase and a training forward come off */
+    int pending = truth(SLOT(e, S_PENDING));
+    long kind = top_kind(e);
+    if (fast) {
+        if (pending) { /* what _settle pops, then what lies under it */
+            if (kind != AUTO || (n == 1 && extras != Py_False && truth(extras))) fast = 0;
+            else kind = n > 1 ? PyLong_AsLong(PyList_GET_ITEM(SLOT(e, S_KINDS), n - 2)) : -1;
+            if (fast && n > 1 && kind == STICKY) fast = 0; /* two pops: Python's */
+        }
+        if (kind == ACTING || (kind == STICKY && n == 1 && truth(extras))) fast = 0;
+        if (kind == AUTO && !pending) fast = 0;
+    }
+    if (fast && truth(extras)) { /* memory-only: the push of a top-level phase marks while marks are due */
+        Py_ssize_t left = n - (pending ? 1 : 0) - (kind == STICKY ? 1 : 0);
+        if (left == 0) {
+            PyObject *path = path_under(e, str_empty);
+            if (path == NULL) return NULL;
+            int due = mark_due(e, path);
+            Py_DECREF(path);
+            if (due < 0) return NULL;
+            if (due) fast = 0;
+        }
+    }
+    if (fast) {
+        if (pending) {
+            set_slot(e, S_PENDING, Py_NewRef(Py_False));
+            if (pop_phase(e, as_double(SLOT(e, S_T_EXIT))) < 0) return NULL;
+        }
+        if (kind == STICKY && pop_phase(e, now) < 0) return NULL;
+        PyObject *depth = SLOT(e, S_DEPTH);
+        if (PyList_Append(SLOT(e, S_SAVED_DEPTH), depth) < 0) return NULL;
+        set_slot(e, S_DEPTH, Py_NewRef(zero));
+        stack = SLOT(e, S_STACK);
+        n = PyList_GET_SIZE(stack);
+        PyObject *top = n > 0 ? PyList_GET_ITEM(stack, n - 1) : str_empty;
+        PyObject *path = path_under(e, top);
+        if (path == NULL) return NULL;
+        if (dict_add_double(SLOT(e, S_EXCL), top, now - as_double(SLOT(e, S_T))) < 0 || set_double(e, S_T, now) < 0) {
+            Py_DECREF(path);
+            return NULL;
+        }
+        long merged = PyLong_AsLong(SLOT(e, S_MERGED));
+        if (merged) {
+            if (dict_add_long(SLOT(e, S_ENTERS), top, merged) < 0 || add_long(e, S_MERGES, merged) < 0) {
+                Py_DECREF(path);
+                return NULL;
+            }
+            set_slot(e, S_MERGED, Py_NewRef(zero));
+        }
+        int bad = PyList_Append(stack, path) < 0;
+        Py_DECREF(path);
+        PyObject *explicit_kind = PyLong_FromLong(EXPLICIT);
+        if (bad || explicit_kind == NULL || PyList_Append(SLOT(e, S_KINDS), explicit_kind) < 0) {
+            Py_XDECREF(explicit_kind);
+            return NULL;
+        }
+        Py_DECREF(explicit_kind);
+        set_slot(e, S_PARENT, Py_NewRef(top));
+    }
+    else {
+        PyObject *r = PyObject_CallMethod(e->a, "open_explicit", "OOO", e->name, e->layer,
+                                          e->mark == LABEL_ITERATION ? Py_True : Py_False);
+        if (r == NULL) return NULL;
+        Py_DECREF(r);
+    }
+    PyObject *out = PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    /* close_explicit: fast when the explicit phase is on top with nothing pending, or under one pending phase */
+    int closed = 0;
+    now = read_clock(e);
+    if (!PyErr_Occurred()) {
+        stack = SLOT(e, S_STACK);
+        n = PyList_GET_SIZE(stack);
+        pending = truth(SLOT(e, S_PENDING));
+        kind = top_kind(e);
+        int ok = n > 0;
+        if (ok && pending) ok = kind == AUTO && n > 1 && PyLong_AsLong(PyList_GET_ITEM(SLOT(e, S_KINDS), n - 2)) == EXPLICIT;
+        else if (ok) ok = kind == EXPLICIT;
+        if (ok) ok = pop_ok(e) == 1 && (n - (pending ? 1 : 0) > 1 || !truth(SLOT(e, S_EXTRAS)) ||
+                                         mark_due(e, PyList_GET_ITEM(stack, 0)) == 0);
+        PyErr_Clear();
+        if (ok) {
+            if (pending) {
+                set_slot(e, S_PENDING, Py_NewRef(Py_False));
+                ok = pop_phase(e, as_double(SLOT(e, S_T_EXIT))) == 0;
+            }
+            if (ok && pop_phase(e, now) == 0) {
+                PyObject *saved = SLOT(e, S_SAVED_DEPTH);
+                Py_ssize_t k = PyList_GET_SIZE(saved);
+                if (k > 0) {
+                    set_slot(e, S_DEPTH, Py_NewRef(PyList_GET_ITEM(saved, k - 1)));
+                    PyList_SetSlice(saved, k - 1, k, NULL);
+                }
+                else {
+                    set_slot(e, S_DEPTH, Py_NewRef(zero));
+                }
+                closed = 1;
+            }
+        }
+    }
+    PyErr_Clear();
+    if (!closed) {
+        PyObject *r = PyObject_CallMethod(e->a, "close_explicit", NULL);
+        if (r == NULL) { /* an error in the wrapper's `finally` replaces the call's outcome, as in Python */
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+            Py_XDECREF(out);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    if (type != NULL) PyErr_Restore(type, value, tb);
+    return out;
+}
+
 static PyObject *
 event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
+    if (e->mark >= LABEL) return label_call(e, args, nargsf, kwnames);
+    if (e->mark) return mark_call(e, args, nargsf, kwnames);
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     int depth = truth(SLOT(e, S_DEPTH));
     if (depth || PyThread_get_thread_ident() != e->thread) {
@@ -413,8 +879,14 @@ event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
                 return call_inside(e, args, nargsf, kwnames);
             }
         }
-        /* everything else is decided by the Python wrapper: acting, a target, the forward's first call
-         * (autohooks._model_event: the batch's width against the env's) */
+        /* acting's common cases here; everything else is decided by the Python wrapper: acting's other cases, a
+         * target, the forward's first call (autohooks._model_event: the batch's width against the env's) */
+        PyObject *out = acting_call(e, args, nargsf, kwnames);
+        if (out != NULL || PyErr_Occurred()) return out;
+        if (ge != Py_True) {
+            out = target_call(e, args, nargsf, kwnames);
+            if (out != NULL || PyErr_Occurred()) return out;
+        }
         return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
     }
     if (e->batch == NOT_ENV) return timed(e, args, nargsf, kwnames);
@@ -455,17 +927,17 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"attributor", "fn", "fallback", "name", "layer", "role", "clock", "thread", "paths",
                              "path_under", "gap", "skip", "model", "batch", "grad_enabled", "dtype", "tensor_cls",
-                             "shape_like", "direct_clock", "batch_fn", "memory_marks", "forward", NULL};
+                             "shape_like", "direct_clock", "batch_fn", "memory_marks", "forward", "mark", "target", NULL};
     PyObject *a, *fn, *fallback, *name, *layer, *role_obj, *clock, *thread, *paths, *path_under;
     PyObject *grad_enabled = Py_None, *dtype = Py_None, *tensor_cls = Py_None, *shape_like = Py_None;
-    PyObject *batch_fn = Py_None, *forward = Py_None;
+    PyObject *batch_fn = Py_None, *forward = Py_None, *target = Py_None;
     long memory_marks = 8;
     double gap;
-    int skip = 0, model = 0, batch = NOT_ENV, direct = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUOOOO!Od|ipiOOOOpOlO", kwlist, &a, &fn, &fallback, &name, &layer,
+    int skip = 0, model = 0, batch = NOT_ENV, direct = 0, mark = NOT_MARK;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUOOOO!Od|ipiOOOOpOlOiO", kwlist, &a, &fn, &fallback, &name, &layer,
                                      &role_obj, &clock, &thread, &PyDict_Type, &paths, &path_under, &gap, &skip,
                                      &model, &batch, &grad_enabled, &dtype, &tensor_cls, &shape_like, &direct,
-                                     &batch_fn, &memory_marks, &forward))
+                                     &batch_fn, &memory_marks, &forward, &mark, &target))
         return NULL;
     Event *e = (Event *)type->tp_alloc(type, 0);
     if (e == NULL) return NULL;
@@ -480,12 +952,16 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     e->batch = batch;
     e->direct_clock = direct;
     e->memory_marks = memory_marks;
+    e->mark = mark;
     if ((model && grad_enabled == Py_None) || (forward != Py_None && !PyUnicode_Check(forward)) ||
         (skip == SKIP_CAST && !PyType_Check(dtype)) ||
         (skip == SKIP_NO_DATA && (tensor_cls == Py_None || shape_like == Py_None)) ||
-        (batch == BATCH_CALL && !PyCallable_Check(batch_fn))) {
+        (batch == BATCH_CALL && !PyCallable_Check(batch_fn)) || mark < NOT_MARK || mark > LABEL_ITERATION ||
+        (mark && (model || skip || batch != NOT_ENV)) ||
+        (target != Py_None && (!model || !PyObject_TypeCheck(target, type) || ((Event *)target)->a != a))) {
         PyErr_SetString(PyExc_ValueError, "Event: a module call needs grad_enabled, a skip needs its types, "
-                                          "BATCH_CALL a batch_fn; forward is a str");
+                                          "BATCH_CALL a batch_fn; forward is a str; a mark is 1 or 2 and nothing else; "
+                                          "a target is a module call's, an Event of the same attributor");
         goto error;
     }
     PyTypeObject *cls = Py_TYPE(a);
@@ -520,6 +996,7 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     e->shape_like = Py_NewRef(shape_like);
     e->batch_fn = Py_NewRef(batch_fn);
     e->forward = Py_NewRef(forward);
+    e->target = Py_NewRef(target);
     return (PyObject *)e;
 error:
     Py_DECREF(e);
@@ -541,6 +1018,7 @@ event_traverse(Event *e, visitproc visit, void *arg)
     Py_VISIT(e->tensor_cls); /* Tensor.__new__'s hook, on torch.Tensor itself, refers back to it */
     Py_VISIT(e->shape_like);
     Py_VISIT(e->batch_fn);
+    Py_VISIT(e->target);
     return 0;
 }
 
@@ -563,6 +1041,7 @@ event_clear(Event *e)
     Py_CLEAR(e->shape_like);
     Py_CLEAR(e->batch_fn);
     Py_CLEAR(e->forward);
+    Py_CLEAR(e->target);
     return 0;
 }
 
@@ -651,9 +1130,13 @@ PyInit__fastevent(void)
     str_exit = PyUnicode_InternFromString("exit");
     str_device = PyUnicode_InternFromString("device");
     str_num_envs = PyUnicode_InternFromString("num_envs");
+    str_batch_size = PyUnicode_InternFromString("batch_size");
+    str_shape = PyUnicode_InternFromString("shape");
+    str_empty = PyUnicode_InternFromString("");
     zero = PyLong_FromLong(0);
     one = PyLong_FromLong(1);
-    if (!str_enter || !str_exit || !str_device || !str_num_envs || !zero || !one) return NULL;
+    if (!str_enter || !str_exit || !str_device || !str_num_envs || !str_batch_size || !str_shape || !str_empty || !zero || !one)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "Event", (PyObject *)&EventType) < 0) {

@@ -228,6 +228,7 @@ def native(
     skip: int = 0,
     batch: int = NOT_ENV,
     batch_fn: Callable[[Any], int] | None = None,
+    target: Callable[..., Any] | None = None,
 ) -> Callable[..., Any]:
     """The compiled hook (``rlbench.profiling._fastevent.Event``) standing for the Python wrapper ``fallback``.
 
@@ -247,6 +248,8 @@ def native(
         types.update(dtype=torch.dtype, tensor_cls=torch.Tensor, shape_like=(int, torch.Size))
     if batch == BATCH_CALL:
         types["batch_fn"] = batch_fn
+    if target is not None:  # a module call: the compiled hook of train/target, which its no_grad calls may open
+        types["target"] = target
     return _fastevent.Event(
         a, fn, fallback, name, layer, role, a.clock, a.thread, paths, path_under, MERGE_GAP_S,
         skip=skip, model=model, batch=batch, direct_clock=a.clock is _perf_counter and _MONOTONIC,
@@ -348,7 +351,23 @@ def _module_call_wrapper(a: Attributor) -> Callable[..., Any]:
     fallback = _model_event(a, original)
     fallback.__rlbench_wrapped__ = original  # type: ignore[attr-defined]
     wraps(original)(fallback)
-    hook = native(a, original, fallback, "inference", "inference", INFER, {}, str, model=True)
+    paths: dict[str, str] = {}  # parent path -> acting's path under it (the compiled hook's acting_call)
+
+    def path_under(parent: str) -> str:
+        path = paths[parent] = a._paths.get((parent, ACT)) or a._new_path(parent, ACT, "inference")
+        return path
+
+    target_paths: dict[str, str] = {}  # the same for train/target (the compiled hook's target_call)
+
+    def target_under(parent: str) -> str:
+        path = target_paths[parent] = a._paths.get((parent, TARGET)) or a._new_path(parent, TARGET, "update")
+        return path
+
+    target = native(a, original, fallback, TARGET, "update", INFER, target_paths, target_under)
+    hook = native(
+        a, original, fallback, ACT, "inference", INFER, paths, path_under, model=True,
+        target=target if target is not fallback else None,
+    )  # fmt: skip
     event = _dressed(hook, fallback, original)
     if original is not getattr(torch.nn.Module, "_wrapped_call_impl", None) or not hasattr(torch.nn.Module, "_call_impl"):
         return event  # another torch: the generic wrapper, whose pass-through calls __call__ as it was
@@ -573,8 +592,25 @@ def _install_grad_modes(h: Hooks) -> None:
         return end
 
     for cls in (grad_mode.no_grad, grad_mode.inference_mode):
-        replace_attr(h.restore, cls, "__enter__", marked_enter(vars(cls)["__enter__"]))
-        replace_attr(h.restore, cls, "__exit__", extending_exit(vars(cls)["__exit__"]))
+        enter, leave = vars(cls)["__enter__"], vars(cls)["__exit__"]
+        replace_attr(h.restore, cls, "__enter__", _native_mark(a, enter, marked_enter(enter), MARK_ENTER))
+        replace_attr(h.restore, cls, "__exit__", _native_mark(a, leave, extending_exit(leave), MARK_EXIT))
+
+
+MARK_ENTER, MARK_EXIT = 1, 2  # _fastevent.c: an Event that is a grad-mode block's __enter__ or __exit__
+
+
+def _native_mark(a: Attributor, fn: Callable[..., Any], fallback: Callable[..., Any], mark: int) -> Callable[..., Any]:
+    """The compiled form of a grad-mode mark (``fallback``, :func:`_install_grad_modes`'s ``begin`` or ``end``), or
+    ``fallback`` itself where the extension is not built or switched off. The phases a block's end extends (acting and
+    the target) are given as its name and layer."""
+    if not native_available():
+        return fallback
+    hook = _fastevent.Event(
+        a, fn, fallback, ACT, TARGET, INFER, a.clock, a.thread, {}, str, MERGE_GAP_S, mark=mark,
+        direct_clock=a.clock is _perf_counter and _MONOTONIC,
+    )  # fmt: skip
+    return _dressed(hook, fallback, fn)
 
 
 def _install_target_updates(h: Hooks) -> None:

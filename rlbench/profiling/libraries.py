@@ -34,8 +34,18 @@ from functools import wraps
 from threading import get_ident
 from typing import Any
 
-from rlbench.profiling.attribution import TARGET_UPDATE, Attributor
-from rlbench.profiling.autohooks import all_subclasses, env_wrapper, replace_attr, vector_batch
+from rlbench.profiling.attribution import MERGE_GAP_S, TARGET_UPDATE, Attributor
+from rlbench.profiling.autohooks import (
+    _MONOTONIC,
+    _dressed,
+    _fastevent,
+    _perf_counter,
+    all_subclasses,
+    env_wrapper,
+    native_available,
+    replace_attr,
+    vector_batch,
+)
 
 Patcher = Callable[[Any, Any], None]  # (hooks, module) -> None
 
@@ -58,7 +68,23 @@ def label_wrapper(
             a.close_explicit()
 
     labelled.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
-    return labelled
+    if not native_available():
+        return labelled
+    paths: dict[str, str] = {}  # parent path -> this label's path under it
+
+    def path_under(parent: str) -> str:
+        path = paths[parent] = a._paths.get((parent, name)) or a._new_path(parent, name, layer)
+        return path
+
+    # the compiled hook (_fastevent.c's label_call): open_explicit and close_explicit's common cases without a frame
+    hook = _fastevent.Event(
+        a, fn, labelled, name, layer, 0, a.clock, a.thread, paths, path_under, MERGE_GAP_S,
+        mark=LABEL_ITERATION if starts_iteration else LABEL, direct_clock=a.clock is _perf_counter and _MONOTONIC,
+    )  # fmt: skip
+    return _dressed(hook, labelled, fn)
+
+
+LABEL, LABEL_ITERATION = 3, 4  # _fastevent.c: an Event that is a library's label
 
 
 def label_generator(a: Attributor, fn: Callable[..., Any], name: str, layer: str) -> Callable[..., Any]:

@@ -91,16 +91,99 @@ def _minibatch_loop(minibatches: int = 6) -> None:
             opt.step()
 
 
+def _off_policy_loop(iterations: int = 8) -> None:
+    """CleanRL's DQN, shaped: acting with grad on one env, a replay buffer found by shape (its sample converts to a
+    tensor inside the label), a TD target under no_grad from an empty stack, the training forward, a polyak loop."""
+    import numpy as np
+
+    class ReplayBuffer:  # defined while profiling: labelled when its class is built
+        def __init__(self) -> None:
+            self.data: list = []
+
+        def add(self, x) -> None:
+            self.data.append(x)
+
+        def sample(self, n: int) -> torch.Tensor:
+            return torch.as_tensor(np.zeros((n, 4), np.float32))
+
+    envs = gym.vector.SyncVectorEnv([lambda: SlowEnv()])
+    q, tq = SlowNet(), SlowNet()
+    opt = torch.optim.Adam(q.parameters(), lr=1e-3)
+    rb = ReplayBuffer()
+    obs, _ = envs.reset(seed=0)
+    for i in range(iterations):
+        action = q(torch.Tensor(obs)).argmax(1).numpy()
+        next_obs, *_ = envs.step(action)
+        rb.add(obs)
+        obs = next_obs
+        data = rb.sample(16)
+        with torch.no_grad():
+            target = 1.0 + 0.99 * tq(data).max(1)[0]
+        loss = (q(data).max(1)[0] - target).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if i % 3 == 0:
+            for tp, p in zip(tq.parameters(), q.parameters()):
+                tp.data.copy_(0.5 * p.data + 0.5 * tp.data)
+    envs.close()
+
+
+def _sampling_policy_loop() -> None:
+    """CleanRL's PPO rollout, shaped: an actor and a critic on the env's batch inside no_grad, a sampled action
+    (Categorical.sample opens its own no_grad), its conversion while acting, then one update."""
+    envs = gym.vector.SyncVectorEnv([lambda: SlowEnv() for _ in range(2)])
+    actor, critic = SlowNet(), SlowNet()
+    opt = torch.optim.SGD([*actor.parameters(), *critic.parameters()], lr=0.1)
+    obs, _ = envs.reset(seed=0)
+    for _ in range(6):
+        for _ in range(4):
+            x = torch.Tensor(obs)
+            with torch.no_grad():
+                action = torch.distributions.Categorical(logits=actor(x)).sample()
+                critic(x)
+            obs, *_ = envs.step(action.cpu().numpy())
+        loss = actor(torch.zeros(3, 4)).sum() + critic(torch.zeros(3, 4)).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "loop", [known_loop, _wrapped_envs_loop, _minibatch_loop], ids=["vector-env-ppo-shape", "wrapped-env", "minibatches"]
+    "loop",
+    [known_loop, _wrapped_envs_loop, _minibatch_loop, _off_policy_loop, _sampling_policy_loop],
+    ids=["vector-env-ppo-shape", "wrapped-env", "minibatches", "off-policy", "sampling-policy"],
 )
 def test_compiled_and_python_hooks_book_the_same_phases_merges_and_counts(monkeypatch, loop):
     compiled = _structure(monkeypatch, False, loop)
     python = _structure(monkeypatch, True, loop)
     assert compiled == python
     enters, _, _, steps, iterations, *_ = compiled
-    assert steps > 0 and iterations == 6 and "env/step" in enters
+    assert steps > 0 and iterations in (6, 8) and "env/step" in enters
+
+
+def test_acting_targets_labels_and_grad_blocks_run_in_c(monkeypatch):
+    # past a loop's first iterations (memory marks, modules seen for the first time), acting, the env step after it,
+    # a no_grad target from an empty stack, a replay label (and the transfer inside it) and the grad-mode blocks stay
+    # in C: per off-policy step only the iteration's start (and the training forward's first call) reach Python
+    from rlbench.profiling.attribution import Attributor
+
+    def python_calls(python: bool, iterations: int, loop) -> int:
+        _use_python_hooks(monkeypatch, python)
+        calls = []
+        for name in ("enter", "enter_forward", "enter_acting", "open_explicit", "close_explicit", "block_enter"):
+            original = getattr(Attributor, name)
+            monkeypatch.setattr(Attributor, name, lambda self, *a, _f=original, **k: calls.append(1) or _f(self, *a, **k))
+        with Session(Settings(count_iteration=None, memory=False)):
+            loop(iterations)
+        monkeypatch.undo()
+        return len(calls)
+
+    extra_python = python_calls(True, 12, _off_policy_loop) - python_calls(True, 6, _off_policy_loop)
+    extra_compiled = python_calls(False, 12, _off_policy_loop) - python_calls(False, 6, _off_policy_loop)
+    assert extra_python >= 6 * 8  # acting, env step, 2 labels opened and closed, the transfer, the target, forward
+    assert extra_compiled <= 6 * 2 + 2  # the env step that starts an iteration, the forward's first call
 
 
 def test_a_raising_call_ends_its_phase_and_the_exception_goes_through(monkeypatch):
