@@ -189,8 +189,19 @@ def child_pythonpath(env: dict[str, str] | None = None) -> str:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (one owned by another user counts as alive)."""
-    return _answers_signal_0(os.kill, pid)
+    """Whether process ``pid`` exists and has not exited (one owned by another user counts as alive).
+
+    A zombie (exited, not yet reaped) counts as gone: a process killed by ``kill -9`` stays a zombie until its parent
+    waits for it, and a parent that first reads the dead process's output to its end (``communicate()``) waits for
+    the pipes to close, which the children watching the pid hold open.
+    """
+    if not _answers_signal_0(os.kill, pid):
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (another system), or it just went
+        return True
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
 
 
 def _answers_signal_0(send: Callable[[int, int], None], target: int) -> bool:

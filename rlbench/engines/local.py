@@ -20,6 +20,7 @@ import multiprocessing as mp
 import os
 import pickle
 import queue
+import shutil
 import signal
 import socket
 import threading
@@ -206,7 +207,7 @@ def _timedelta(seconds: float) -> Any:
 
 
 # --- the roles' processes -------------------------------------------------------------------------------------------
-def _child_setup(driver: int) -> None:
+def _child_setup(driver: tuple[int, str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
     _watch_driver(driver)
     import torch
@@ -214,20 +215,32 @@ def _child_setup(driver: int) -> None:
     torch.set_num_threads(1)
 
 
-def _watch_driver(driver: int, poll_s: float = 0.2) -> None:
+def _driver() -> tuple[int, str]:
+    """What a role watches: the driver's pid, and the temporary folder its multiprocessing made (``pymp-*``: the
+    forkserver's socket), which only the driver's own exit would remove."""
+    from multiprocessing import util
+
+    return os.getpid(), util.get_temp_dir()
+
+
+def _watch_driver(driver: tuple[int, str], poll_s: float = 0.2) -> None:
     """End this role's process when the driver is gone (a ``kill -9`` of rlbench): a role's parent is the forkserver,
     not the driver, so nothing else would tell it, and it would run (and hold the forkserver and the resource tracker)
-    for good."""
+    for good. The driver's multiprocessing folder goes with it (every role tries; the first one removes it)."""
+    pid, folder = driver
 
     def watch() -> None:
-        while pid_alive(driver):
+        while pid_alive(pid):
             time.sleep(poll_s)
+        shutil.rmtree(folder, ignore_errors=True)
         os._exit(1)
 
     threading.Thread(target=watch, name="rlbench-watch-driver", daemon=True).start()
 
 
-def generator_main(cfg: PipelineConfig, index: int, chans: dict[str, Any], board: tuple[Any, ...], driver: int) -> None:
+def generator_main(
+    cfg: PipelineConfig, index: int, chans: dict[str, Any], board: tuple[Any, ...], driver: tuple[int, str]
+) -> None:
     """A generator process (:func:`~rlbench.engines.loops.generator_loop`); its report goes to the results queue."""
     name = f"generator-{index}"
     stop = chans["stop"]
@@ -246,7 +259,7 @@ def generator_main(cfg: PipelineConfig, index: int, chans: dict[str, Any], board
         chans["results"].put(("error", name, describe(exc)))
 
 
-def scorer_main(cfg: PipelineConfig, chans: dict[str, Any], driver: int) -> None:
+def scorer_main(cfg: PipelineConfig, chans: dict[str, Any], driver: tuple[int, str]) -> None:
     """The scorer process (:func:`~rlbench.engines.loops.scorer_loop`); its report goes to the results queue."""
     stop = chans["stop"]
     try:
@@ -276,8 +289,8 @@ class _Procs:
 
     def start(self, board: tuple[Any, ...]) -> None:
         for i in range(self.cfg.generators):
-            self._spawn(f"generator-{i}", generator_main, (self.cfg, i, self.chans, board, os.getpid()))
-        self._spawn("scorer", scorer_main, (self.cfg, self.chans, os.getpid()))
+            self._spawn(f"generator-{i}", generator_main, (self.cfg, i, self.chans, board, _driver()))
+        self._spawn("scorer", scorer_main, (self.cfg, self.chans, _driver()))
 
     def _spawn(self, name: str, target: Any, args: tuple[Any, ...]) -> None:
         p = self.ctx.Process(target=target, args=args, name=f"rlbench-{name}", daemon=True)

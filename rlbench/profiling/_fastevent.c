@@ -68,6 +68,7 @@ typedef struct {
     PyObject *shape_like;   /* SKIP_NO_DATA: (int, torch.Size) */
     PyObject *forward;      /* a module call: the training forward's name (attribution.FORWARD), else None */
     PyObject *target;       /* a module call: the Event whose phase a no_grad call in the update opens (train/target) */
+    PyObject *forward_ev;   /* a module call: the Event whose phase a grad-enabled call opens (train/forward) */
     unsigned long thread;
     int role, skip, model, batch, direct_clock;
     int mark; /* a grad-mode mark: name and layer are then the phases a block's end extends (ACT, TARGET); or a label */
@@ -77,6 +78,10 @@ typedef struct {
 } Event;
 
 static PyObject *str_enter, *str_exit, *str_device, *str_num_envs, *str_batch_size, *str_shape, *str_empty, *zero, *one;
+static PyObject *str_call_impl, *str_compiled_call_impl;
+/* Event.model: not a module call, nn.Module.__call__, or torch's own _wrapped_call_impl (whose two cases a nested call
+ * runs directly: one Python frame fewer) */
+enum { NOT_MODEL = 0, MODEL = 1, MODEL_WRAPPED_CALL_IMPL = 2 };
 
 #define SLOT(e, i) (*(PyObject **)((char *)(e)->a + (e)->off[i]))
 
@@ -563,6 +568,74 @@ simple_width(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
     return width;
 }
 
+
+/* a module call that passes through: torch's _wrapped_call_impl, line for line, without its frame (its compiled
+ * call where torch.compile set one, else the class's _call_impl), or the wrapped __call__ itself */
+static PyObject *
+module_passthrough(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (e->model != MODEL_WRAPPED_CALL_IMPL || nargs < 1) return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    PyObject *self = args[0];
+    PyObject *compiled = PyObject_GetAttr(self, str_compiled_call_impl);
+    if (compiled == NULL) {
+        PyErr_Clear();
+        return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    }
+    if (compiled != Py_None) {
+        PyObject *out = PyObject_Vectorcall(compiled, args + 1, nargs - 1, kwnames);
+        Py_DECREF(compiled);
+        return out;
+    }
+    Py_DECREF(compiled);
+    PyObject *impl = _PyType_Lookup(Py_TYPE(self), str_call_impl); /* borrowed */
+    if (impl == NULL || !PyFunction_Check(impl)) return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    Py_INCREF(impl);
+    PyObject *out = PyObject_Vectorcall(impl, args, nargsf, kwnames);
+    Py_DECREF(impl);
+    return out;
+}
+
+/* autohooks._model_event's training forward, in C for its common case: a module called with grad enabled, not on the
+ * env's batch, right after an automatic phase that is pending (the optimizer step before the next minibatch, the
+ * target before the loss): Attributor.enter_forward settles that phase and opens the sticky forward (the Event
+ * e->forward_ev), where no memory mark is due. NULL with no error set: the Python wrapper decides. */
+static PyObject *
+forward_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (e->forward_ev == NULL || e->forward_ev == Py_None || !truth(SLOT(e, S_PENDING)) || top_kind(e) != AUTO ||
+        truth(SLOT(e, S_FORWARD_NAMES)))
+        return NULL;
+    PyObject *width_obj = SLOT(e, S_ENV_WIDTH);
+    long width = PyLong_CheckExact(width_obj) ? PyLong_AsLong(width_obj) : 0;
+    long rows = simple_width(args, PyVectorcall_NARGS(nargsf), kwnames);
+    if (rows < 0 || (width > 0 && rows == width)) return NULL; /* acting (or undecided): Python's */
+    PyObject *id = PyLong_FromVoidPtr(args[0]);
+    if (id == NULL) return NULL;
+    int seen = PySet_Contains(SLOT(e, S_SEEN), id);
+    Py_DECREF(id);
+    if (seen <= 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Event *f = (Event *)e->forward_ev;
+    int ok = inline_ok(f);
+    if (ok <= 0) return NULL;
+    double now = read_clock(e);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *auto_name = Py_NewRef(SLOT(e, S_AUTO_NAME)); /* enter_forward leaves it as it was */
+    set_slot(e, S_PENDING, Py_NewRef(Py_False));
+    set_slot(e, S_DEPTH, Py_NewRef(one));
+    if (replace_top(f, as_double(SLOT(e, S_T_EXIT)), now) < 0) {
+        Py_DECREF(auto_name);
+        return NULL;
+    }
+    set_slot(e, S_AUTO_NAME, auto_name);
+    PyObject *kinds = SLOT(e, S_KINDS);
+    PyList_SetItem(kinds, PyList_GET_SIZE(kinds) - 1, Py_NewRef(one)); /* STICKY */
+    return call_inside(e, args, nargsf, kwnames); /* the forward stays open (sticky) for the loss computation */
+}
+
 /* autohooks._model_event's acting, in C for its two common cases: a module called on the env's batch while the policy
  * is acting (the critic beside the actor: Attributor.enter_acting's pass-through), and the acting that follows a
  * pending automatic phase (the env step's conversions), where no memory mark is due. NULL with no error set: not one
@@ -858,7 +931,7 @@ event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     int depth = truth(SLOT(e, S_DEPTH));
     if (depth || PyThread_get_thread_ident() != e->thread) {
         if (e->model) /* a nested module call costs what an unprofiled one costs: not counted */
-            return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+            return module_passthrough(e, args, nargsf, kwnames);
         if (e->batch != NOT_ENV && depth && nargs > 0) {
             PyObject *outer = SLOT(e, S_ENV_SELF);
             if (outer != Py_None && outer != args[0]) /* an inner env: the Python wrapper shadows it */
@@ -878,6 +951,8 @@ event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
                 if (add_long(e, S_PASSTHROUGH, 1) < 0) return NULL;
                 return call_inside(e, args, nargsf, kwnames);
             }
+            PyObject *out = forward_call(e, args, nargsf, kwnames);
+            if (out != NULL || PyErr_Occurred()) return out;
         }
         /* acting's common cases here; everything else is decided by the Python wrapper: acting's other cases, a
          * target, the forward's first call (autohooks._model_event: the batch's width against the env's) */
@@ -927,17 +1002,17 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"attributor", "fn", "fallback", "name", "layer", "role", "clock", "thread", "paths",
                              "path_under", "gap", "skip", "model", "batch", "grad_enabled", "dtype", "tensor_cls",
-                             "shape_like", "direct_clock", "batch_fn", "memory_marks", "forward", "mark", "target", NULL};
+                             "shape_like", "direct_clock", "batch_fn", "memory_marks", "forward", "mark", "target", "forward_event", NULL};
     PyObject *a, *fn, *fallback, *name, *layer, *role_obj, *clock, *thread, *paths, *path_under;
     PyObject *grad_enabled = Py_None, *dtype = Py_None, *tensor_cls = Py_None, *shape_like = Py_None;
-    PyObject *batch_fn = Py_None, *forward = Py_None, *target = Py_None;
+    PyObject *batch_fn = Py_None, *forward = Py_None, *target = Py_None, *forward_ev = Py_None;
     long memory_marks = 8;
     double gap;
     int skip = 0, model = 0, batch = NOT_ENV, direct = 0, mark = NOT_MARK;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUOOOO!Od|ipiOOOOpOlOiO", kwlist, &a, &fn, &fallback, &name, &layer,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUOOOO!Od|iiiOOOOpOlOiOO", kwlist, &a, &fn, &fallback, &name, &layer,
                                      &role_obj, &clock, &thread, &PyDict_Type, &paths, &path_under, &gap, &skip,
                                      &model, &batch, &grad_enabled, &dtype, &tensor_cls, &shape_like, &direct,
-                                     &batch_fn, &memory_marks, &forward, &mark, &target))
+                                     &batch_fn, &memory_marks, &forward, &mark, &target, &forward_ev))
         return NULL;
     Event *e = (Event *)type->tp_alloc(type, 0);
     if (e == NULL) return NULL;
@@ -958,10 +1033,14 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         (skip == SKIP_NO_DATA && (tensor_cls == Py_None || shape_like == Py_None)) ||
         (batch == BATCH_CALL && !PyCallable_Check(batch_fn)) || mark < NOT_MARK || mark > LABEL_ITERATION ||
         (mark && (model || skip || batch != NOT_ENV)) ||
-        (target != Py_None && (!model || !PyObject_TypeCheck(target, type) || ((Event *)target)->a != a))) {
+        (target != Py_None && (!model || !PyObject_TypeCheck(target, type) || ((Event *)target)->a != a)) ||
+        (forward_ev != Py_None && (!model || !PyObject_TypeCheck(forward_ev, type) || ((Event *)forward_ev)->a != a ||
+                                   ((Event *)forward_ev)->role == UPDATE || ((Event *)forward_ev)->role == ENV)) ||
+        model < NOT_MODEL || model > MODEL_WRAPPED_CALL_IMPL) {
         PyErr_SetString(PyExc_ValueError, "Event: a module call needs grad_enabled, a skip needs its types, "
                                           "BATCH_CALL a batch_fn; forward is a str; a mark is 1 or 2 and nothing else; "
-                                          "a target is a module call's, an Event of the same attributor");
+                                          "a target or forward_event is a module call's, an Event of the same attributor "
+                                          "(the forward's of a role that is not an update's or an env's); model is 0-2");
         goto error;
     }
     PyTypeObject *cls = Py_TYPE(a);
@@ -997,6 +1076,7 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     e->batch_fn = Py_NewRef(batch_fn);
     e->forward = Py_NewRef(forward);
     e->target = Py_NewRef(target);
+    e->forward_ev = Py_NewRef(forward_ev);
     return (PyObject *)e;
 error:
     Py_DECREF(e);
@@ -1019,6 +1099,7 @@ event_traverse(Event *e, visitproc visit, void *arg)
     Py_VISIT(e->shape_like);
     Py_VISIT(e->batch_fn);
     Py_VISIT(e->target);
+    Py_VISIT(e->forward_ev);
     return 0;
 }
 
@@ -1042,6 +1123,7 @@ event_clear(Event *e)
     Py_CLEAR(e->batch_fn);
     Py_CLEAR(e->forward);
     Py_CLEAR(e->target);
+    Py_CLEAR(e->forward_ev);
     return 0;
 }
 
@@ -1133,9 +1215,11 @@ PyInit__fastevent(void)
     str_batch_size = PyUnicode_InternFromString("batch_size");
     str_shape = PyUnicode_InternFromString("shape");
     str_empty = PyUnicode_InternFromString("");
+    str_call_impl = PyUnicode_InternFromString("_call_impl");
+    str_compiled_call_impl = PyUnicode_InternFromString("_compiled_call_impl");
     zero = PyLong_FromLong(0);
     one = PyLong_FromLong(1);
-    if (!str_enter || !str_exit || !str_device || !str_num_envs || !str_batch_size || !str_shape || !str_empty || !zero || !one)
+    if (!str_enter || !str_exit || !str_device || !str_num_envs || !str_batch_size || !str_shape || !str_empty || !str_call_impl || !str_compiled_call_impl || !zero || !one)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

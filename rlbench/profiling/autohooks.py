@@ -224,11 +224,12 @@ def native(
     paths: dict[str, str],
     path_under: Callable[[str], str],
     *,
-    model: bool = False,
+    model: int = 0,
     skip: int = 0,
     batch: int = NOT_ENV,
     batch_fn: Callable[[Any], int] | None = None,
     target: Callable[..., Any] | None = None,
+    forward_event: Callable[..., Any] | None = None,
 ) -> Callable[..., Any]:
     """The compiled hook (``rlbench.profiling._fastevent.Event``) standing for the Python wrapper ``fallback``.
 
@@ -250,6 +251,8 @@ def native(
         types["batch_fn"] = batch_fn
     if target is not None:  # a module call: the compiled hook of train/target, which its no_grad calls may open
         types["target"] = target
+    if forward_event is not None:  # and of train/forward, which its grad-enabled calls open
+        types["forward_event"] = forward_event
     return _fastevent.Event(
         a, fn, fallback, name, layer, role, a.clock, a.thread, paths, path_under, MERGE_GAP_S,
         skip=skip, model=model, batch=batch, direct_clock=a.clock is _perf_counter and _MONOTONIC,
@@ -363,13 +366,21 @@ def _module_call_wrapper(a: Attributor) -> Callable[..., Any]:
         path = target_paths[parent] = a._paths.get((parent, TARGET)) or a._new_path(parent, TARGET, "update")
         return path
 
+    forward_paths: dict[str, str] = {}  # and for train/forward (the compiled hook's forward_call)
+
+    def forward_under(parent: str) -> str:
+        path = forward_paths[parent] = a._paths.get((parent, FORWARD)) or a._new_path(parent, FORWARD, "update")
+        return path
+
     target = native(a, original, fallback, TARGET, "update", INFER, target_paths, target_under)
+    forward = native(a, original, fallback, FORWARD, "update", INFER, forward_paths, forward_under)
+    torch_own = original is getattr(torch.nn.Module, "_wrapped_call_impl", None) and hasattr(torch.nn.Module, "_call_impl")
     hook = native(
-        a, original, fallback, ACT, "inference", INFER, paths, path_under, model=True,
-        target=target if target is not fallback else None,
+        a, original, fallback, ACT, "inference", INFER, paths, path_under, model=2 if torch_own else 1,
+        target=target if target is not fallback else None, forward_event=forward if forward is not fallback else None,
     )  # fmt: skip
     event = _dressed(hook, fallback, original)
-    if original is not getattr(torch.nn.Module, "_wrapped_call_impl", None) or not hasattr(torch.nn.Module, "_call_impl"):
+    if not torch_own:
         return event  # another torch: the generic wrapper, whose pass-through calls __call__ as it was
     if native_available():
         return event  # the compiled hook: its nested call is torch's own _wrapped_call_impl, called from C

@@ -156,33 +156,42 @@ def test_interrupted_profile_names_no_file_it_did_not_write(tmp_path: Path) -> N
             assert (tmp_path / word.rstrip(";")).is_file() or Path(word.rstrip(";")).is_file(), line
 
 
-def test_local_pipeline_leaves_no_process_after_kill_9(tmp_path: Path) -> None:
+def test_local_pipeline_leaves_no_process_and_no_folder_after_kill_9(tmp_path: Path) -> None:
     """The roles' parent is the forkserver, not rlbench: they watch rlbench's pid and end when it is gone, and the
-    forkserver and resource tracker follow."""
+    forkserver and resource tracker follow; the first role to see it gone removes multiprocessing's pymp-* folder.
+
+    The parent here reads rlbench's output to its end before it reaps rlbench (``communicate``), as a CI step or a
+    harness does: until then the killed rlbench is a zombie, which the roles must count as gone, or they hold the
+    pipes open and the parent waits for ever."""
     marker = uuid.uuid4().hex
     args = ["run", "grpo-pipeline", "--updates", "100000", "--quiet", "--store", "s"]
-    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
-    with out.open("w") as o, err.open("w") as e:  # files, not pipes: a process left behind must not hang the test
+    with tempfile.TemporaryDirectory(prefix="p") as private:  # short: the forkserver's socket path must fit AF_UNIX
         proc = subprocess.Popen(
             [sys.executable, "-m", "rlbench", *args],
             cwd=tmp_path,
-            env={**os.environ, MARKER: marker},
-            stdout=o,
-            stderr=e,
+            env={**os.environ, MARKER: marker, "TMPDIR": private},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
             preexec_fn=foreground_signals,
         )
-    try:
-        deadline = time.monotonic() + 120
-        while len(marked(marker)) < 5 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)  # rlbench, the forkserver, the resource tracker, two generators and the scorer
-        time.sleep(2)
-        assert proc.poll() is None, err.read_text()
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        left = wait_gone(marker)
-        assert not left, f"left running after kill -9: {left}"
-    finally:
-        kill_marked(marker)
+        try:
+            deadline = time.monotonic() + 120
+            while len(marked(marker)) < 5 and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.2)  # rlbench, the forkserver, the resource tracker, two generators and the scorer
+            time.sleep(2)
+            assert proc.poll() is None
+            proc.send_signal(signal.SIGKILL)
+            try:
+                proc.communicate(timeout=30)  # EOF once every process holding rlbench's pipes has ended
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"rlbench's pipes still open 30 s after kill -9; running: {marked(marker)}")
+            left = wait_gone(marker)
+            assert not left, f"left running after kill -9: {left}"
+            folders = [p.name for p in Path(private).iterdir() if p.name.startswith(("pymp-", "rlbench-"))]
+            assert not folders, f"left in TMPDIR after kill -9: {folders}"
+        finally:
+            kill_marked(marker)
 
 
 def test_local_pipeline_leaves_no_temporary_folder(tmp_path: Path) -> None:
@@ -201,3 +210,17 @@ def test_local_pipeline_leaves_no_temporary_folder(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr[-2000:]
         left = [p.name for p in Path(private).iterdir() if p.name.startswith(("pymp-", "rlbench-"))]
     assert not left, f"left in TMPDIR: {left}"
+
+
+def test_an_exited_process_not_yet_reaped_is_not_alive() -> None:
+    """A zombie answers signal 0, but it runs nothing: what watches a pid (the local roles) must see it gone."""
+    from rlbench.core.children import pid_alive
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while pid_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not pid_alive(proc.pid)  # exited, and still unreaped: os.kill(pid, 0) alone would say alive
+    os.kill(proc.pid, 0)
+    proc.wait()
+    assert pid_alive(os.getpid())
