@@ -152,7 +152,7 @@ def render(results: dict[str, Any]) -> str:
         where = "on the quiet machine" if state == "load0" else f"with load {state.removeprefix('load')}"
         lines.append(
             f"- {where.capitalize()}: the worst script is **{worst}, {100 * worst_share:+.1f}%**; "
-            + (f"{len(over)} of {len(rows)} scripts are over 3%: {', '.join(over)}. " if over else "every script is within 3%. ")
+            + (f"{len(over)} of {len(rows)} scripts are over 3%: {', '.join(over)}. " if over else "all are within 3%. ")
             + f"The trivial script's fixed cost is {fixed:+.2f} s."
         )
     lines += [
