@@ -47,11 +47,15 @@ enum { NOT_MARK = 0, MARK_ENTER = 1, MARK_EXIT = 2 };
 /* a library's label (libraries.label_wrapper): an explicit phase around the call; LABEL_ITERATION: one that starts a
  * training iteration (a collector's rollout) */
 enum { LABEL = 3, LABEL_ITERATION = 4 };
+/* a copy or lerp into tensors (autohooks._install_target_updates): nested or from another thread it passes through
+ * here; at top level the Python wrapper decides whether it writes a watched module's parameters */
+enum { MARK_INTO = 5 };
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *dict;
+    PyObject *weakrefs;     /* torch keeps weak references to some of what it wraps (torch.compile's registries) */
     PyObject *a;            /* the Attributor */
     PyObject *fn;           /* what is wrapped */
     PyObject *fallback;     /* the Python wrapper this stands for */
@@ -809,12 +813,15 @@ label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     int pending = truth(SLOT(e, S_PENDING));
     long kind = top_kind(e);
     if (fast) {
+        /* a pop that empties the stack marks memory while marks are due for its phase (Attributor._pop_extras) */
+        int last_due = n == 1 && truth(extras) ? mark_due(e, PyList_GET_ITEM(stack, 0)) : 0;
+        if (last_due < 0) return NULL;
         if (pending) { /* what _settle pops, then what lies under it */
-            if (kind != AUTO || (n == 1 && extras != Py_False && truth(extras))) fast = 0;
+            if (kind != AUTO || last_due) fast = 0;
             else kind = n > 1 ? PyLong_AsLong(PyList_GET_ITEM(SLOT(e, S_KINDS), n - 2)) : -1;
             if (fast && n > 1 && kind == STICKY) fast = 0; /* two pops: Python's */
         }
-        if (kind == ACTING || (kind == STICKY && n == 1 && truth(extras))) fast = 0;
+        if (kind == ACTING || (kind == STICKY && last_due)) fast = 0;
         if (kind == AUTO && !pending) fast = 0;
     }
     if (fast && truth(extras)) { /* memory-only: the push of a top-level phase marks while marks are due */
@@ -925,6 +932,11 @@ label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 static PyObject *
 event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
+    if (e->mark == MARK_INTO) {
+        if (truth(SLOT(e, S_DEPTH)) || PyThread_get_thread_ident() != e->thread)
+            return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+        return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+    }
     if (e->mark >= LABEL) return label_call(e, args, nargsf, kwnames);
     if (e->mark) return mark_call(e, args, nargsf, kwnames);
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -1031,7 +1043,7 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if ((model && grad_enabled == Py_None) || (forward != Py_None && !PyUnicode_Check(forward)) ||
         (skip == SKIP_CAST && !PyType_Check(dtype)) ||
         (skip == SKIP_NO_DATA && (tensor_cls == Py_None || shape_like == Py_None)) ||
-        (batch == BATCH_CALL && !PyCallable_Check(batch_fn)) || mark < NOT_MARK || mark > LABEL_ITERATION ||
+        (batch == BATCH_CALL && !PyCallable_Check(batch_fn)) || mark < NOT_MARK || mark > MARK_INTO ||
         (mark && (model || skip || batch != NOT_ENV)) ||
         (target != Py_None && (!model || !PyObject_TypeCheck(target, type) || ((Event *)target)->a != a)) ||
         (forward_ev != Py_None && (!model || !PyObject_TypeCheck(forward_ev, type) || ((Event *)forward_ev)->a != a ||
@@ -1131,6 +1143,7 @@ static void
 event_dealloc(Event *e)
 {
     PyObject_GC_UnTrack(e);
+    if (e->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)e);
     event_clear(e);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
@@ -1192,6 +1205,7 @@ static PyTypeObject EventType = {
     .tp_vectorcall_offset = offsetof(Event, vectorcall),
     .tp_descr_get = event_get,
     .tp_dictoffset = offsetof(Event, dict),
+    .tp_weaklistoffset = offsetof(Event, weakrefs),
     .tp_getset = event_getset,
     .tp_methods = event_methods,
     .tp_repr = (reprfunc)event_repr,

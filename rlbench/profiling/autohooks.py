@@ -609,12 +609,14 @@ def _install_grad_modes(h: Hooks) -> None:
 
 
 MARK_ENTER, MARK_EXIT = 1, 2  # _fastevent.c: an Event that is a grad-mode block's __enter__ or __exit__
+MARK_INTO = 5  # or a copy or lerp into tensors (a target update's), passing through in C when nested
 
 
 def _native_mark(a: Attributor, fn: Callable[..., Any], fallback: Callable[..., Any], mark: int) -> Callable[..., Any]:
-    """The compiled form of a grad-mode mark (``fallback``, :func:`_install_grad_modes`'s ``begin`` or ``end``), or
-    ``fallback`` itself where the extension is not built or switched off. The phases a block's end extends (acting and
-    the target) are given as its name and layer."""
+    """The compiled form of a grad-mode mark (``fallback``, :func:`_install_grad_modes`'s ``begin`` or ``end``) or of
+    a copy into tensors (``MARK_INTO``: :func:`_install_target_updates`'s ``op``, whose nested calls pass through in C),
+    or ``fallback`` itself where the extension is not built or switched off. The phases a block's end extends (acting
+    and the target) are given as its name and layer."""
     if not native_available():
         return fallback
     hook = _fastevent.Event(
@@ -675,7 +677,7 @@ def _install_target_updates(h: Hooks) -> None:
             return timed(fn, dest, *args, **kwargs)
 
         op.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
-        return op
+        return _native_mark(a, fn, op, MARK_INTO)  # an optimizer's own lerp_ (nested in its step) passes in C
 
     for name in ("copy_", "lerp_"):
         replace_attr(h.restore, torch.Tensor, name, into_params(getattr(torch.Tensor, name), False))
