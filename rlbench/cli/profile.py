@@ -18,18 +18,22 @@ from rlbench.results.outputs import is_device
 DESCRIPTION = """\
 Run your training script unmodified and attribute its wall time to phases, automatically:
   env/step, env/reset   gymnasium Env / VectorEnv (and SB3 VecEnv, TorchRL EnvBase) calls; agent steps counted
-  inference             nn.Module calls with grad disabled, and the no_grad / inference_mode blocks around
-                        them (a distribution built and sampled inside one counts)
+  inference             acting: a module called on the env's batch, with or without grad, up to the env step
+                        (the critic beside the actor, the sampled distribution, the action's conversion)
   train/forward         the training forward and loss (a module called with grad enabled, until zero_grad/backward)
+  train/target          module calls and tensor work under no_grad inside the update (TD targets), the block whole
+  train/target_update   copies or lerps into a called module's parameters (polyak loops, load_state_dict)
   train/backward        autograd backward
   train/optimizer       optimizer.step (every torch optimizer), zero_grad, clip_grad_norm_
+  replay/add, /sample   the methods of any class that is a replay buffer by shape
+  advantage             what runs after the rollout's last acting call, before the update (the GAE loop)
   transfer              .item() .tolist() .cpu() .cuda() .numpy() .to(device), tensors made from host data
   Python/other          everything else
-Stable-Baselines3 and TorchRL calls are labelled too (collect, train, advantage, replay/...). Name more phases
-in your code with `with rlbench.phase("gae"):`. Training iterations are found from the env/update rhythm: the
-first is the warm-up, the rest the steady state. With --count-ops one iteration is counted op by op (torch ops,
-syncs and copies per phase; left out of the timings). Records go to the store like `rlbench run`'s, so report,
-compare, gate and ab apply.
+docs/phases.md says what each phase holds. Stable-Baselines3 and TorchRL calls are labelled too (collect,
+train, advantage, replay/...). Name more phases in your code with `with rlbench.phase("gae"):`. Training
+iterations are found from the env/update rhythm: the first is the warm-up, the rest the steady state. With
+--count-ops one iteration is counted op by op (torch ops, syncs and copies per phase; left out of the timings).
+Records go to the store like `rlbench run`'s, so report, compare, gate and ab apply.
 """
 
 EPILOG = """\

@@ -1,10 +1,13 @@
 """Joining or starting Ray with a deadline: an unreachable ``--address`` is a one-line usage error within seconds.
 
 ``ray.init(address="host:port")`` retries a cluster that is not there every few seconds, for good, and installs a
-SIGTERM handler that exits 15 without a word. :func:`init_ray` first opens a plain TCP connection to the address,
-under a deadline (:data:`CONNECT_S`), so nothing listening, a wrong host or a firewall is said at once; then it
-calls ``ray.init`` with rlbench's SIGINT and SIGTERM handlers kept in charge, so that a SIGTERM during the join
-ends the command as SIGTERM does everywhere else (exit 143 with a message).
+SIGTERM handler that exits 15 without a word. :func:`init_ray` first opens a plain TCP connection to the address and
+opens HTTP/2 on it, as gRPC does, under a deadline (:data:`CONNECT_S`): nothing listening, a wrong host or a
+firewall, and an address that accepts connections but is no gRPC server (a Ray cluster's GCS and its Ray Client
+server both are), are said at once, while Python's signal handlers still run. Only then does it call ``ray.init``
+(whose own waits, in Ray's C++ client, run no Python signal handler until they return), with rlbench's SIGINT and
+SIGTERM handlers kept in charge, so that a SIGTERM during the join ends the command as SIGTERM does everywhere else
+(exit 143 with a message).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
 from typing import Any
 
 from rlbench.core.children import signal_handlers_kept
@@ -41,23 +45,48 @@ def cluster_endpoint(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+# HTTP/2's client connection preface and an empty SETTINGS frame (RFC 9113, 3.4 and 6.5): what a gRPC client sends
+# first. A gRPC server sends its own SETTINGS frame (type 4) as the first frame of the connection.
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+H2_SETTINGS = 4
+
+
 def check_reachable(address: str, seconds: float = CONNECT_S) -> None:
-    """Open and close a TCP connection to ``address`` within ``seconds``.
+    """Connect to ``address`` and see a gRPC server answer there (HTTP/2's SETTINGS frame), within ``seconds``.
 
     Raises:
-        UsageError: Nothing answers there in time.
+        UsageError: Nothing answers there in time, or what answers is no gRPC server (so not a Ray cluster).
     """
     endpoint = cluster_endpoint(address)
     if endpoint is None:
         return
     try:
-        socket.create_connection(endpoint, timeout=seconds).close()
+        sock = socket.create_connection(endpoint, timeout=seconds)
     except OSError as exc:
         why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__).lower()
         raise UsageError(
             f"cannot reach the Ray cluster at {address} ({why} within {seconds:g} s): check --address "
             "(`ray status` on the head node shows it)"
         ) from None
+    with sock:
+        header = b""
+        deadline = time.monotonic() + seconds
+        try:
+            sock.sendall(H2_PREFACE)
+            while len(header) < 9 and (left := deadline - time.monotonic()) > 0:
+                sock.settimeout(left)
+                chunk = sock.recv(9 - len(header))
+                if not chunk:
+                    break
+                header += chunk
+        except OSError:
+            pass
+    if len(header) < 9 or header[3] != H2_SETTINGS:
+        said = "it accepts connections but says nothing" if not header else "it answers, but not as gRPC"
+        raise UsageError(
+            f"cannot join the Ray cluster at {address}: {said} within {seconds:g} s, so it is no Ray cluster; "
+            "check --address (`ray status` on the head node shows it)"
+        )
 
 
 def init_ray(ray: Any, address: str, **kwargs: Any) -> None:

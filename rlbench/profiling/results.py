@@ -13,6 +13,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from rlbench.profiling.attribution import Attribution, IterationMark
 from rlbench.results.metrics import (
     CUDA_MEM,
@@ -72,16 +74,13 @@ def _delta(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
     return {k: v - a.get(k, 0.0) for k, v in b.items() if v - a.get(k, 0.0) > 0}
 
 
-def _chunks(samples: list[dict[str, float]], limit: int) -> tuple[list[dict[str, float]], int]:
+def _chunks(samples: np.ndarray, limit: int) -> tuple[np.ndarray, int]:
+    """At most ``limit`` rows: consecutive groups of ``k`` samples averaged (a tail shorter than ``k`` left out)."""
     k = max(1, math.ceil(len(samples) / limit))
     if k == 1:
         return samples, 1
-    out = []
-    for i in range(0, len(samples) - k + 1, k):
-        group = samples[i : i + k]
-        keys = {key for g in group for key in g}
-        out.append({key: sum(g.get(key, 0.0) for g in group) / k for key in keys})
-    return out, k
+    groups = len(samples) // k
+    return samples[: groups * k].reshape(groups, k, samples.shape[1]).mean(axis=1), k
 
 
 def overhead_s(r: Attribution, costs: dict[str, float]) -> float:
@@ -117,20 +116,24 @@ def attribution_metrics(
     warm = spans[0] if len(spans) > 1 else None
     steady = spans[1:] if warm else spans
     excluded_s = 0.0
-    keep, deltas, complete = [], [], []
+    keep, rows, complete_rows = [], [], []
     for i, (m, e) in enumerate(steady, start=1 if warm else 0):
         if i == r.counted_iteration and len(steady) > 1:
             excluded_s += e.t - m.t
             continue
-        d = _delta(m.excl, e.excl)
         keep.append((m, e))
-        deltas.append(d)
+        rows.append(i)
         if e is not ends[-1]:  # the unfinished tail (the last iteration and whatever ran after it) is not a sample
-            complete.append(d)
-    steady_excl: dict[str, float] = {}
-    for d in deltas:
-        for k, v in d.items():
-            steady_excl[k] = steady_excl.get(k, 0.0) + v
+            complete_rows.append(len(keep) - 1)
+    # every iteration's seconds per phase, as one matrix (a long off-policy run has tens of thousands): the rows are
+    # the iterations kept, the columns the phases; only growth counts (a phase absent from a snapshot had 0 s)
+    snapshots = [mark.excl for mark in marks] + [ends[-1].excl]  # span j runs from snapshot j to snapshot j + 1
+    keys = list(dict.fromkeys(k for snap in reversed(snapshots) for k in snap))
+    cumulative = np.array([[snap.get(k, 0.0) for k in keys] for snap in snapshots], dtype=float).reshape(-1, len(keys))
+    at = np.array(rows, dtype=int)
+    deltas = np.clip(cumulative[at + 1] - cumulative[at], 0.0, None) if len(at) else np.zeros((0, len(keys)))
+    totals = deltas.sum(axis=0)
+    steady_excl = {k: float(v) for k, v in zip(keys, totals) if v > 0}
     steady_s = sum(e.t - m.t for m, e in keep)
     steady_steps = sum(e.steps - m.steps for m, e in keep)
     warm_s = warm[1].t - warm[0].t if warm else 0.0
@@ -180,12 +183,13 @@ def attribution_metrics(
         if whole[p] - incl[p] <= 1e-9 * max(whole[p], 1.0):
             meta["steady_events"] = r.enters.get(p, 0)
         m.append(Metric(time_metric(p), "s", "lower", [incl[p]], meta=meta))
-    samples, per_sample = _chunks(complete, MAX_ITER_SAMPLES)
-    if samples and warm:
-        for p in paths:
-            series = [sum(v for q, v in s.items() if q == p or q.startswith(p + "/")) for s in samples]
+    samples, per_sample = _chunks(deltas[complete_rows], MAX_ITER_SAMPLES)
+    if len(samples) and warm:
+        under = np.array([[q == p or q.startswith(p + "/") for p in paths] for q in keys], dtype=float)
+        series_by_path = (samples @ under.reshape(len(keys), len(paths))).T
+        for p, series in zip(paths, series_by_path):
             meta = {"layer": _layer(r, p), "per_sample": per_sample}
-            m.append(Metric(iter_time_metric(p), "s", "lower", series, meta=meta))
+            m.append(Metric(iter_time_metric(p), "s", "lower", [float(x) for x in series], meta=meta))
     for kind, per_phase in r.counts.items():
         for p, n in per_phase.items():
             m.append(Metric(f"{kind}/{p or 'other'}", "count", "lower", [float(n)]))

@@ -297,9 +297,16 @@ def examples() -> list[Example]:
         ),
         Example(
             3,
-            "SIGTERM while Ray waits on a silent address",
+            "--backend ray --address of a listener that says nothing",
             [*gae, "--backend", "ray", "--address", "@port", "--store", "s"],
             _silent_ray,
+        ),
+        Example(
+            3,
+            "SIGTERM while rlbench waits on a silent address",
+            [*gae, "--backend", "ray", "--address", "@port", "--store", "s"],
+            _silent_ray,
+            env={"RLBENCH_CONNECT_S": "60"},  # still waiting when the signal comes
             signal_after=("", signal.SIGTERM),
             delay_s=8.0,
         ),
@@ -410,6 +417,35 @@ def examples() -> list[Example]:
     ]
 
 
+def _clean_repo(d: Path) -> None:
+    _dirty_repo(d)
+    subprocess.run(["git", "checkout", "-q", "--", "."], cwd=d / "repo", check=True)
+
+
+SIGNALS = {"Ctrl-C": signal.SIGINT, "SIGTERM": signal.SIGTERM, "kill -9": signal.SIGKILL}
+
+
+def matrix() -> list[Example]:
+    """The signal matrix: Ctrl-C, SIGTERM and kill -9 at a point where each command is under way."""
+    pipeline = ["run", "grpo-pipeline", "--updates", "100000", "--quiet", "--store", "s", "--engine"]
+    commands: list[tuple[str, list[str], Callable[[Path], None], str, float]] = [
+        ("run ppo-cartpole", ["run", "ppo-cartpole", "--repeats", "20", "--quiet", "--store", "s"], lambda d: None, "", 8.0),
+        ("profile of a Pool + Popen script", ["profile", "--store", "s", "--", "python", "pool.py"],
+         _write("pool.py", POOL_SCRIPT), "started", 1.0),
+        ("ab", ["ab", "HEAD", "HEAD", "--rounds", "20", "--allow-busy", "--", "run", "nap"], _clean_repo, "", 10.0),
+        ("grpo-pipeline, local engine", [*pipeline, "local"], lambda d: None, "", 12.0),
+        ("grpo-pipeline, Ray engine", [*pipeline, "ray"], lambda d: None, "", 15.0),
+        ("grpo-pipeline, Monarch engine", [*pipeline, "monarch"], lambda d: None, "", 15.0),
+        ("fan-out (--backend ray)", ["run", "gae", "--backend", "ray", "--repeats", "200", "--quiet", "--store", "s"],
+         lambda d: None, "", 15.0),
+    ]  # fmt: skip
+    return [
+        Example(2, f"{how} of {what}", argv, setup, signal_after=(marker, sig), delay_s=delay, check=_records_in("s"))
+        for what, argv, setup, marker, delay in commands
+        for how, sig in SIGNALS.items()
+    ]
+
+
 def _one_json(text: str) -> bool:
     try:
         json.loads(text)
@@ -488,10 +524,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="also write every result as JSON here")
     ap.add_argument("--only", help="run only the examples whose text contains this")
+    ap.add_argument("--matrix", action="store_true", help="run the signal matrix instead of the examples")
     args = ap.parse_args(argv)
     rows = []
     try:
-        for ex in examples():
+        for ex in matrix() if args.matrix else examples():
             if args.only and args.only not in ex.what:
                 continue
             print(f"[{ex.klass}] {ex.what} ...", file=sys.stderr, flush=True)

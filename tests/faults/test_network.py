@@ -1,5 +1,6 @@
-"""Waiting on the network: a Ray address nothing answers at is a one-line exit 2 within seconds, `ray://` included;
-a SIGTERM while Ray waits on a silent address is exit 143 with a message, like everywhere else."""
+"""Waiting on the network: a Ray address nothing answers at, or one that accepts connections but is no Ray cluster,
+is a one-line exit 2 within seconds, `ray://` included; a SIGTERM while rlbench waits on an address is exit 143 with
+a message at once, like everywhere else."""
 
 from __future__ import annotations
 
@@ -44,10 +45,34 @@ def test_malformed_address_is_a_usage_error(tmp_path: Path, address: str) -> Non
     assert "--address" in one_line_error(proc)
 
 
-def test_sigterm_while_ray_waits_on_a_silent_address(tmp_path: Path) -> None:
+def _silent_listener() -> socket.socket:
     silent = socket.socket()  # accepts connections (the kernel's backlog) and never says a word
     silent.bind(("127.0.0.1", 0))
     silent.listen(16)
+    return silent
+
+
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_an_address_that_accepts_but_is_no_ray_cluster_is_a_usage_error_within_seconds(
+    tmp_path: Path, scheme: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # before, ray.init waited on it inside Ray's C++ client, where no Python signal handler runs: a SIGTERM took
+    # effect only some 30 s later
+    monkeypatch.setenv("RLBENCH_CONNECT_S", "1")
+    silent = _silent_listener()
+    try:
+        t0 = time.monotonic()
+        address = f"{scheme}127.0.0.1:{silent.getsockname()[1]}"
+        proc = rlbench([*MICRO, "--address", address, "--store", "s"], tmp_path, timeout=60)
+        elapsed = time.monotonic() - t0
+    finally:
+        silent.close()
+    assert "says nothing within 1 s, so it is no Ray cluster" in one_line_error(proc)
+    assert elapsed < 20
+
+
+def test_sigterm_while_waiting_on_a_silent_address_is_exit_143_at_once(tmp_path: Path) -> None:
+    silent = _silent_listener()
     try:
         address = f"127.0.0.1:{silent.getsockname()[1]}"
         proc = subprocess.Popen(
@@ -56,14 +81,17 @@ def test_sigterm_while_ray_waits_on_a_silent_address(tmp_path: Path) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "COLUMNS": "200"},
+            env={**os.environ, "COLUMNS": "200", "RLBENCH_CONNECT_S": "120"},  # still waiting when the signal comes
             preexec_fn=foreground_signals,
         )
-        time.sleep(8)  # rlbench and Ray imported, Ray waiting on the address
+        time.sleep(8)  # rlbench and Ray imported, waiting for the address to answer
         assert proc.poll() is None, proc.communicate()[1]
+        t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - t0
     finally:
         silent.close()
     assert proc.returncode == 143, err
     assert err.strip().splitlines()[-1].startswith("rlbench: terminated"), err
+    assert elapsed < 10, elapsed

@@ -93,6 +93,7 @@ HARNESSES = {
     "step_calibration",
     "site_screenshot",
     "fault_examples",
+    "command_cost",
 }  # not example scripts
 
 

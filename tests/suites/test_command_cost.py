@@ -1,0 +1,48 @@
+"""The command-cost harness's report: verdicts computed from the pairs it was given, the worst script named."""
+
+from __future__ import annotations
+
+from rlbench.suites.scripts import accuracy, command_cost
+
+
+def _pairs(plain: list[float], command: list[float]) -> dict[str, list[dict[str, float]]]:
+    return {"plain": [{"wall": w, "cpu": w} for w in plain], "command": [{"wall": w, "cpu": w} for w in command]}
+
+
+def _results() -> dict:
+    env = {
+        "machine": {"cpu": "Test CPU", "cores": 2, "memory_gib": 8, "id": "abc"},
+        "software": {"python": "3.11"},
+        "packages": {"torch": "2.13.0"},
+        "install": "`rlbench`",
+    }
+    return {
+        "load0": {
+            "_trivial": _pairs([1.0, 1.1, 1.2], [1.2, 1.3, 1.35]),  # +0.2 s, +0.2 s, +0.15 s
+            "cleanrl": _pairs([20.0, 20.0, 20.0], [20.4, 20.5, 20.2]),  # +2.0%, +2.5%, +1.0%
+            "cleanrl_dqn": _pairs([20.0, 20.0, 20.0], [21.0, 21.2, 20.9]),  # +5.0%, +6.0%, +4.5%
+        },
+        "load1": {
+            "_trivial": _pairs([1.0, 1.0, 1.0], [1.4, 1.35, 1.5]),
+            "cleanrl": _pairs([20.0, 20.0, 20.0], [20.2, 20.4, 20.3]),
+            "cleanrl_dqn": _pairs([20.0, 20.0, 20.0], [20.5, 20.4, 20.6]),
+        },
+        "_meta": {"seconds": 120.0, "environment": env, "compiled": True, "commit": "deadbee"},
+    }
+
+
+def test_the_report_judges_every_script_and_the_fixed_cost_against_the_targets() -> None:
+    text = command_cost.render(_results())
+    dqn_quiet = next(line for line in text.splitlines() if line.startswith("| cleanrl_dqn") and "+5.0%" in line)
+    assert dqn_quiet.endswith("| **no** |")  # median of +5.0, +6.0, +4.5
+    ppo_quiet = next(line for line in text.splitlines() if line.startswith("| cleanrl (") and "+2.0%" in line)
+    assert ppo_quiet.endswith("| yes |")
+    assert "added **+0.20 s**" in text and "within the 0.3 s target" in text  # quiet trivial: median +0.2 s
+    assert "added **+0.40 s**" in text and "**over** the 0.3 s target" in text  # loaded trivial
+    assert "the worst script is **cleanrl_dqn, +5.0%**; 1 of 2 scripts are over 3%" in text
+    assert "With load 1: the worst script is **cleanrl_dqn, +2.5%**; all are within 3%" in text
+    assert "Test CPU" in text and "`deadbee`" in text
+
+
+def test_every_accuracy_script_has_a_twenty_second_budget() -> None:
+    assert set(command_cost.BUDGETS) == set(accuracy.SCRIPTS)
