@@ -105,8 +105,9 @@ def render(results: dict[str, Any]) -> str:
         "`rlbench profile --quiet -- python SCRIPT ARGS` (starting the CLI, the profiled child, installing the hooks, "
         "fingerprints, records and the markdown report), alternating, the order reversed every round. Added: each "
         "pair's difference; medians and (min–max) over the pairs.",
-        "- The scripts are the accuracy suite's (`suites/scripts/`, unmodified for rlbench), at budgets that take about "
-        "20 s here. A loaded machine runs them beside CPU-busy processes (`while True: pass`), one per unit of load.",
+        "- The scripts are the accuracy suite's (`suites/scripts/`, unmodified for rlbench), at budgets sized for about "
+        "20 s on this machine kind (the plain column says what each took). A loaded machine runs them beside CPU-busy "
+        "processes (`while True: pass`), one per unit of load.",
         "",
     ]
     verdicts: list[tuple[str, float, str]] = []
