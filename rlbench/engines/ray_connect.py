@@ -23,6 +23,7 @@ from rlbench.core.errors import Terminated, UsageError
 
 CONNECT_S = float(os.environ.get("RLBENCH_CONNECT_S", "5"))
 """Seconds a connection to a cluster may take before the address is reported unreachable."""
+GCS_RECONNECT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
 
 
 def cluster_endpoint(address: str) -> tuple[str, int] | None:
@@ -98,6 +99,10 @@ def init_ray(ray: Any, address: str, **kwargs: Any) -> None:
         Terminated: SIGTERM arrived while joining.
     """
     check_reachable(address)
+    if not address or address == "local":
+        # a Ray started here: after a kill -9 of rlbench its GCS and raylet end with it (Ray fate-shares them), but
+        # its agents wait this long for the GCS before they end too (Ray's default: 60 s); the user's setting wins
+        os.environ.setdefault(GCS_RECONNECT_ENV, "5")
     try:
         with signal_handlers_kept():  # Ray's native SIGTERM handler would exit 1 (or 15) with no word of ours
             ray.init(address=address or "local", **kwargs)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from rlbench.core.children import signals_deferred
+from rlbench.core.children import remove_orphan_dirs, signals_deferred
 from rlbench.core.errors import RlbenchError, StoreError, UsageError, interrupt_exit_code
 from rlbench.core.options import run_setting
 from rlbench.engines.ray_connect import init_ray
@@ -214,6 +214,8 @@ def fan_out(
                 ray.cancel(ref, force=True)  # kills the worker running it: no benchmark goes on after we stop
             if started:
                 ray.shutdown()  # a Ray started here stops; a joined cluster is only left (its error thread too)
+            # a worker ended by the cancel (or with the Ray it ran in) could not remove its temporary folder
+            remove_orphan_dirs("rlbench-micro-")
     if log_path.stat().st_size == 0:
         log_path.unlink()
     return outcome

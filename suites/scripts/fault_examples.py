@@ -466,6 +466,13 @@ def _marked(marker: str) -> list[str]:
     return out
 
 
+def _foreground() -> None:
+    """In the child: Ctrl-C and SIGTERM as a foreground command has them, also when this harness runs in the
+    background (a background job starts with SIGINT ignored, which its children inherit)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def run_example(ex: Example) -> dict[str, object]:
     marker = uuid.uuid4().hex
     with tempfile.TemporaryDirectory(prefix="rlbench-example-") as tmp:
@@ -481,7 +488,9 @@ def run_example(ex: Example) -> dict[str, object]:
         cmd = [sys.executable, *argv[1:]] if argv[0] == "@python" else [sys.executable, "-m", "rlbench", *argv]
         env = {**os.environ, "COLUMNS": "200", "TMPDIR": str(private_tmp), MARKER: marker, **ex.env}
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_foreground
+        )
         if ex.signal_after is not None:
             name, sig = ex.signal_after
             deadline = time.monotonic() + 120
