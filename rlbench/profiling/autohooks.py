@@ -383,7 +383,7 @@ def _module_call_wrapper(a: Attributor) -> Callable[..., Any]:
     if not torch_own:
         return event  # another torch: the generic wrapper, whose pass-through calls __call__ as it was
     if native_available():
-        return event  # the compiled hook: its nested call is torch's own _wrapped_call_impl, called from C
+        return event  # the compiled hook: a nested call runs torch's _call_impl (or its compiled call) from C
     thread = a.thread
 
     @wraps(original)
