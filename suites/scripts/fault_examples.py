@@ -1,6 +1,9 @@
 """Run the hardening examples of rlbench's fault classes as a user would type them, and print what each one gave.
 
-    python -m rlbench.suites.scripts.fault_examples [--json out.json] [--only SUBSTRING]
+    python -m rlbench.suites.scripts.fault_examples [--json out.json] [--only SUBSTRING] [--matrix]
+
+``--matrix`` runs the signal matrix instead: Ctrl-C, SIGTERM and ``kill -9`` of ``run``, ``profile`` (a script with a
+``Pool`` and a ``Popen`` child), ``ab``, ``grpo-pipeline`` on each engine and a fan-out, once each is under way.
 
 Each example runs the real ``python -m rlbench`` in a fresh folder, with a private ``TMPDIR`` and a unique marker in
 its environment. The table says, per example, the exit code, rlbench's last line on stderr, how long it took, what
