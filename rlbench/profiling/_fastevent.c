@@ -540,17 +540,25 @@ fail:
     return NULL;
 }
 
-/* autohooks.batch_width for the common input, a tensor or an array with a tuple shape (torch.Size is one): the rows
- * of args[1]; -1 where the Python function must decide (keywords, a TensorDict, anything else) */
+/* autohooks.batch_width for the common inputs: a tensor or an array with a tuple shape (torch.Size is one), the rows
+ * of args[1]; a TensorDict, its first batch dimension (1 for an unbatched one); -1 where the Python function must
+ * decide (keywords, anything else) */
 static long
 simple_width(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     if (kwnames != NULL || nargs < 2) return -1;
     PyObject *x = args[1], *v;
-    if (_PyObject_LookupAttr(x, str_batch_size, &v) != 0) { /* a TensorDict (or an error): Python's */
+    int found = _PyObject_LookupAttr(x, str_batch_size, &v);
+    if (found != 0) { /* a TensorDict's batch_size (torch.Size); anything else, or an error: Python's */
+        long width = -1;
+        if (found > 0 && PyTuple_Check(v)) {
+            Py_ssize_t n = PyTuple_GET_SIZE(v);
+            if (n == 0) width = 1;
+            else if (PyLong_CheckExact(PyTuple_GET_ITEM(v, 0))) width = PyLong_AsLong(PyTuple_GET_ITEM(v, 0));
+        }
         Py_XDECREF(v);
-        PyErr_Clear();
-        return -1;
+        if (width < 0) PyErr_Clear();
+        return width;
     }
     if (_PyObject_LookupAttr(x, str_shape, &v) <= 0) {
         PyErr_Clear();
