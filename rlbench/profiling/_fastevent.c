@@ -202,6 +202,21 @@ skipped(Event *e, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
     return r;
 }
 
+/* after the wrapped call and the bookkeeping that follows it: the call's own exception as it was, else `out`, unless
+ * that bookkeeping raised */
+static PyObject *
+call_outcome(PyObject *out, PyObject *type, PyObject *value, PyObject *tb)
+{
+    if (type != NULL) {
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+    }
+    else if (PyErr_Occurred()) {
+        Py_CLEAR(out);
+    }
+    return out;
+}
+
 /* the `finally:` of the Python wrapper: end the phase this call opened or continued (lazily) */
 static PyObject *
 finish(Event *e, PyObject *out)
@@ -218,14 +233,7 @@ finish(Event *e, PyObject *out)
         if (!PyErr_Occurred()) set_double(e, S_T_EXIT, t);
         set_slot(e, S_PENDING, Py_NewRef(Py_True));
     }
-    if (type != NULL) {
-        PyErr_Clear();
-        PyErr_Restore(type, value, tb);
-    }
-    else if (PyErr_Occurred()) {
-        Py_CLEAR(out);
-    }
-    return out;
+    return call_outcome(out, type, value, tb);
 }
 
 /* the path of a phase opened under `parent` (a new reference): from the paths cache, or Attributor._path_under */
@@ -390,6 +398,23 @@ inline_ok(Event *e)
     return new_due < 0 ? -1 : !new_due;
 }
 
+/* Attributor._push without its extras: `path` (not stolen) opens under `top`, the phase on top, from `now`; the gap
+ * since the last transition goes to `top`, and calls merged into it are counted */
+static int
+push_path(Event *e, PyObject *top, PyObject *path, PyObject *kind, double now)
+{
+    if (dict_add_double(SLOT(e, S_EXCL), top, now - as_double(SLOT(e, S_T))) < 0 || set_double(e, S_T, now) < 0)
+        return -1;
+    long merged = PyLong_AsLong(SLOT(e, S_MERGED));
+    if (merged) {
+        if (dict_add_long(SLOT(e, S_ENTERS), top, merged) < 0 || add_long(e, S_MERGES, merged) < 0) return -1;
+        set_slot(e, S_MERGED, Py_NewRef(zero));
+    }
+    if (PyList_Append(SLOT(e, S_STACK), path) < 0 || PyList_Append(SLOT(e, S_KINDS), kind) < 0) return -1;
+    set_slot(e, S_PARENT, Py_NewRef(top));
+    return 0;
+}
+
 /* Attributor.enter with nothing pending and nothing to close: the stack is empty or an explicit phase is on top
  * (a library's label), and this phase is pushed on it (Attributor._push, from the open grad-mode block's start for
  * an inference call), where no memory mark is due and no other extra is on. An env step that starts an iteration is
@@ -421,21 +446,12 @@ push_phase(Event *e, double now)
         if (block_t > t) now = block_t;
     }
     set_slot(e, S_DEPTH, Py_NewRef(one));
-    if (dict_add_double(SLOT(e, S_EXCL), top, now - t) < 0 || set_double(e, S_T, now) < 0) goto fail;
-    long merged = PyLong_AsLong(SLOT(e, S_MERGED));
-    if (merged) {
-        if (dict_add_long(SLOT(e, S_ENTERS), top, merged) < 0 || add_long(e, S_MERGES, merged) < 0) goto fail;
-        set_slot(e, S_MERGED, Py_NewRef(zero));
-    }
-    if (PyList_Append(stack, path) < 0 || PyList_Append(SLOT(e, S_KINDS), zero) < 0) goto fail;
+    int r = push_path(e, top, path, zero, now); /* AUTO */
     Py_DECREF(path);
-    set_slot(e, S_PARENT, Py_NewRef(top));
+    if (r < 0) return -1;
     if (e->role == UPDATE) set_slot(e, S_UPDATED, Py_NewRef(Py_True));
     set_slot(e, S_AUTO_NAME, Py_NewRef(e->name));
     return 1;
-fail:
-    Py_DECREF(path);
-    return -1;
 }
 
 /* an automatic phase opens (or continues) around fn; the caller did the pass-through test */
@@ -608,28 +624,37 @@ module_passthrough(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwn
     return out;
 }
 
+/* the env's width: the agent steps the last env step took (0 before any) */
+static long
+env_width(Event *e)
+{
+    PyObject *width = SLOT(e, S_ENV_WIDTH);
+    return PyLong_CheckExact(width) ? PyLong_AsLong(width) : 0;
+}
+
+/* whether `module` was called at top level before (Attributor.seen_modules): a first call goes to the Python wrapper,
+ * which watches its parameters */
+static int
+seen_module(Event *e, PyObject *module)
+{
+    PyObject *id = PyLong_FromVoidPtr(module);
+    int seen = id == NULL ? -1 : PySet_Contains(SLOT(e, S_SEEN), id);
+    Py_XDECREF(id);
+    if (seen < 0) PyErr_Clear();
+    return seen > 0;
+}
+
 /* autohooks._model_event's training forward, in C for its common case: a module called with grad enabled, not on the
  * env's batch, right after an automatic phase that is pending (the optimizer step before the next minibatch, the
  * target before the loss): Attributor.enter_forward settles that phase and opens the sticky forward (the Event
  * e->forward_ev), where no memory mark is due. NULL with no error set: the Python wrapper decides. */
 static PyObject *
-forward_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+forward_call(Event *e, long rows, long width, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     if (e->forward_ev == NULL || e->forward_ev == Py_None || !truth(SLOT(e, S_PENDING)) || top_kind(e) != AUTO ||
         truth(SLOT(e, S_FORWARD_NAMES)))
         return NULL;
-    PyObject *width_obj = SLOT(e, S_ENV_WIDTH);
-    long width = PyLong_CheckExact(width_obj) ? PyLong_AsLong(width_obj) : 0;
-    long rows = simple_width(args, PyVectorcall_NARGS(nargsf), kwnames);
-    if (rows < 0 || (width > 0 && rows == width)) return NULL; /* acting (or undecided): Python's */
-    PyObject *id = PyLong_FromVoidPtr(args[0]);
-    if (id == NULL) return NULL;
-    int seen = PySet_Contains(SLOT(e, S_SEEN), id);
-    Py_DECREF(id);
-    if (seen <= 0) {
-        PyErr_Clear();
-        return NULL;
-    }
+    if (rows < 0 || (width > 0 && rows == width) || !seen_module(e, args[0])) return NULL; /* acting, undecided: Python's */
     Event *f = (Event *)e->forward_ev;
     int ok = inline_ok(f);
     if (ok <= 0) return NULL;
@@ -653,20 +678,9 @@ forward_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
  * pending automatic phase (the env step's conversions), where no memory mark is due. NULL with no error set: not one
  * of these cases, the Python wrapper decides. */
 static PyObject *
-acting_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+acting_call(Event *e, long rows, long width, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *width_obj = SLOT(e, S_ENV_WIDTH);
-    long width = PyLong_CheckExact(width_obj) ? PyLong_AsLong(width_obj) : 0;
-    if (width <= 0 || simple_width(args, nargs, kwnames) != width) return NULL;
-    PyObject *id = PyLong_FromVoidPtr(args[0]);
-    if (id == NULL) return NULL;
-    int seen = PySet_Contains(SLOT(e, S_SEEN), id);
-    Py_DECREF(id);
-    if (seen <= 0) { /* first called here: the Python wrapper watches its parameters */
-        PyErr_Clear();
-        return NULL;
-    }
+    if (width <= 0 || rows != width || !seen_module(e, args[0])) return NULL;
     double now = read_clock(e);
     if (PyErr_Occurred()) return NULL;
     int pending = truth(SLOT(e, S_PENDING));
@@ -699,37 +713,19 @@ acting_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     set_slot(e, S_DEPTH, Py_NewRef(zero));
     double t = read_clock(e);
     if (!PyErr_Occurred()) set_double(e, S_ACT_RETURN, t);
-    if (type != NULL) {
-        PyErr_Clear();
-        PyErr_Restore(type, value, tb);
-    }
-    else if (PyErr_Occurred()) {
-        Py_CLEAR(out);
-    }
-    return out;
+    return call_outcome(out, type, value, tb);
 }
 
 /* autohooks._model_event's target, in C for its common case: a module called under no_grad, not on the env's batch,
  * with nothing pending and nothing on the stack (the TD target after the replay sample) opens train/target (the
  * Event e->target), as Attributor.enter would. NULL with no error set: the Python wrapper decides. */
 static PyObject *
-target_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+target_call(Event *e, long rows, long width, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     if (e->target == NULL || e->target == Py_None || truth(SLOT(e, S_PENDING)) || top_kind(e) != -1 ||
         truth(SLOT(e, S_SLOW)))
         return NULL;
-    PyObject *width_obj = SLOT(e, S_ENV_WIDTH);
-    long width = PyLong_CheckExact(width_obj) ? PyLong_AsLong(width_obj) : 0;
-    long rows = simple_width(args, PyVectorcall_NARGS(nargsf), kwnames);
-    if (width <= 0 || rows < 0 || rows == width) return NULL;
-    PyObject *id = PyLong_FromVoidPtr(args[0]);
-    if (id == NULL) return NULL;
-    int seen = PySet_Contains(SLOT(e, S_SEEN), id);
-    Py_DECREF(id);
-    if (seen <= 0) {
-        PyErr_Clear();
-        return NULL;
-    }
+    if (width <= 0 || rows < 0 || rows == width || !seen_module(e, args[0])) return NULL;
     Event *t = (Event *)e->target;
     double now = read_clock(e);
     if (PyErr_Occurred()) return NULL;
@@ -857,27 +853,11 @@ label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         PyObject *top = n > 0 ? PyList_GET_ITEM(stack, n - 1) : str_empty;
         PyObject *path = path_under(e, top);
         if (path == NULL) return NULL;
-        if (dict_add_double(SLOT(e, S_EXCL), top, now - as_double(SLOT(e, S_T))) < 0 || set_double(e, S_T, now) < 0) {
-            Py_DECREF(path);
-            return NULL;
-        }
-        long merged = PyLong_AsLong(SLOT(e, S_MERGED));
-        if (merged) {
-            if (dict_add_long(SLOT(e, S_ENTERS), top, merged) < 0 || add_long(e, S_MERGES, merged) < 0) {
-                Py_DECREF(path);
-                return NULL;
-            }
-            set_slot(e, S_MERGED, Py_NewRef(zero));
-        }
-        int bad = PyList_Append(stack, path) < 0;
-        Py_DECREF(path);
         PyObject *explicit_kind = PyLong_FromLong(EXPLICIT);
-        if (bad || explicit_kind == NULL || PyList_Append(SLOT(e, S_KINDS), explicit_kind) < 0) {
-            Py_XDECREF(explicit_kind);
-            return NULL;
-        }
-        Py_DECREF(explicit_kind);
-        set_slot(e, S_PARENT, Py_NewRef(top));
+        int r = explicit_kind == NULL ? -1 : push_path(e, top, path, explicit_kind, now);
+        Py_DECREF(path);
+        Py_XDECREF(explicit_kind);
+        if (r < 0) return NULL;
     }
     else {
         PyObject *r = PyObject_CallMethod(e->a, "open_explicit", "OOO", e->name, e->layer,
@@ -971,15 +951,19 @@ event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
                 if (add_long(e, S_PASSTHROUGH, 1) < 0) return NULL;
                 return call_inside(e, args, nargsf, kwnames);
             }
-            PyObject *out = forward_call(e, args, nargsf, kwnames);
+        }
+        /* the batch's width against the env's (autohooks.batch_width), read once for the cases below */
+        long rows = simple_width(args, nargs, kwnames), width = env_width(e);
+        if (ge == Py_True) {
+            PyObject *out = forward_call(e, rows, width, args, nargsf, kwnames);
             if (out != NULL || PyErr_Occurred()) return out;
         }
         /* acting's common cases here; everything else is decided by the Python wrapper: acting's other cases, a
          * target, the forward's first call (autohooks._model_event: the batch's width against the env's) */
-        PyObject *out = acting_call(e, args, nargsf, kwnames);
+        PyObject *out = acting_call(e, rows, width, args, nargsf, kwnames);
         if (out != NULL || PyErr_Occurred()) return out;
         if (ge != Py_True) {
-            out = target_call(e, args, nargsf, kwnames);
+            out = target_call(e, rows, width, args, nargsf, kwnames);
             if (out != NULL || PyErr_Occurred()) return out;
         }
         return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);

@@ -120,6 +120,18 @@ def _dressed(hook: Callable[..., Any], python: Callable[..., Any], fn: Callable[
     return hook
 
 
+def path_cache(a: Attributor, name: str, layer: str) -> tuple[dict[str, str], Callable[[str], str]]:
+    """Phase ``name``'s path under each parent path, cached, and what fills that cache (the attributor's own paths);
+    a compiled hook and the Python wrapper it stands for share both."""
+    paths: dict[str, str] = {}
+
+    def path_under(parent: str) -> str:
+        path = paths[parent] = a._paths.get((parent, name)) or a._new_path(parent, name, layer)
+        return path
+
+    return paths, path_under
+
+
 def python_event(
     a: Attributor, fn: Callable[..., Any], name: str, layer: str, role: int, *, skip: int = 0
 ) -> tuple[Callable[..., Any], dict[str, str], Callable[[str], str]]:
@@ -142,11 +154,7 @@ def python_event(
     thread = a.thread
     gap = MERGE_GAP_S
     update, env = role == UPDATE, role == ENV
-    paths: dict[str, str] = {}  # parent path -> this phase's path under it
-
-    def path_under(parent: str) -> str:
-        path = paths[parent] = a._paths.get((parent, name)) or a._new_path(parent, name, layer)
-        return path
+    paths, path_under = path_cache(a, name, layer)
 
     if skip:
         import torch
@@ -354,29 +362,12 @@ def _module_call_wrapper(a: Attributor) -> Callable[..., Any]:
     fallback = _model_event(a, original)
     fallback.__rlbench_wrapped__ = original  # type: ignore[attr-defined]
     wraps(original)(fallback)
-    paths: dict[str, str] = {}  # parent path -> acting's path under it (the compiled hook's acting_call)
-
-    def path_under(parent: str) -> str:
-        path = paths[parent] = a._paths.get((parent, ACT)) or a._new_path(parent, ACT, "inference")
-        return path
-
-    target_paths: dict[str, str] = {}  # the same for train/target (the compiled hook's target_call)
-
-    def target_under(parent: str) -> str:
-        path = target_paths[parent] = a._paths.get((parent, TARGET)) or a._new_path(parent, TARGET, "update")
-        return path
-
-    forward_paths: dict[str, str] = {}  # and for train/forward (the compiled hook's forward_call)
-
-    def forward_under(parent: str) -> str:
-        path = forward_paths[parent] = a._paths.get((parent, FORWARD)) or a._new_path(parent, FORWARD, "update")
-        return path
-
-    target = native(a, original, fallback, TARGET, "update", INFER, target_paths, target_under)
-    forward = native(a, original, fallback, FORWARD, "update", INFER, forward_paths, forward_under)
+    # the phases a module call opens in C (_fastevent.c's acting_call, target_call, forward_call), each with its paths
+    target = native(a, original, fallback, TARGET, "update", INFER, *path_cache(a, TARGET, "update"))
+    forward = native(a, original, fallback, FORWARD, "update", INFER, *path_cache(a, FORWARD, "update"))
     torch_own = original is getattr(torch.nn.Module, "_wrapped_call_impl", None) and hasattr(torch.nn.Module, "_call_impl")
     hook = native(
-        a, original, fallback, ACT, "inference", INFER, paths, path_under, model=2 if torch_own else 1,
+        a, original, fallback, ACT, "inference", INFER, *path_cache(a, ACT, "inference"), model=2 if torch_own else 1,
         target=target if target is not fallback else None, forward_event=forward if forward is not fallback else None,
     )  # fmt: skip
     event = _dressed(hook, fallback, original)

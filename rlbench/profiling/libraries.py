@@ -43,6 +43,7 @@ from rlbench.profiling.autohooks import (
     all_subclasses,
     env_wrapper,
     native_available,
+    path_cache,
     replace_attr,
     vector_batch,
 )
@@ -70,15 +71,9 @@ def label_wrapper(
     labelled.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
     if not native_available():
         return labelled
-    paths: dict[str, str] = {}  # parent path -> this label's path under it
-
-    def path_under(parent: str) -> str:
-        path = paths[parent] = a._paths.get((parent, name)) or a._new_path(parent, name, layer)
-        return path
-
     # the compiled hook (_fastevent.c's label_call): open_explicit and close_explicit's common cases without a frame
     hook = _fastevent.Event(
-        a, fn, labelled, name, layer, 0, a.clock, a.thread, paths, path_under, MERGE_GAP_S,
+        a, fn, labelled, name, layer, 0, a.clock, a.thread, *path_cache(a, name, layer), MERGE_GAP_S,
         mark=LABEL_ITERATION if starts_iteration else LABEL, direct_clock=a.clock is _perf_counter and _MONOTONIC,
     )  # fmt: skip
     return _dressed(hook, labelled, fn)

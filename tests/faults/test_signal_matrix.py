@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.core.children import remove_orphan_dirs
+from rlbench.core.children import pid_alive, remove_orphan_dirs
 from rlbench.results.store import RecordsWarning, read_records
 from tests.faults.fault_helpers import descendants, foreground_signals
 
@@ -58,13 +58,6 @@ RUNS = {
     ],
 }
 SIGNALS = {"TERM": (signal.SIGTERM, 143), "INT": (signal.SIGINT, 130), "KILL": (signal.SIGKILL, -signal.SIGKILL)}
-
-
-def _running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _tmp_dirs() -> set[str]:
@@ -119,9 +112,9 @@ def test_signal_at_a_random_point(tmp_path: Path, run: str, sig_name: str, seed:
         lines = err.strip().splitlines()
         assert "Traceback" not in err and lines and lines[-1].startswith("rlbench: "), err
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(_running(p) for p in family):
+    while time.monotonic() < deadline and any(pid_alive(p) for p in family):
         time.sleep(0.05)
-    assert not [p for p in family if _running(p)], "a child of the signalled run is still running"
+    assert not [p for p in family if pid_alive(p)], "a child of the signalled run is still running"
     if run != "ab":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RecordsWarning)  # after KILL, a torn last line is skipped

@@ -33,6 +33,22 @@ def test_the_extension_is_built_and_used():
     assert events.meta["hooks"] == "compiled"  # the records say which hooks measured them
 
 
+def _attributor_calls(monkeypatch, python: bool, names: tuple[str, ...], loop) -> int:
+    """How many times ``loop``, run under a session with the compiled or the Python hooks, called these methods of the
+    attributor (each such call is a hooked call that left C)."""
+    from rlbench.profiling.attribution import Attributor
+
+    _use_python_hooks(monkeypatch, python)
+    calls = []
+    for name in names:
+        original = getattr(Attributor, name)
+        monkeypatch.setattr(Attributor, name, lambda self, *a, _f=original, **k: calls.append(1) or _f(self, *a, **k))
+    with Session(Settings(count_iteration=None, memory=False)):
+        loop()
+    monkeypatch.undo()
+    return len(calls)
+
+
 def _structure(monkeypatch, python: bool, loop) -> tuple:
     _use_python_hooks(monkeypatch, python)
     with Session(Settings(count_iteration=1, memory=True)) as s:  # memory marks: the compiled hooks skip them inline
@@ -167,21 +183,13 @@ def test_acting_targets_labels_and_grad_blocks_run_in_c(monkeypatch):
     # past a loop's first iterations (memory marks, modules seen for the first time), acting, the env step after it,
     # a no_grad target from an empty stack, a replay label (and the transfer inside it) and the grad-mode blocks stay
     # in C: per off-policy step only the iteration's start (and the training forward's first call) reach Python
-    from rlbench.profiling.attribution import Attributor
+    names = ("enter", "enter_forward", "enter_acting", "open_explicit", "close_explicit", "block_enter")
 
-    def python_calls(python: bool, iterations: int, loop) -> int:
-        _use_python_hooks(monkeypatch, python)
-        calls = []
-        for name in ("enter", "enter_forward", "enter_acting", "open_explicit", "close_explicit", "block_enter"):
-            original = getattr(Attributor, name)
-            monkeypatch.setattr(Attributor, name, lambda self, *a, _f=original, **k: calls.append(1) or _f(self, *a, **k))
-        with Session(Settings(count_iteration=None, memory=False)):
-            loop(iterations)
-        monkeypatch.undo()
-        return len(calls)
+    def python_calls(python: bool, iterations: int) -> int:
+        return _attributor_calls(monkeypatch, python, names, lambda: _off_policy_loop(iterations))
 
-    extra_python = python_calls(True, 12, _off_policy_loop) - python_calls(True, 6, _off_policy_loop)
-    extra_compiled = python_calls(False, 12, _off_policy_loop) - python_calls(False, 6, _off_policy_loop)
+    extra_python = python_calls(True, 12) - python_calls(True, 6)
+    extra_compiled = python_calls(False, 12) - python_calls(False, 6)
     assert extra_python >= 6 * 8  # acting, env step, 2 labels opened and closed, the transfer, the target, forward
     assert extra_compiled <= 6 * 2 + 2  # the env step that starts an iteration, the forward's first call
 
@@ -295,18 +303,8 @@ def test_memory_marks_send_only_their_own_transitions_to_python(monkeypatch):
 def test_the_minibatch_cases_run_in_c_while_the_training_forward_is_open(monkeypatch):
     # past the first module call of a loss, its other module calls, a transfer inside it and the optimizer call that
     # ends it stay in C: Attributor.enter and enter_forward run once per minibatch at most, not once per call
-    from rlbench.profiling.attribution import Attributor
-
     def python_calls(python: bool, minibatches: int) -> int:
-        _use_python_hooks(monkeypatch, python)
-        calls = []
-        for name in ("enter", "enter_forward"):
-            original = getattr(Attributor, name)
-            monkeypatch.setattr(Attributor, name, lambda self, *a, _f=original, **k: calls.append(1) or _f(self, *a, **k))
-        with Session(Settings(count_iteration=None, memory=False)):
-            _minibatch_loop(minibatches)
-        monkeypatch.undo()
-        return len(calls)
+        return _attributor_calls(monkeypatch, python, ("enter", "enter_forward"), lambda: _minibatch_loop(minibatches))
 
     extra_python = python_calls(True, 7) - python_calls(True, 2)  # 30 more minibatches (6 iterations)
     extra_compiled = python_calls(False, 7) - python_calls(False, 2)
