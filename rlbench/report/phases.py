@@ -2,8 +2,10 @@
 
 Nothing here knows which code produced the records. Phases are the run's ``time/<phase>`` metrics; a phase with
 no recorded child is a *leaf*, and leaves partition the timed part of the steady state (the rest is
-"Python/other"). Each phase's layer comes from its record (``meta["layer"]``), or, for records written before
-phases carried one, from :func:`rlbench.results.metrics.guess_layer`.
+"Python/other"). In a profile, a phase the hooks entered that holds a nested one (``replay/sample`` around the
+batch's copy to the GPU, ``replay/sample/transfer``) also counts its *own* time, outside its children, in its layer.
+Each phase's layer comes from its record (``meta["layer"]``), or, for records written before phases carried one,
+from :func:`rlbench.results.metrics.guess_layer`.
 """
 
 from __future__ import annotations
@@ -53,9 +55,26 @@ def children(d: RunData, parent: str) -> list[str]:
     return [p for p in steady_phases(d) if p.startswith(parent + "/") and "/" not in p[len(parent) + 1 :]]
 
 
+def own_time_phases(d: RunData) -> tuple[str, ...]:
+    """Profiled phases with children whose own time (outside the children) counts in their layer.
+
+    The profiler's phases are entered by events (``meta["events"]``): one that holds a nested phase, a replay label
+    around the batch's device copy, spends the rest of its time doing its own named work, not Python/other. The
+    grouping parents (``env``, ``replay``, ``train``: no events) and rlbench's own loops (whose parents' rest is loop
+    overhead, by the suites' definition) keep the leaves-only rule.
+    """
+    if d.first.meta.get("kind") != "profile":
+        return ()
+    leaves = leaf_phases(d)
+    return tuple(
+        p for p in steady_phases(d) if p not in leaves and d.has(TIME + p) and (d.meta(TIME + p, "events", 0) or 0) > 0
+    )
+
+
 @dataclass
 class Breakdown:
-    """Median steady-state seconds per leaf phase, plus everything else ('Python/other')."""
+    """Median steady-state seconds per leaf phase (and the own time of :func:`own_time_phases`), plus the rest
+    ('Python/other')."""
 
     steady_s: float
     leaf_s: dict[str, float]
@@ -72,6 +91,10 @@ def breakdown(d: RunData, leaves: tuple[str, ...] | None = None) -> Breakdown:
     leaves = leaf_phases(d) if leaves is None else leaves
     steady = median([t - w for t, w in zip(d.per_repeat(TRAIN_S), d.per_repeat(WARMUP_S))])
     leaf = {p: d.med(TIME + p) for p in leaves if d.has(TIME + p)}
+    for p in own_time_phases(d):
+        own = d.med(TIME + p) - sum(d.med(TIME + c) for c in children(d, p) if d.has(TIME + c))
+        if own > 0:
+            leaf[p] = own
     n = d.med(ITERATIONS) if d.has(ITERATIONS) else math.nan
     iters = int(n) - 1 if math.isfinite(n) else 0
     return Breakdown(steady, leaf, max(steady - sum(leaf.values()), 0.0), max(iters, 1))
@@ -133,7 +156,12 @@ def phase_table(d: RunData, b: Breakdown) -> list[str]:
     leaves = leaf_phases(d)
     for phase in steady_phases(d):
         s = d.med(TIME + phase)
-        layer = LAYERS[layer_of(d, phase)] if phase in leaves else "–"
+        if phase in leaves:
+            layer = LAYERS[layer_of(d, phase)]
+        elif phase in b.leaf_s:
+            layer = f"{LAYERS[layer_of(d, phase)]} (own {fmt(b.leaf_s[phase], 3)} s)"
+        else:
+            layer = "–"
         iq = summarize(d.pooled(ITER_TIME + phase)) if d.has(ITER_TIME + phase) else None
         per_iter = iq.median * 1e6 if iq and iq.n else s / b.iterations * 1e6
         iqr = f"{fmt(iq.q1 * 1e6, 0)}–{fmt(iq.q3 * 1e6, 0)}" if iq and iq.n else "–"
@@ -158,7 +186,8 @@ def phase_table(d: RunData, b: Breakdown) -> list[str]:
         "## Phase breakdown (steady state)",
         "",
         f"Steady state = training minus the warm-up iteration: {b.iterations} iterations. Shares are of steady-state time; "
-        "a parent phase includes its children, and leaf phases carry the layer they are counted in below. Per-iteration "
+        "a parent phase includes its children, and leaf phases carry the layer they are counted in below (a phase the "
+        "profiler entered around a nested one counts its own time there too). Per-iteration "
         "figures are medians over iterations (IQR beside them).",
         "",
         md_table(["Phase", "Layer", "Time (s)", "Share", "µs / iteration", "IQR µs / iteration", "Events"], rows),
@@ -191,7 +220,8 @@ def layer_table(d: RunData, b: Breakdown) -> list[str]:
 
 def phase_chart(d: RunData, b: Breakdown) -> Chart:
     """Bars of leaf phases and the rest, as percent of steady-state time (none when the run has no steady state)."""
-    bars = [Bar(p, 100 * b.share(s)) for p, s in b.leaf_s.items()]
+    leaves = leaf_phases(d)
+    bars = [Bar(p if p in leaves else f"{p} (own)", 100 * b.share(s)) for p, s in b.leaf_s.items()]
     bars.append(Bar(OTHER, 100 * b.share(b.other_s)))
     if not all(math.isfinite(bar.value) for bar in bars):
         bars = []

@@ -24,7 +24,9 @@ LEAVES = ("rollout/env_step", "rollout/policy", "gae", "learn/backward")
 GUESSED = {"rollout/env_step": "environment", "rollout/policy": "inference", "gae": "advantage", "learn/backward": "update"}
 
 
-def _records(layers: dict[str, str] | None = None) -> list[Record]:
+def _records(
+    layers: dict[str, str] | None = None, phases: dict[str, float] | None = None, kind: str | None = None
+) -> list[Record]:
     def rec(metric: str, samples: list[float], meta: dict | None = None) -> Record:
         return Record(
             run_id="r",
@@ -36,7 +38,7 @@ def _records(layers: dict[str, str] | None = None) -> list[Record]:
             unit="s",
             direction="lower",
             samples=samples,
-            meta=meta or {},
+            meta={**(meta or {}), **({"kind": kind} if kind else {})},
         )
 
     recs = [
@@ -46,8 +48,8 @@ def _records(layers: dict[str, str] | None = None) -> list[Record]:
         rec("env_steps", [1100.0]),
         rec("time/warmup", [0.3], {"layer": "other", "events": 1}),
     ]
-    for phase, s in PHASES.items():
-        meta = {"events": 10}
+    for phase, s in (PHASES if phases is None else phases).items():
+        meta = {"events": 0 if phase in ("replay", "train") else 10}
         if layers is not None and phase in layers:
             meta["layer"] = layers[phase]
         recs.append(rec(f"time/{phase}", [s], meta))
@@ -95,3 +97,46 @@ def test_layer_table_adds_up_and_python_other_is_the_untimed_rest(layers: dict[s
     assert LAYERS["other"] not in rows  # no timed phase lands in "other named phases" or Python/other
     for layer, seconds in layer_seconds(d, b).items():
         assert rows[LAYERS[layer]][0] == pytest.approx(seconds, abs=5e-4)
+
+
+# a profile of an off-policy loop on a GPU: the replay label holds the batch's copy to the device (its own child)
+GPU_REPLAY = {
+    "env": 0.3,
+    "env/step": 0.3,
+    "replay": 0.6,
+    "replay/sample": 0.6,
+    "replay/sample/transfer": 0.35,
+    "train": 0.8,
+    "train/backward": 0.8,
+}
+GPU_LAYERS = {
+    "env": "environment",
+    "env/step": "environment",
+    "replay": "replay",
+    "replay/sample": "replay",
+    "replay/sample/transfer": "transfer",
+    "train": "update",
+    "train/backward": "update",
+}
+
+
+def test_a_profiled_phase_around_a_nested_one_keeps_its_own_time_in_its_layer() -> None:
+    """`replay/sample` minus its device copy is replay work, not Python/other (seen first on an H200's DQN profile)."""
+    d = RunData.from_records(_records(GPU_LAYERS, GPU_REPLAY, kind="profile"))
+    b = breakdown(d)
+    assert b.leaf_s["replay/sample"] == pytest.approx(0.25)  # its own time, outside the transfer
+    assert b.other_s == pytest.approx(2.0 - 0.3 - 0.6 - 0.8)  # the sample's 0.6 s counted once, all of it named
+    assert "env" not in b.leaf_s and "train" not in b.leaf_s  # grouping parents (no events) keep the leaves-only rule
+    rows = _layer_rows(d)
+    assert rows[LAYERS["replay"]][0] == pytest.approx(0.25, abs=5e-4)
+    assert rows[LAYERS["transfer"]][0] == pytest.approx(0.35, abs=5e-4)
+    assert rows[OTHER][0] == pytest.approx(0.3, abs=5e-4)
+    assert sum(share for _, share in rows.values()) == pytest.approx(100.0, abs=0.3)
+
+
+def test_rlbench_own_loops_keep_a_parents_rest_in_python_other() -> None:
+    """Outside a profile a parent's rest is loop overhead, as the suites define it: nothing moves out of Python/other."""
+    d = RunData.from_records(_records(GPU_LAYERS, GPU_REPLAY))
+    b = breakdown(d)
+    assert "replay/sample" not in b.leaf_s
+    assert b.other_s == pytest.approx(2.0 - 0.3 - 0.35 - 0.8)
