@@ -9,10 +9,11 @@
 # rlbench itself (editable, so the C hooks are built in place where a compiler and headers exist) are installed into
 # that interpreter's environment first: the GPU machine's is thrown away after the call.
 #
-# Steps, each under its own time limit and all under one deadline (--deadline S, default 450 s), so a slow step
+# Steps, each under its own time limit and all under one deadline (--deadline S, default 540 s), so a slow step
 # costs only itself: the install above, the test that must fail when phase synchronization is removed (tests/profiling/test_cuda_sync.py),
 # `rlbench run ppo-cartpole` and `sac-pendulum` on the device (and on the same host's CPU, for a same-machine ratio),
-# `rlbench profile` with and without --sync on the CleanRL-style script, and the micro suites' device matrix.
+# `rlbench profile` with and without --sync on the CleanRL-style script, --sync on the CleanRL-style DQN, TD3 and SAC
+# (acting with grad, TD targets, target updates, replay copied to the device), and the micro suites' device matrix.
 # Everything lands in OUT (default $OUT, else ./device-check-out): device-check-DEVICE.md (what ran, how long, what it
 # measured, on which machine), its log, and device-check-DEVICE.tar.gz holding reports/*-DEVICE.md, their charts
 # and records. Exit 0 when every step that ran passed, 1 when one failed, 2 on bad arguments.
@@ -24,7 +25,7 @@ quick=0
 fetch=0
 install=1
 py=${PYTHON:-python3}
-deadline=450
+deadline=540
 out=${OUT:-$PWD/device-check-out}
 
 usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -111,11 +112,13 @@ if [ "$quick" = 1 ]; then
     ppo=(--total-steps 2048 --repeats 1)
     sac=(--total-steps 1300 --learning-starts 1000 --repeats 1)
     cleanrl=(--total-timesteps 2048)
+    offpolicy=(dqn:700 td3:700 sac:700)
     micro=(--group gae --max-time 0.01)
 else
     ppo=(--repeats 3)
     sac=(--repeats 3)
     cleanrl=(--total-timesteps 50000)
+    offpolicy=(dqn:12000 td3:4000 sac:2500)
     micro=(--max-time 0.1)
 fi
 cuda_flag=()
@@ -137,6 +140,15 @@ fi
 step profile-nosync 120 "$py" -m rlbench profile --store "$r/records-profile-cleanrl-nosync-$device" \
     --report "$r/profile-cleanrl-ppo-nosync-$device.md" --json -- "$py" "$repo/suites/scripts/cleanrl_ppo.py" \
     "${cuda_flag[@]}" "${cleanrl[@]}"
+# the off-policy scripts: CleanRL-style DQN, TD3 and SAC, timing synchronized on a GPU
+sync_flag=()
+[ "$device" = cuda ] && sync_flag=(--sync)
+for spec in "${offpolicy[@]}"; do
+    algo=${spec%%:*}
+    step "profile-$algo" 100 "$py" -m rlbench profile "${sync_flag[@]}" --store "$r/records-profile-cleanrl-$algo-$device" \
+        --report "$r/profile-cleanrl-$algo-$device.md" --json -- "$py" "$repo/suites/scripts/cleanrl_$algo.py" \
+        "${cuda_flag[@]}" --total-timesteps "${spec##*:}"
+done
 if [ "$device" = cuda ]; then
     # the same benchmarks on this host's CPU: a GPU-against-CPU ratio measured on one machine
     step ppo-cartpole-host-cpu 100 "$py" -m rlbench run ppo-cartpole --device cpu "${ppo[@]}" --store "$r/records-host-cpu" --quiet --json

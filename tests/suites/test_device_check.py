@@ -33,12 +33,22 @@ def test_cpu_dry_run_runs_every_step_and_writes_its_reports(tmp_path: Path) -> N
     summary = (out / "device-check-cpu.md").read_text()
     steps = [line.split(" | ")[:2] for line in summary.splitlines() if line.startswith("| ") and " | `" in line]
     names = {s[0].lstrip("| ") for s in steps}
-    assert {"sync-test", "ppo-cartpole", "sac-pendulum", "profile-nosync", "micro"} <= names, summary
+    assert {
+        "sync-test",
+        "ppo-cartpole",
+        "sac-pendulum",
+        "profile-nosync",
+        "profile-dqn",
+        "profile-td3",
+        "profile-sac",
+        "micro",
+    } <= names, summary
     assert all(status == "ok" for _, status in steps), summary
     assert "2 skipped" in summary  # the CUDA sync test is collected and skipped here, not missing
     with tarfile.open(out / "device-check-cpu.tar.gz") as tar:
         names = set(tar.getnames())
-    for report in ("ppo-cartpole-cpu.md", "sac-pendulum-cpu.md", "profile-cleanrl-ppo-nosync-cpu.md", "micro-cpu.md"):
+    reports = ("ppo-cartpole-cpu.md", "sac-pendulum-cpu.md", "profile-cleanrl-ppo-nosync-cpu.md", "micro-cpu.md")
+    for report in (*reports, "profile-cleanrl-dqn-cpu.md", "profile-cleanrl-td3-cpu.md", "profile-cleanrl-sac-cpu.md"):
         assert f"reports/{report}" in names, sorted(names)
     assert not list(tmp_path.glob("rlbench-device-check.*")), "the script left its scratch folder behind"
 
