@@ -61,8 +61,26 @@ def own_group_dying_with_parent() -> None:
 
 
 def group_alive(pgid: int) -> bool:
-    """Whether any process is left in process group ``pgid`` (zombies count until they are reaped)."""
-    return _answers_signal_0(os.killpg, pgid)
+    """Whether any process that has not exited is left in process group ``pgid``.
+
+    Zombies count as gone, as in :func:`pid_alive`: a script's exited children whose parent is gone wait for init to
+    reap them, and in a container whose init reaps nothing (Docker without ``--init``) they stay forever. Counting them
+    made every profile of such a script wait out :func:`end_stragglers`' grace after it ended (TorchRL's DQN: 1.1 s).
+    """
+    if not _answers_signal_0(os.killpg, pgid):
+        return False
+    try:
+        pids = [d for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:  # no /proc (another system): signal 0 is all there is
+        return True
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:  # it just went
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
 
 
 def _signal_group(pgid: int, sig: int) -> None:
