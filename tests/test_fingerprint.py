@@ -29,10 +29,28 @@ def test_machine_fingerprint_fields_and_id() -> None:
 
 def test_gpus_asks_torch_only_when_it_is_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "torch", raising=False)
-    assert fpmod._gpus() == []
-    cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2, get_device_name=lambda i: f"GPU {i}")
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
-    assert fpmod._gpus() == ["GPU 0", "GPU 1"]
+    assert fpmod.gpu_fields(sys.modules.get("torch")) == {"gpus": [], "gpu_capability": []}
+    cuda = types.SimpleNamespace(
+        is_available=lambda: True,
+        device_count=lambda: 2,
+        get_device_name=lambda i: f"GPU {i}",
+        get_device_capability=lambda i: (9, 0),
+    )
+    assert fpmod.gpu_fields(types.SimpleNamespace(cuda=cuda)) == {"gpus": ["GPU 0", "GPU 1"], "gpu_capability": ["9.0", "9.0"]}
+
+
+def test_a_process_without_torch_takes_the_gpus_its_child_saw() -> None:
+    """`rlbench profile`'s own process never imports torch: the child's GPU fields make its records name the machine
+    `rlbench run` names (an H200 profile without --sync was stored as a machine with no GPU, under another id)."""
+    bare = {"machine": {"cpu": "Xeon", "cores": 16, "gpus": [], "gpu_capability": []}, "software": {"python": "3.12"}}
+    bare["machine"]["id"] = fpmod.machine_id(bare["machine"])
+    seen = {"gpus": ["NVIDIA H200"], "gpu_capability": ["9.0"]}
+    merged = fpmod.with_gpus(bare, seen)
+    assert merged["machine"]["gpus"] == ["NVIDIA H200"] and merged["machine"]["gpu_capability"] == ["9.0"]
+    assert merged["machine"]["id"] == fpmod.machine_id({**bare["machine"], **seen}) != bare["machine"]["id"]
+    assert bare["machine"]["gpus"] == [] and merged["software"] is bare["software"]  # the original is left as it is
+    assert fpmod.with_gpus(bare, None) is bare  # the child could not tell: the parent's stands
+    assert fpmod.with_gpus(merged, {"gpus": ["other"], "gpu_capability": ["8.0"]}) is merged  # a parent that saw GPUs
 
 
 def test_software_fingerprint_versions_threads_and_env(monkeypatch: pytest.MonkeyPatch) -> None:

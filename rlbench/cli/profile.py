@@ -122,8 +122,6 @@ def profile_command(argv: list[str], t0: float) -> int:
     from rlbench.profiling.session import Settings
 
     target = parse_command(command)
-    if args.sync:
-        _check_sync_device()
     from rlbench.cli.parser import prepare_output
     from rlbench.results.store import RunWriter
 
@@ -255,11 +253,3 @@ def _announcer(name: str, opts: Any) -> Any:
         Console(stderr=True).rule(f"[bold]rlbench profile[/] {name}: repeat {k + 1}/{opts.repeats}{seed_note}")
 
     return announce
-
-
-def _check_sync_device() -> None:
-    import torch
-
-    mps = getattr(torch.backends, "mps", None)
-    if not torch.cuda.is_available() and not (mps is not None and mps.is_available()):
-        raise UsageError("--sync synchronizes a GPU, and this machine has none visible to torch (CUDA or MPS): leave it out")

@@ -75,6 +75,23 @@ def _missing_module(name: str) -> str | None:
     return None
 
 
+def _accelerator(torch: Any) -> bool:
+    """Whether torch sees a GPU that ``--sync`` can synchronize (CUDA or MPS)."""
+    mps = getattr(torch.backends, "mps", None)
+    return bool(torch.cuda.is_available() or (mps is not None and mps.is_available()))
+
+
+def _gpus(torch: Any) -> dict[str, list[str]] | None:
+    """The GPUs torch sees and their compute capabilities, as the machine fingerprint names them; ``None`` if asking
+    failed (the parent's fingerprint then stands as it is)."""
+    try:
+        from rlbench.results.fingerprint import gpu_fields
+
+        return gpu_fields(torch)
+    except Exception:  # a driver that errors must not lose what was measured
+        return None
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
     """SIGTERM (rlbench ends the repeat: its timeout, its own SIGTERM, or its death) ends the script like Ctrl-C, so
     what it measured up to then is written."""
@@ -113,6 +130,11 @@ def main(spec_path: str) -> int:
         if missing:
             _write_json(out, {"status": "usage", "exit_code": 2, "error": missing, "metrics": []})
             return 2
+    if settings.sync and not _accelerator(torch):  # checked here, where torch is imported anyway (not in rlbench's
+        # own process: importing torch there cost 4 s before the script started on a GPU machine)
+        error = "--sync synchronizes a GPU, and this machine has none visible to torch (CUDA or MPS): leave it out"
+        _write_json(out, {"status": "usage", "exit_code": 2, "error": error, "metrics": []})
+        return 2
     status, code, error, tb = "ok", 0, None, None
     session.start()
     if profiler is not None:
@@ -164,6 +186,7 @@ def main(spec_path: str) -> int:
             "iterations": len(r.iterations),
             "steps": r.steps,
             "device": "cuda" if torch.cuda.is_initialized() else "cpu",  # what the script used
+            "gpus": _gpus(torch),  # the machine's, for the records' fingerprint: rlbench's own process has no torch
         },
     )
     return code

@@ -35,7 +35,7 @@ from rlbench.core.errors import StoreError, UsageError, interrupt_exit_code
 from rlbench.instrument.machine_load import LoadProbe
 from rlbench.profiling.results import metric_from_dict
 from rlbench.profiling.session import Settings
-from rlbench.results.fingerprint import fingerprint, git_fingerprint
+from rlbench.results.fingerprint import fingerprint, git_fingerprint, with_gpus
 from rlbench.results.metrics import Metric, load_metrics
 from rlbench.results.records import definition_hash, metric_records
 from rlbench.results.store import RunWriter, utc_now
@@ -300,7 +300,7 @@ def run_profile(
                     "repeat": k,
                     "seed": seed if opts.seed_arg else None,
                     "device": device,
-                    "fingerprint": fp.result(),
+                    "fingerprint": with_gpus(fp.result(), result.gpus),
                     "meta": {**(meta or {}), "kind": "profile", "report": "profile", "repeats": opts.repeats},
                 }
                 if result.cut:  # what the repeat measured before it was ended, marked as such
@@ -474,16 +474,19 @@ def _run_repeat(
         if interrupted is not None:
             raise interrupted
         return None
-    return _Repeat([metric_from_dict(d) for d in data["metrics"]], load, str(data.get("device", "cpu")), cut, interrupted)
+    metrics = [metric_from_dict(d) for d in data["metrics"]]
+    return _Repeat(metrics, load, str(data.get("device", "cpu")), cut, interrupted, data.get("gpus"))
 
 
 @dataclass
 class _Repeat:
     """One repeat's measurements. ``cut``: it was ended early (Ctrl-C, SIGTERM, ``--timeout``) and these are what it
-    measured up to then; ``interrupted``: raise it once they are saved."""
+    measured up to then; ``interrupted``: raise it once they are saved; ``gpus``: the GPU fields of the machine
+    fingerprint, from the child (rlbench's own process never imports torch)."""
 
     metrics: list[Metric]
     load: Any
     device: str
     cut: bool = False
     interrupted: KeyboardInterrupt | None = None
+    gpus: dict[str, list[str]] | None = None

@@ -92,19 +92,26 @@ def _memory_gib() -> float | None:
     return None
 
 
-def _gpus() -> list[str]:
-    torch = sys.modules.get("torch")  # only ask torch if the run already imported it
+def gpu_fields(torch: Any) -> dict[str, list[str]]:
+    """``gpus`` (names) and ``gpu_capability`` (``9.0``, in the same order) of the CUDA GPUs ``torch`` sees."""
     if torch is None or not torch.cuda.is_available():
-        return []
-    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        return {"gpus": [], "gpu_capability": []}
+    n = torch.cuda.device_count()
+    return {
+        "gpus": [torch.cuda.get_device_name(i) for i in range(n)],
+        "gpu_capability": ["{}.{}".format(*torch.cuda.get_device_capability(i)) for i in range(n)],
+    }
 
 
-def _gpu_capabilities() -> list[str]:
-    """Compute capability (``9.0``) of each GPU, in the order of :func:`_gpus` (only if torch is already imported)."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available():
-        return []
-    return ["{}.{}".format(*torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())]
+def with_gpus(fp: dict[str, Any], gpus: dict[str, list[str]] | None) -> dict[str, Any]:
+    """``fp`` (a :func:`fingerprint`) with the GPU fields a process that imported torch found, and the machine id
+    hashed again; ``fp`` itself is left as it is. A process that never imports torch (``rlbench profile``'s own)
+    takes them from its child, so that a profile's records name the same machine as ``rlbench run``'s."""
+    if not gpus or fp.get("machine", {}).get("gpus"):
+        return fp
+    machine = {**fp["machine"], "gpus": list(gpus.get("gpus", [])), "gpu_capability": list(gpus.get("gpu_capability", []))}
+    machine["id"] = machine_id(machine)
+    return {**fp, "machine": machine}
 
 
 HARDWARE_FIELDS = ("cpu", "cpu_id", "isa", "cores", "memory_gib", "arch", "gpus", "gpu_capability")
@@ -131,8 +138,7 @@ def machine_fingerprint() -> dict[str, Any]:
         "memory_gib": _memory_gib(),
         "arch": platform.machine(),
         "os": f"{platform.system()} {platform.release()}",
-        "gpus": _gpus(),
-        "gpu_capability": _gpu_capabilities(),
+        **gpu_fields(sys.modules.get("torch")),  # only ask torch if this process already imported it
     }
     info["id"] = machine_id(info)
     return info

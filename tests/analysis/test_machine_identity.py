@@ -71,10 +71,20 @@ def test_gpu_capability_asks_torch_only_when_it_is_loaded(monkeypatch: pytest.Mo
     import types
 
     monkeypatch.delitem(sys.modules, "torch", raising=False)
-    assert fpmod._gpu_capabilities() == []
-    cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 1, get_device_capability=lambda i: (9, 0))
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
-    assert fpmod._gpu_capabilities() == ["9.0"]
+    fpmod.machine_fingerprint.cache_clear()
+    try:
+        assert fpmod.machine_fingerprint()["gpu_capability"] == []
+        cuda = types.SimpleNamespace(
+            is_available=lambda: True,
+            device_count=lambda: 1,
+            get_device_name=lambda i: "H",
+            get_device_capability=lambda i: (9, 0),
+        )
+        monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+        fpmod.machine_fingerprint.cache_clear()
+        assert fpmod.machine_fingerprint()["gpu_capability"] == ["9.0"]
+    finally:
+        fpmod.machine_fingerprint.cache_clear()
 
 
 def _side(store: Path, run: str, machine: dict) -> str:

@@ -254,6 +254,30 @@ def test_bad_input_is_one_line_and_exit_2(project: Path, args: list[str], says: 
     assert says in one_line_error(proc, code=2)
 
 
+def test_the_command_itself_never_imports_torch(project: Path) -> None:
+    """The script's process imports torch; rlbench's own must not, also with --sync (whose device check ran there and
+    cost 4 s before the script started on a GPU machine), and its records still name the machine's GPUs."""
+    code = (
+        "import json, sys; from rlbench.cli import main; "
+        "rc = main(['profile', '--quiet', *sys.argv[1:], '--store', 'st', '--', 'python', 'train.py', '--iterations', '3']); "
+        "print(json.dumps([rc, 'torch' in sys.modules]))"
+    )
+    for extra in ([], ["--sync"]):
+        out = subprocess.run([sys.executable, "-c", code, *extra], cwd=project, capture_output=True, text=True, timeout=300)
+        rc, imported = json.loads(out.stdout.strip().splitlines()[-1])
+        assert not imported, (extra, out.stderr[-1000:])
+        if extra and rc == 2:  # no GPU here: the child said so, in one line, before the script ran
+            assert "--sync synchronizes a GPU" in out.stderr and out.stderr.count("\n") == 1, out.stderr
+        else:
+            assert rc == 0, out.stderr[-2000:]
+    import torch  # noqa: F401 - this process's fingerprint then names the GPUs, as `rlbench run`'s does
+
+    from rlbench.results.fingerprint import machine_fingerprint
+
+    machines = {r.fingerprint["machine"]["id"] for r in read_records(project / "st")}
+    assert machines == {machine_fingerprint()["id"]}
+
+
 def test_import_rlbench_and_phase_stay_free_of_torch() -> None:
     code = (
         "import sys, rlbench; rlbench.phase('x'); rlbench.benchmark; "
