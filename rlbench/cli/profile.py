@@ -118,6 +118,8 @@ def profile_command(argv: list[str], t0: float) -> int:
     args = parser.parse_args(options)
     if args.trace_limit < 1:
         raise UsageError(f"--trace-limit must be at least 1, got {args.trace_limit}")
+    if args.sync and not _gpu_present():
+        raise UsageError("--sync synchronizes a GPU, and this machine has none (CUDA, ROCm or MPS): leave it out")
     from rlbench.profiling.launcher import Options, check_options, parse_command
     from rlbench.profiling.session import Settings
 
@@ -253,3 +255,17 @@ def _announcer(name: str, opts: Any) -> Any:
         Console(stderr=True).rule(f"[bold]rlbench profile[/] {name}: repeat {k + 1}/{opts.repeats}{seed_note}")
 
     return announce
+
+
+def _gpu_present() -> bool:
+    """Whether this machine has a GPU ``--sync`` could synchronize, looked up without importing torch (4 s on a GPU
+    machine): an NVIDIA or ROCm driver's device node, or Apple silicon (MPS), and CUDA_VISIBLE_DEVICES not set empty.
+    The script's process checks again with torch (a CPU-only torch on a GPU machine) before the script starts."""
+    import os
+    import platform
+
+    if sys.platform == "darwin":
+        return platform.machine() == "arm64"
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() in ("", "-1"):
+        return False
+    return any(Path(p).exists() for p in ("/dev/nvidiactl", "/proc/driver/nvidia/version", "/dev/kfd"))

@@ -278,6 +278,31 @@ def test_the_command_itself_never_imports_torch(project: Path) -> None:
     assert machines == {machine_fingerprint()["id"]}
 
 
+def test_the_scripts_process_checks_the_sync_device_and_names_the_gpus(project: Path) -> None:
+    """Where rlbench's own look finds a GPU driver but torch sees no GPU (a CPU-only torch), the script's process says
+    so before the script runs (exit 2); a normal run reports the GPUs torch sees, for the records' fingerprint."""
+    import torch
+
+    from rlbench.profiling.launcher import Target, child_env, write_child_spec
+    from rlbench.profiling.session import Settings
+    from rlbench.results.fingerprint import gpu_fields
+
+    script = project / "train.py"
+    target = Target(sys.executable, False, str(script), ["--iterations", "2"])
+    for sync in (True, False):
+        out = project / f"out-{sync}.json"
+        spec = write_child_spec(project / f"spec-{sync}.json", target, target.args, out, Settings(sync=sync))
+        cmd = [sys.executable, "-m", "rlbench.profiling.bootstrap", str(spec)]
+        proc = subprocess.run(cmd, cwd=project, env=child_env(), capture_output=True, text=True, timeout=120)
+        data = json.loads(out.read_text())
+        if sync and not gpu_fields(torch)["gpus"]:
+            assert proc.returncode == 2 and data["status"] == "usage" and "--sync" in data["error"], proc.stderr
+            assert not data["metrics"]  # the script never ran
+        else:
+            assert proc.returncode == 0 and data["status"] == "ok", proc.stderr[-2000:]
+            assert data["gpus"] == gpu_fields(torch)
+
+
 def test_import_rlbench_and_phase_stay_free_of_torch() -> None:
     code = (
         "import sys, rlbench; rlbench.phase('x'); rlbench.benchmark; "
