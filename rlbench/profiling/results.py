@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from rlbench.profiling.attribution import Attribution, IterationMark
 from rlbench.results.metrics import (
@@ -41,6 +39,9 @@ from rlbench.results.metrics import (
     iter_time_metric,
     time_metric,
 )
+
+if TYPE_CHECKING:  # numpy is imported where the metrics are computed: rlbench's own process reads them only
+    import numpy as np
 
 MAX_ITER_SAMPLES = 1000
 """``iter_time/`` keeps at most this many samples: longer runs average consecutive iterations (``meta``: ``per_sample``)."""
@@ -110,6 +111,8 @@ def attribution_metrics(
         limits: This machine's limits for the counted iteration's products
             (:func:`rlbench.instrument.roofline.machine_limits`), if measured.
     """
+    import numpy as np
+
     marks = r.iterations or [IterationMark(r.started, 0, {})]
     ends = [*marks[1:], IterationMark(r.ended, r.steps, r.excl)]
     spans = list(zip(marks, ends))
