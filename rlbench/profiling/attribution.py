@@ -140,7 +140,9 @@ class Attributor:
         "extras",
         "foreign_phases",
         "forward_names",
-        "iterations",
+        "iteration_excl",
+        "iteration_steps",
+        "iteration_t",
         "kinds",
         "layers",
         "matmuls",
@@ -201,7 +203,11 @@ class Attributor:
         self.steps = 0
         self.updated = False
         self.started: float | None = None
-        self.iterations: list[IterationMark] = []
+        # IterationMark's fields, one list each: one mark per env step (DQN) as a tracked object each would pile up
+        # in the old generations that every full garbage collection walks; floats, ints and the dicts below are not
+        self.iteration_t: list[float] = []
+        self.iteration_steps: list[int] = []
+        self.iteration_excl: list[dict[str, float]] = []
         self.sync = sync
         self.trace: list[TraceEvent] | None = [] if trace_limit else None
         self.trace_limit = trace_limit
@@ -546,8 +552,12 @@ class Attributor:
             self.started = now
             self.excl.clear()  # what ran before the first env event is start-up, not training
         self._cuda = _cuda_initialized()
-        index = len(self.iterations)
-        self.iterations.append(IterationMark(now, self.steps, dict(self.excl)))
+        index = len(self.iteration_t)
+        self.iteration_t.append(now)
+        self.iteration_steps.append(self.steps)
+        # built item by item, the dict of floats is not tracked by the garbage collector (dict(self.excl), a copy of a
+        # tracked defaultdict, would be)
+        self.iteration_excl.append({k: v for k, v in self.excl.items()})
         self.updated = False
         self.mem_on = self.memory and (index < MEMORY_FIRST or index % MEMORY_EVERY == 0)
         self._mem_left.clear()
@@ -606,7 +616,7 @@ class Attributor:
             enters=dict(self.enters),
             layers=dict(self.layers),
             steps=self.steps,
-            iterations=list(self.iterations),
+            iterations=[IterationMark(*m) for m in zip(self.iteration_t, self.iteration_steps, self.iteration_excl)],
             mem_bytes=dict(self.mem_bytes),
             cuda_peak_bytes=dict(self.cuda_peak_bytes),
             transitions=2 * (sum(self.enters.values()) - self.merges),  # each phase opened once is a push and a pop
