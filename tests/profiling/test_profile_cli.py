@@ -266,7 +266,7 @@ def test_the_command_itself_never_imports_torch(project: Path) -> None:
         out = subprocess.run([sys.executable, "-c", code, *extra], cwd=project, capture_output=True, text=True, timeout=300)
         rc, imported = json.loads(out.stdout.strip().splitlines()[-1])
         assert not imported, (extra, out.stderr[-1000:])
-        if extra and rc == 2:  # no GPU here: the child said so, in one line, before the script ran
+        if extra and rc == 2:  # no GPU driver here: rlbench said so in one line, before the script started
             assert "--sync synchronizes a GPU" in out.stderr and out.stderr.count("\n") == 1, out.stderr
         else:
             assert rc == 0, out.stderr[-2000:]
