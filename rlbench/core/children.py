@@ -74,13 +74,19 @@ def group_alive(pgid: int) -> bool:
     except OSError:  # no /proc (another system): signal 0 is all there is
         return True
     for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
-        except OSError:  # it just went
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+        fields = _proc_stat(pid)  # None: it just went
+        if fields is not None and len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
             return True
     return False
+
+
+def _proc_stat(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, pgrp, ...), or ``None`` where it cannot be
+    read (no /proc, or the process just went)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -215,11 +221,8 @@ def pid_alive(pid: int) -> bool:
     """
     if not _answers_signal_0(os.kill, pid):
         return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:  # no /proc (another system), or it just went
-        return True
-    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+    fields = _proc_stat(pid)  # None: no /proc (another system), or it just went
+    return fields is None or fields[:1] != ["Z"]
 
 
 def _answers_signal_0(send: Callable[[int, int], None], target: int) -> bool:

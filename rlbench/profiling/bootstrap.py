@@ -75,12 +75,6 @@ def _missing_module(name: str) -> str | None:
     return None
 
 
-def _accelerator(torch: Any) -> bool:
-    """Whether torch sees a GPU that ``--sync`` can synchronize (CUDA or MPS)."""
-    mps = getattr(torch.backends, "mps", None)
-    return bool(torch.cuda.is_available() or (mps is not None and mps.is_available()))
-
-
 def _gpus(torch: Any) -> dict[str, list[str]] | None:
     """The GPUs torch sees and their compute capabilities, as the machine fingerprint names them; ``None`` if asking
     failed (the parent's fingerprint then stands as it is)."""
@@ -108,7 +102,7 @@ def main(spec_path: str) -> int:
     torch_s = time.perf_counter() - t_torch  # the script's own cost, not rlbench's (left out of ``rlbench_s``)
 
     from rlbench.profiling.results import metric_to_dict
-    from rlbench.profiling.session import Session, Settings
+    from rlbench.profiling.session import Session, Settings, sync_function
     from rlbench.profiling.trace import write_chrome_trace
 
     settings = Settings(**spec["settings"])
@@ -130,8 +124,9 @@ def main(spec_path: str) -> int:
         if missing:
             _write_json(out, {"status": "usage", "exit_code": 2, "error": missing, "metrics": []})
             return 2
-    if settings.sync and not _accelerator(torch):  # checked here, where torch is imported anyway (not in rlbench's
-        # own process: importing torch there cost 4 s before the script started on a GPU machine)
+    # --sync with no GPU torch can see: checked here, where torch is imported anyway (not in rlbench's own process:
+    # importing torch there cost 4 s before the script started on a GPU machine)
+    if settings.sync and sync_function(settings) is None:
         error = "--sync synchronizes a GPU, and this machine has none visible to torch (CUDA or MPS): leave it out"
         _write_json(out, {"status": "usage", "exit_code": 2, "error": error, "metrics": []})
         return 2

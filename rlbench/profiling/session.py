@@ -72,7 +72,9 @@ class Outcome:
         return [*found, *self.user_metrics]
 
 
-def _sync_fn(settings: Settings) -> Callable[[], None] | None:
+def sync_function(settings: Settings) -> Callable[[], None] | None:
+    """What ``--sync`` calls at phase boundaries: CUDA's or MPS's synchronize, or ``None`` (not asked, or no GPU
+    visible to torch)."""
     if not settings.sync:
         return None
     import torch
@@ -132,7 +134,7 @@ class Session:
         try:
             s = self.settings
             self.attributor = Attributor(
-                sync=_sync_fn(s), trace_limit=s.trace_limit, count_iteration=s.count_iteration, memory=s.memory
+                sync=sync_function(s), trace_limit=s.trace_limit, count_iteration=s.count_iteration, memory=s.memory
             )
             self.hooks = install_hooks(self.attributor, libraries=s.libraries)
             self.hooks_kind = "compiled" if native_available() else "python"
