@@ -112,3 +112,52 @@ def test_per_call_figures_divide_steady_seconds_by_steady_calls():
     assert per_event_us(d, "env/step") == pytest.approx(20_000, rel=1e-6)
     # the update's warm-up calls cannot be told apart from its steady ones: no per-call figure rather than a wrong one
     assert math.isnan(per_event_us(d, "train/backward"))
+
+
+@pytest.mark.parametrize("counted", [None, 0, 1, 7, 39])
+def test_the_array_form_of_the_steady_state_matches_a_span_by_span_reference(counted: int | None) -> None:
+    # attribution_metrics handles tens of thousands of iterations as arrays; this is the plain loop it stands for, on
+    # irregular spans: phases that appear late, a snapshot that lacks a phase, the counted iteration left out
+    import random
+
+    rng = random.Random(counted)
+    marks, excl, t, steps = [], {}, 1.0, 0
+    for i in range(40):
+        marks.append(IterationMark(t, steps, {k: v for k, v in excl.items() if not (i == 5 and k == "transfer")}))
+        for p in list(PER_ITER)[: 1 + i % 4]:
+            excl[p] = excl.get(p, 0.0) + rng.uniform(0.001, 0.01)
+        t += rng.uniform(0.02, 0.05)
+        steps += rng.randint(1, 4)
+    r = Attribution(
+        started=1.0,
+        ended=t + 0.01,
+        excl=excl,
+        enters=dict.fromkeys(excl, 1),
+        layers=dict(LAYERS),
+        steps=steps + 1,
+        iterations=marks,
+        mem_bytes={},
+        cuda_peak_bytes={},
+        transitions=0,
+        passthrough=0,
+        merges=0,
+        mem_marks=0,
+        counted_iteration=counted,
+    )
+    got = {m.name: m for m in attribution_metrics(r)}
+
+    ends = [*marks[1:], IterationMark(r.ended, r.steps, r.excl)]
+    spans = list(enumerate(zip(marks, ends)))[1:]  # the first is the warm-up
+    kept = [(i, m, e) for i, (m, e) in spans if not (i == counted and len(spans) > 1)]
+    steady_s = sum(e.t - m.t for _, m, e in kept)
+    steady_steps = sum(e.steps - m.steps for _, m, e in kept)
+    phase_s = {p: sum(max(0.0, e.excl.get(p, 0.0) - m.excl.get(p, 0.0)) for _, m, e in kept) for p in PER_ITER}
+    assert got["profile/excluded_s"].samples[0] == pytest.approx(
+        sum(e.t - m.t for i, (m, e) in spans if i == counted), abs=1e-12
+    )
+    assert got["iterations"].samples[0] == 1 + len(kept)
+    assert got[SPS_STEADY].samples[0] == pytest.approx(steady_steps / steady_s)
+    for p, s in phase_s.items():
+        assert got[f"time/{p}"].samples[0] == pytest.approx(s)
+    # one per-iteration sample per kept iteration but the unfinished last one
+    assert len(got["iter_time/env/step"].samples) == len([1 for i, _, _ in kept if i != len(marks) - 1])
