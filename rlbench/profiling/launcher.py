@@ -341,9 +341,9 @@ class _Fingerprint:
             self.thread.start()
 
     def _take(self) -> None:
-        fp = fingerprint()
+        fp = fingerprint()  # its "git" is rlbench's own (the checkout it runs from, if any): git asked once, not twice
+        fp["rlbench_git"] = fp["git"]
         fp["git"] = git_fingerprint(self.where, rlbench_first=False)  # the user's code, not rlbench's
-        fp["rlbench_git"] = git_fingerprint()
         self.value = fp
 
     def result(self) -> dict[str, Any]:

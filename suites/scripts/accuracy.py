@@ -566,6 +566,22 @@ def _install() -> str:
     return f"`{root}` ({how}; {cached} of {len(modules)} modules with cached bytecode)"
 
 
+@contextlib.contextmanager
+def sb3_logs_in_scratch() -> Iterator[None]:
+    """Stable-Baselines3 makes an empty ``tempdir/SB3-<time>`` at every ``learn()`` unless ``SB3_LOGDIR`` names a
+    folder: the SB3 scripts' runs (plain, hand-timed and profiled alike) log into one scratch folder, removed after."""
+    with tempfile.TemporaryDirectory(prefix="rlbench-sb3-logs-") as scratch:
+        before = os.environ.get("SB3_LOGDIR")
+        os.environ["SB3_LOGDIR"] = scratch
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop("SB3_LOGDIR", None)
+            else:
+                os.environ["SB3_LOGDIR"] = before
+
+
 def environment() -> dict[str, Any]:
     """Where the numbers are measured: machine, software, how rlbench is installed, valgrind. Saved with them, so a
     report rendered again later (``--render``) still names the run's own."""
@@ -864,7 +880,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report: {report}")
         return 0
     t0 = time.perf_counter()
-    results = measure(names, args.rounds, args.overhead_rounds, args.load)
+    with sb3_logs_in_scratch():
+        results = measure(names, args.rounds, args.overhead_rounds, args.load)
     results["_meta"] = {
         "rounds": args.rounds,
         "seconds": time.perf_counter() - t0,

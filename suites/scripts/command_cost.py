@@ -33,6 +33,7 @@ from rlbench.suites.scripts.accuracy import (
     environment,
     run_command,
     run_plain,
+    sb3_logs_in_scratch,
 )
 
 # about 20 s of plain wall time per script on this machine kind (2 vCPU, one torch thread), imports included
@@ -191,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         from rlbench.profiling.autohooks import native_available
 
         t0 = time.perf_counter()
-        results = {f"load{n}": measure_state(names, args.rounds, args.trivial_rounds, n) for n in args.loads}
+        with sb3_logs_in_scratch():
+            results = {f"load{n}": measure_state(names, args.rounds, args.trivial_rounds, n) for n in args.loads}
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE)
         results["_meta"] = {
             "seconds": time.perf_counter() - t0,

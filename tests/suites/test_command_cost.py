@@ -46,3 +46,21 @@ def test_the_report_judges_every_script_and_the_fixed_cost_against_the_targets()
 
 def test_every_accuracy_script_has_a_twenty_second_budget() -> None:
     assert set(command_cost.BUDGETS) == set(accuracy.SCRIPTS)
+
+
+def test_the_harnesses_keep_sb3s_log_folders_in_one_scratch_folder(monkeypatch, tmp_path) -> None:
+    # SB3 makes tempdir/SB3-<time> at every learn() unless SB3_LOGDIR names a folder: the harnesses run its scripts
+    # dozens of times, and left as many empty folders in /tmp
+    import os
+    from pathlib import Path
+
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path / "mine"))
+    with accuracy.sb3_logs_in_scratch():
+        scratch = Path(os.environ["SB3_LOGDIR"])
+        assert scratch.is_dir() and scratch != tmp_path / "mine"
+        (scratch / "SB3-2026-11-27").mkdir()
+    assert not scratch.exists() and os.environ["SB3_LOGDIR"] == str(tmp_path / "mine")
+    monkeypatch.delenv("SB3_LOGDIR")
+    with accuracy.sb3_logs_in_scratch():
+        pass
+    assert "SB3_LOGDIR" not in os.environ
