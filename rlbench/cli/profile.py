@@ -171,9 +171,16 @@ def profile_command(argv: list[str], t0: float) -> int:
     from rlbench.report.kinds import render_run
 
     cost = _CommandCost(t0, outcome.child_s, outcome.child_rlbench_s)
-    # the profile report's one chart is a bar chart, drawn with Pillow in-process: no matplotlib worker to wait for
-    rendered = render_run(outcome.records_path, report_path, run_id=writer.run_id, finish=cost.fill)
-    _store_cost(writer, outcome, cost)
+    try:
+        # the profile report's one chart is a bar chart, drawn with Pillow in-process: no matplotlib worker to wait
+        # for. The last repeat's process may still be exiting meanwhile (its results are saved): waited for after.
+        rendered = render_run(outcome.records_path, report_path, run_id=writer.run_id, finish=cost.fill)
+        _store_cost(writer, outcome, cost)
+    finally:
+        outcome.wait_child()  # before anything is printed: the script's output at exit comes first
+    if outcome.error:  # it did not exit within --timeout after its run: ended, its measurements and report saved
+        print(f"rlbench: error: {target.name} {outcome.error}; the report is {report_path}", file=sys.stderr)
+        return 1
     summary: dict[str, Any] = rendered.summary()
     summary.update(
         {

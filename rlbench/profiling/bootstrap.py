@@ -86,6 +86,33 @@ def _gpus(torch: Any) -> dict[str, list[str]] | None:
         return None
 
 
+def _done_signal(fd: int | None) -> Any:
+    """What tells the parent the results are written: one byte on the pipe it passed (``fd``). The pipe stays out of
+    the script's processes (forked or started), so that its closing means this process has exited."""
+    if fd is None:
+        return lambda: None
+    os.set_inheritable(fd, False)
+    held = [fd]  # emptied once signalled: a later fork must not close whatever file reuses the number
+    os.register_at_fork(after_in_child=lambda: [_close(f) for f in held])
+
+    def done() -> None:
+        try:
+            os.write(fd, b"1")
+        except OSError:  # the parent is gone: nothing waits for it
+            pass
+        held.clear()
+        _close(fd)
+
+    return done
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
     """SIGTERM (rlbench ends the repeat: its timeout, its own SIGTERM, or its death) ends the script like Ctrl-C, so
     what it measured up to then is written."""
@@ -96,6 +123,7 @@ def main(spec_path: str) -> int:
     """Run the request in ``spec_path``; return the script's exit code."""
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     out = Path(spec["out"])
+    done = _done_signal(spec.get("done_fd"))
     t_torch = time.perf_counter()
     import torch  # the hooks patch torch; the script imports it anyway
 
@@ -184,6 +212,7 @@ def main(spec_path: str) -> int:
             "gpus": _gpus(torch),  # the machine's, for the records' fingerprint: rlbench's own process has no torch
         },
     )
+    done()  # rlbench writes the records and the report while this process exits (the script's atexit work included)
     return code
 
 

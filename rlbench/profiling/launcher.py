@@ -244,6 +244,18 @@ class ProfileOutcome:
     record_fields: dict[str, Any] = field(default_factory=dict)
     """What :func:`metric_records` was given for the first repeat (but the metrics): the command's cost is stored
     with the same identity after the report."""
+    exiting: Any = None
+    """The last repeat's child, still exiting after its results were saved: :meth:`wait_child` before printing."""
+
+    def wait_child(self) -> None:
+        """Wait for the last repeat's child to exit (ending it at its deadline; on Ctrl-C, now). One whose exit ran
+        past ``--timeout`` sets :attr:`error` (its measurements are saved)."""
+        exiting, self.exiting = self.exiting, None
+        if exiting is None:
+            return
+        exiting.wait()
+        if exiting.late:
+            self.error = f"{exiting.where} did not exit within --timeout after its run ended and was ended"
 
 
 def _numbered(path: Path, k: int) -> Path:
@@ -287,9 +299,10 @@ def run_profile(
                 seed = opts.seed + k
                 if on_repeat is not None:
                     on_repeat(k, seed)
-                result = _run_repeat(target, opts, k, seed, Path(tmp), writer, outcome, fp)
+                result = _run_repeat(target, opts, k, seed, Path(tmp), writer, outcome, fp, last=k == opts.repeats - 1)
                 if result is None:
                     break
+                outcome.exiting = result.exiting
                 metrics, device = [*result.metrics, *load_metrics(result.load)], result.device
                 fields: dict[str, Any] = {
                     "run_id": writer.run_id,
@@ -324,6 +337,12 @@ def run_profile(
         except KeyboardInterrupt as exc:
             outcome.interrupted = True
             outcome.exit_code = interrupt_exit_code(exc)
+            if outcome.exiting is not None:  # the user's Ctrl-C ends the exiting child too
+                exiting, outcome.exiting = outcome.exiting, None
+                end_group(exiting.proc, grace_s=5.0)
+        except BaseException:
+            outcome.wait_child()
+            raise
     return outcome
 
 
@@ -365,9 +384,11 @@ def write_child_spec(
     *,
     trace: Path | None = None,
     pyinstrument: Path | None = None,
+    done_fd: int | None = None,
 ) -> Path:
     """Write the request ``python -m rlbench.profiling.bootstrap PATH`` runs: the script, its arguments, where its
-    results go, and the session's settings. Returns ``path``."""
+    results go, and the session's settings; ``done_fd``: a pipe the child inherits and writes one byte to once its
+    results are written. Returns ``path``."""
     spec = {
         "target": target.target,
         "module": target.module,
@@ -377,6 +398,7 @@ def write_child_spec(
         "trace": str(trace) if trace else None,
         "pyinstrument": str(pyinstrument) if pyinstrument else None,
         "launched": time.time(),
+        "done_fd": done_fd,
     }
     path.write_text(json.dumps(spec), encoding="utf-8")
     return path
@@ -399,8 +421,12 @@ def _run_repeat(
     writer: RunWriter,
     outcome: ProfileOutcome,
     fp: _Fingerprint | None = None,
+    *,
+    last: bool = False,
 ) -> _Repeat | None:
     out = tmp / f"repeat-{k}.json"
+    # the child writes a byte here once its results are on disk; EOF: it exited (or died) before that
+    done_r, done_w = os.pipe()
     spec_path = write_child_spec(
         tmp / f"repeat-{k}.spec.json",
         target,
@@ -409,6 +435,7 @@ def _run_repeat(
         opts.settings,
         trace=_numbered(opts.trace, k) if opts.trace else None,
         pyinstrument=opts.pyinstrument if k == 0 else None,
+        done_fd=done_w,
     )
     env = child_env()
     cmd = [target.python, "-m", "rlbench.profiling.bootstrap", str(spec_path)]
@@ -424,25 +451,37 @@ def _run_repeat(
     started = time.perf_counter()
     interrupted: KeyboardInterrupt | None = None
     timed_out = False
+    exiting: _Exiting | None = None
     try:
         # the child leads its own process group: its Pool workers and Popen children end with it, whatever ends it
-        with subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, preexec_fn=own_group_dying_with_parent) as proc:
-            if fp is not None:
-                fp.start()
-            try:
-                proc.wait(timeout=opts.timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                end_group(proc, grace_s=5.0)
-            except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM here: the child saves what it measured, then ends
-                interrupted = exc
-                end_group(proc, grace_s=5.0)
-            except BaseException:
-                end_group(proc, grace_s=5.0)
-                raise
+        try:
+            proc = subprocess.Popen(
+                cmd, env=env, stdout=stdout, stderr=stderr, preexec_fn=own_group_dying_with_parent, pass_fds=(done_w,)
+            )
+        finally:
+            os.close(done_w)
+        if fp is not None:
+            fp.start()
+        deadline = None if opts.timeout is None else started + opts.timeout
+        try:
+            if _results_signalled(proc, done_r, deadline) and last:
+                # the last repeat's results are in while its process exits (the script's atexit work, the
+                # interpreter's teardown): the records and the report are written meanwhile (ProfileOutcome.wait_child)
+                exiting = _Exiting(proc, deadline, where)
             else:
+                proc.wait(timeout=None if deadline is None else max(0.0, deadline - time.perf_counter()))
                 end_stragglers(proc.pid)  # what the script started and left running ends with its repeat
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            end_group(proc, grace_s=5.0)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM here: the child saves what it measured, then ends
+            interrupted = exc
+            end_group(proc, grace_s=5.0)
+        except BaseException:
+            end_group(proc, grace_s=5.0)
+            raise
     finally:
+        os.close(done_r)
         outcome.child_s += time.perf_counter() - started
         if log is not None:
             log.close()
@@ -460,6 +499,9 @@ def _run_repeat(
         return None
     data = json.loads(out.read_text(encoding="utf-8"))
     outcome.child_rlbench_s += float(data.get("rlbench_s") or 0.0)
+    if exiting is not None and data["status"] != "ok":  # nothing to write while it exits: wait for it here
+        exiting.wait()
+        exiting = None
     if data["status"] == "usage":  # the child could not start the script (no such module)
         raise UsageError(data["error"])
     cut = interrupted is not None or timed_out or data["status"] == "interrupted"
@@ -475,7 +517,7 @@ def _run_repeat(
             raise interrupted
         return None
     metrics = [metric_from_dict(d) for d in data["metrics"]]
-    return _Repeat(metrics, load, str(data.get("device", "cpu")), cut, interrupted, data.get("gpus"))
+    return _Repeat(metrics, load, str(data.get("device", "cpu")), cut, interrupted, data.get("gpus"), exiting)
 
 
 @dataclass
@@ -490,3 +532,44 @@ class _Repeat:
     cut: bool = False
     interrupted: KeyboardInterrupt | None = None
     gpus: dict[str, list[str]] | None = None
+    exiting: _Exiting | None = None
+
+
+def _results_signalled(proc: subprocess.Popen[Any], done_r: int, deadline: float | None) -> bool:
+    """Wait until the child has written its results (True) or has exited without signalling (False).
+
+    Raises:
+        subprocess.TimeoutExpired: If neither happens by ``deadline`` (``time.perf_counter``; None: no limit).
+    """
+    import select
+
+    while True:
+        left = None if deadline is None else deadline - time.perf_counter()
+        if left is not None and left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, 0.0)
+        # 1 s slices: the exit is seen even if something the child started holds the pipe open
+        ready, _, _ = select.select([done_r], [], [], 1.0 if left is None else min(1.0, left))
+        if ready:
+            return os.read(done_r, 1) == b"1"
+        if proc.poll() is not None:
+            return False
+
+
+class _Exiting:
+    """A child whose results are saved and that is still exiting; :meth:`wait` reaps it (and its group's leftovers),
+    ending it at the repeat's deadline or on Ctrl-C. ``late``: it was ended at the deadline."""
+
+    def __init__(self, proc: subprocess.Popen[Any], deadline: float | None, where: str) -> None:
+        self.proc, self.deadline, self.where = proc, deadline, where
+        self.late = False
+
+    def wait(self) -> None:
+        try:
+            self.proc.wait(timeout=None if self.deadline is None else max(0.0, self.deadline - time.perf_counter()))
+            end_stragglers(self.proc.pid)
+        except subprocess.TimeoutExpired:
+            self.late = True
+            end_group(self.proc, grace_s=5.0)
+        except BaseException:
+            end_group(self.proc, grace_s=5.0)
+            raise

@@ -330,3 +330,49 @@ rlbench.record("loss", 0.5)
     assert all(r.seed == 3 and r.benchmark == "my-run" and r.fingerprint["machine"]["cores"] for r in records)
     loose = read_records(tmp_path / "loose")
     assert [r.metric for r in loose] == ["loss"] and loose[0].fingerprint["software"]
+
+
+AT_EXIT = """
+import atexit, os, sys, time
+
+import torch
+
+def slow_exit():
+    time.sleep(float(os.environ["EXIT_S"]))
+    print("atexit done", flush=True)
+    open("exited", "w").write(str(time.time()))
+
+atexit.register(slow_exit)
+net = torch.nn.Linear(4, 2)
+with torch.no_grad():
+    net(torch.zeros(1, 4))
+"""
+
+
+def test_the_report_is_written_while_the_script_exits_and_the_command_waits_for_it(tmp_path: Path, monkeypatch) -> None:
+    # the records and the report need only the results the child wrote: they are made while the script's atexit work
+    # and the interpreter's teardown run, and the command returns (and prints) only once the child has exited
+    (tmp_path / "slow_exit.py").write_text(AT_EXIT, encoding="utf-8")
+    monkeypatch.setenv("EXIT_S", "1.5")
+    proc = run_cli(["profile", "--json", "--store", "st", "--", "python", "slow_exit.py"], cwd=tmp_path)
+    returned = time.time()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout)
+    exited = float((tmp_path / "exited").read_text())
+    report = tmp_path / summary["report"]
+    assert report.stat().st_mtime < exited - 1.0 < returned  # written during the 1.5 s exit, returned after it
+    assert "atexit done" in proc.stderr  # the script's output at exit is whole, before the command's
+
+
+def test_a_script_that_never_exits_after_its_run_is_ended_at_the_timeout_and_its_report_kept(
+    tmp_path: Path, monkeypatch
+) -> None:
+    (tmp_path / "slow_exit.py").write_text(AT_EXIT, encoding="utf-8")
+    monkeypatch.setenv("EXIT_S", "600")
+    t0 = time.monotonic()
+    proc = run_cli(["profile", "--quiet", "--timeout", "6", "--store", "st", "--", "python", "slow_exit.py"], cwd=tmp_path)
+    err = one_line_error(proc, code=1)
+    assert "did not exit within --timeout after its run ended and was ended" in err, err
+    assert time.monotonic() - t0 < 60 and not (tmp_path / "exited").exists()
+    assert {r.metric for r in _records(tmp_path / "st")} >= {"wall_s", "profile/command_s"}
+    assert list((tmp_path / "st").glob("*.md"))  # the report was written before the wait
