@@ -110,9 +110,9 @@ hooks=$(cd "$work/run" && "$py" -c "import rlbench.profiling._fastevent" 2>/dev/
 
 if [ "$quick" = 1 ]; then
     ppo=(--total-steps 2048 --repeats 1)
-    sac=(--total-steps 1300 --learning-starts 1000 --repeats 1)
+    sac=(--total-steps 1150 --learning-starts 1000 --repeats 1)
     cleanrl=(--total-timesteps 2048)
-    offpolicy=(dqn:700 td3:700 sac:700)
+    offpolicy=(dqn:600 td3:600 sac:600)
     micro=(--group gae --max-time 0.01)
 else
     ppo=(--repeats 3)

@@ -111,18 +111,27 @@ def _add_argument_calls(path: Path) -> list[str]:
     return [ast.dump(call) for call in calls]
 
 
-def _run(path: Path, flag: str, env: dict[str, str] | None = None) -> str:
-    result = subprocess.run(
-        [sys.executable, str(path), flag, TINY, "--seed", "1"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-        check=False,
-    )
-    assert result.returncode == 0, f"{path.name} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
-    lines = result.stdout.strip().splitlines()
-    assert lines, f"{path.name} printed nothing; stderr:\n{result.stderr[-2000:]}"
+def _start(path: Path, flag: str, logs: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path, Path]:
+    """Start ``python PATH FLAG TINY --seed 1``, its output going to files in ``logs`` (a script and its hand copy
+    run side by side: each is mostly its imports, one process per core)."""
+    out, err = logs / f"{path.parent.name}-{path.stem}.out", logs / f"{path.parent.name}-{path.stem}.err"
+    with out.open("w") as o, err.open("w") as e:
+        proc = subprocess.Popen([sys.executable, str(path), flag, TINY, "--seed", "1"], stdout=o, stderr=e, env=env)
+    return proc, out, err
+
+
+def _finish(path: Path, started: tuple[subprocess.Popen, Path, Path]) -> str:
+    proc, out, err = started
+    try:
+        code = proc.wait(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stdout, stderr = out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8")
+    assert code == 0, f"{path.name} failed:\n{stdout[-2000:]}\n{stderr[-4000:]}"
+    lines = stdout.strip().splitlines()
+    assert lines, f"{path.name} printed nothing; stderr:\n{stderr[-2000:]}"
     assert FINAL_LINE.match(lines[-1]), f"{path.name}: unexpected last line {lines[-1]!r}"
     return lines[-1]
 
@@ -152,10 +161,22 @@ def _check_script_and_hand_copy(name: str, tmp_path: Path) -> None:
     if library is not None and importlib.util.find_spec(library) is None:
         pytest.skip(f"{library} not installed")
 
-    final = _run(SCRIPTS_DIR / f"{name}.py", flag)
-
     out = tmp_path / f"{name}.json"
-    hand_final = _run(HAND_DIR / f"{name}.py", flag, env={**os.environ, "RLBENCH_HAND_OUT": str(out)})
+    script, hand = SCRIPTS_DIR / f"{name}.py", HAND_DIR / f"{name}.py"
+    started = _start(script, flag, tmp_path)
+    try:
+        hand_started = _start(hand, flag, tmp_path, env={**os.environ, "RLBENCH_HAND_OUT": str(out)})
+    except BaseException:
+        started[0].kill()
+        started[0].wait()
+        raise
+    try:
+        final = _finish(script, started)
+    except BaseException:
+        hand_started[0].kill()
+        hand_started[0].wait()
+        raise
+    hand_final = _finish(hand, hand_started)
     assert hand_final == final, "the hand copy trained differently from the script with the same seed"
 
     record = json.loads(out.read_text(encoding="utf-8"))
