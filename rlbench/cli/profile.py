@@ -96,7 +96,7 @@ def build_profile_parser() -> Parser:
         type=float,
         default=None,
         metavar="S",
-        help="end a repeat that runs longer than S seconds (default: no limit)",
+        help="end a repeat that runs longer than S seconds, the exit after the script's last line included (default: none)",
     )
     p.add_argument(
         "--count-ops",
