@@ -338,8 +338,8 @@ def run_profile(
             outcome.interrupted = True
             outcome.exit_code = interrupt_exit_code(exc)
             if outcome.exiting is not None:  # the user's Ctrl-C ends the exiting child too
-                exiting, outcome.exiting = outcome.exiting, None
-                end_group(exiting.proc, grace_s=5.0)
+                outcome.exiting.end()
+                outcome.exiting = None
         except BaseException:
             outcome.wait_child()
             raise
@@ -469,7 +469,7 @@ def _run_repeat(
                 # interpreter's teardown): the records and the report are written meanwhile (ProfileOutcome.wait_child)
                 exiting = _Exiting(proc, deadline, where)
             else:
-                proc.wait(timeout=None if deadline is None else max(0.0, deadline - time.perf_counter()))
+                proc.wait(timeout=_left(deadline))
                 end_stragglers(proc.pid)  # what the script started and left running ends with its repeat
         except subprocess.TimeoutExpired:
             timed_out = True
@@ -544,8 +544,8 @@ def _results_signalled(proc: subprocess.Popen[Any], done_r: int, deadline: float
     import select
 
     while True:
-        left = None if deadline is None else deadline - time.perf_counter()
-        if left is not None and left <= 0:
+        left = _left(deadline)
+        if left == 0.0:
             raise subprocess.TimeoutExpired(proc.args, 0.0)
         # 1 s slices: the exit is seen even if something the child started holds the pipe open
         ready, _, _ = select.select([done_r], [], [], 1.0 if left is None else min(1.0, left))
@@ -565,11 +565,19 @@ class _Exiting:
 
     def wait(self) -> None:
         try:
-            self.proc.wait(timeout=None if self.deadline is None else max(0.0, self.deadline - time.perf_counter()))
+            self.proc.wait(timeout=_left(self.deadline))
             end_stragglers(self.proc.pid)
         except subprocess.TimeoutExpired:
             self.late = True
-            end_group(self.proc, grace_s=5.0)
+            self.end()
         except BaseException:
-            end_group(self.proc, grace_s=5.0)
+            self.end()
             raise
+
+    def end(self) -> None:
+        end_group(self.proc, grace_s=5.0)
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (``time.perf_counter``), never below 0; ``None``: no deadline."""
+    return None if deadline is None else max(0.0, deadline - time.perf_counter())

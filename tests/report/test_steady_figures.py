@@ -25,6 +25,17 @@ PER_ITER = {"env/step": 0.02, "inference": 0.01, "train/backward": 0.03, "transf
 LAYERS = {"env/step": "environment", "inference": "inference", "train/backward": "update", "transfer": "transfer"}
 
 
+def _attribution_of(
+    marks: list[IterationMark], excl: dict[str, float], *, started: float, ended: float, steps: int,
+    enters: dict[str, int], counted: int | None = None,
+) -> Attribution:  # fmt: skip
+    """An Attribution of these iterations and totals, with no events counted beyond ``enters``."""
+    return Attribution(
+        started=started, ended=ended, excl=excl, enters=enters, layers=dict(LAYERS), steps=steps, iterations=marks,
+        mem_bytes={}, cuda_peak_bytes={}, transitions=0, passthrough=0, merges=0, mem_marks=0, counted_iteration=counted,
+    )  # fmt: skip
+
+
 def _attribution() -> Attribution:
     warm = {"env/step": 6.0, "train/backward": 0.05}  # the prefill: env steps and the first update, no inference
     marks, excl, t = [IterationMark(0.0, 0, {})], dict(warm), 10.0
@@ -35,22 +46,8 @@ def _attribution() -> Attribution:
             excl[p] = excl.get(p, 0.0) + s
         t += 0.1
         steps += 1
-    return Attribution(
-        started=0.0,
-        ended=t,
-        excl=excl,
-        enters={"env/step": PREFILL_STEPS + STEADY, "inference": STEADY, "train/backward": STEADY + 1, "transfer": STEADY},
-        layers=dict(LAYERS),
-        steps=steps,
-        iterations=marks,
-        mem_bytes={},
-        cuda_peak_bytes={},
-        transitions=0,
-        passthrough=0,
-        merges=0,
-        mem_marks=0,
-        counted_iteration=None,
-    )
+    enters = {"env/step": PREFILL_STEPS + STEADY, "inference": STEADY, "train/backward": STEADY + 1, "transfer": STEADY}
+    return _attribution_of(marks, excl, started=0.0, ended=t, steps=steps, enters=enters)
 
 
 def _run(device: str = "cpu") -> RunData:
@@ -128,21 +125,8 @@ def test_the_array_form_of_the_steady_state_matches_a_span_by_span_reference(cou
             excl[p] = excl.get(p, 0.0) + rng.uniform(0.001, 0.01)
         t += rng.uniform(0.02, 0.05)
         steps += rng.randint(1, 4)
-    r = Attribution(
-        started=1.0,
-        ended=t + 0.01,
-        excl=excl,
-        enters=dict.fromkeys(excl, 1),
-        layers=dict(LAYERS),
-        steps=steps + 1,
-        iterations=marks,
-        mem_bytes={},
-        cuda_peak_bytes={},
-        transitions=0,
-        passthrough=0,
-        merges=0,
-        mem_marks=0,
-        counted_iteration=counted,
+    r = _attribution_of(
+        marks, excl, started=1.0, ended=t + 0.01, steps=steps + 1, enters=dict.fromkeys(excl, 1), counted=counted
     )
     got = {m.name: m for m in attribution_metrics(r)}
 
