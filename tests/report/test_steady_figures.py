@@ -36,8 +36,9 @@ def _attribution_of(
     )  # fmt: skip
 
 
-def _attribution() -> Attribution:
-    warm = {"env/step": 6.0, "train/backward": 0.05}  # the prefill: env steps and the first update, no inference
+def _attribution(first_update_s: float = 0.05) -> Attribution:
+    # the prefill: env steps and the first update, no inference
+    warm = {"env/step": 6.0, "train/backward": first_update_s}
     marks, excl, t = [IterationMark(0.0, 0, {})], dict(warm), 10.0
     steps = PREFILL_STEPS
     for _ in range(STEADY):
@@ -50,8 +51,8 @@ def _attribution() -> Attribution:
     return _attribution_of(marks, excl, started=0.0, ended=t, steps=steps, enters=enters)
 
 
-def _run(device: str = "cpu") -> RunData:
-    metrics = attribution_metrics(_attribution())
+def _run(device: str = "cpu", first_update_s: float = 0.05) -> RunData:
+    metrics = attribution_metrics(_attribution(first_update_s))
     records = metric_records(
         metrics,
         run_id="r",
@@ -91,6 +92,22 @@ def test_a_replay_prefill_is_named_and_not_ranked_against_the_steady_state():
     assert not any("lazy kernel init" in f.action for f in found)
     table = "\n".join(bottlenecks_section(found))
     assert re.search(r"\| – \| Replay prefill", table)
+
+
+def test_a_prefill_with_a_slow_first_update_names_both_with_their_seconds():
+    # a GPU run: the first update holds the lazy CUDA/cuBLAS set-up, 3 s of the first iteration's 9 s
+    d = _run("cuda", first_update_s=3.0)
+    found = findings(d, breakdown(d))
+    warm = [f for f in found if not f.ranked]
+    assert len(warm) == 1 and warm[0].title == "Replay prefill and first update (first iteration)"
+    # the first iteration spans 10 s (the first steady mark): 7 s of it outside updates
+    assert "prefill (learning_starts) of 5,000 agent steps of random acting before the first update (7.00 s outside" in (
+        warm[0].evidence
+    )
+    # a steady iteration's update is 30 ms: the first one is 100x that
+    assert "the first update, 3.00 s, 100× a steady iteration's update (30.0 ms)" in warm[0].evidence
+    assert "learning_starts" in warm[0].action and "lazy kernel init" in warm[0].action
+    assert found[-1] is warm[0]
 
 
 def test_transfer_advice_on_a_cpu_only_run_speaks_of_numpy_tensor_conversion():
