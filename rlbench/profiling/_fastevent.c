@@ -5,9 +5,10 @@
  * within the merge gap (a merge), the transition from a pending phase to this one, and the lazy exit. It also runs
  * the cases of Attributor.enter and enter_forward that occur once per minibatch while the training forward is open
  * (see leave_forward and in_forward), and acting's two common cases (acting_call): the policy's next call while it
- * acts, and acting after a pending phase. An Event built with `mark` is instead a grad-mode block's __enter__ or
- * __exit__ (mark_call). Everything else (the first phase under a parent, an env step that starts an iteration, a
- * module call outside the open training forward that is not acting's common case (a target, the forward's first
+ * acts, and acting after a pending phase; an env step that starts a training iteration, in its common case
+ * (start_iteration: an off-policy loop that updates every step starts one per env step). An Event built with `mark`
+ * is instead a grad-mode block's __enter__ or __exit__ (mark_call). Everything else (the first phase under a parent,
+ * an iteration with memory marks or op counting, the first iteration, a module call outside the open training forward that is not acting's common case (a target, the forward's first
  * call, a module called for the first time), op counting, traces, memory marks, an env class seen for the first
  * time, an inner env to shadow) goes to the Python wrapper it was built with (`fallback`), or to
  * Attributor.enter/exit, exactly as the Python wrapper would.
@@ -25,16 +26,21 @@ enum {
     S_DEPTH, S_PENDING, S_AUTO_NAME, S_T_EXIT, S_T, S_MERGED, S_MERGES, S_SLOW, S_EXTRAS,
     S_UPDATED, S_STARTED, S_STACK, S_EXCL, S_ENTERS, S_PARENT, S_PASSTHROUGH, S_ENV_SELF, S_ENV_IDS, S_STEPS,
     S_MEM_LEFT, S_KINDS, S_FORWARD_NAMES, S_ENV_WIDTH, S_BLOCKS, S_BLOCK_T, S_ACT_RETURN, S_SEEN,
-    S_PROFILER_ENABLED, S_SAVED_DEPTH, S_N
+    S_PROFILER_ENABLED, S_SAVED_DEPTH, S_ITERATION_T, S_ITERATION_STEPS, S_ITERATION_EXCL, S_MEMORY, S_MEM_ON,
+    S_RF_ON, S_COUNT_ITERATION, S_N
 };
 static const char *slot_names[S_N] = {
     "depth", "pending", "auto_name", "t_exit", "t", "merged", "merges", "slow", "extras",
     "updated", "started", "stack", "excl", "enters", "parent", "passthrough", "env_self", "env_ids", "steps",
     "_mem_left", "kinds", "forward_names", "env_width", "blocks", "block_t", "act_return", "seen_modules",
-    "profiler_enabled", "saved_depth",
+    "profiler_enabled", "saved_depth", "iteration_t", "iteration_steps", "iteration_excl", "memory", "mem_on",
+    "rf_on", "count_iteration",
 };
 /* Attributor.extras when memory marks are the only extra on (attribution.MEMORY_ONLY) */
 #define MEMORY_ONLY 2
+/* attribution.MEMORY_FIRST, MEMORY_EVERY: the iterations with memory marks (the module exports them: a test compares) */
+#define MEMORY_FIRST 2
+#define MEMORY_EVERY 32
 
 /* roles and phase kinds (attribution.py), skips (autohooks.py) */
 enum { ENV = 0, UPDATE = 1, INFER = 2, NEST = 3 };
@@ -312,6 +318,8 @@ leave_forward(Event *e, double now)
 }
 
 static int inline_ok(Event *e);
+static int env_iteration(Event *e);
+static int start_iteration(Event *e, double now);
 
 /* the kind of the frame on top of the stack (attribution.AUTO ...), -1 for an empty stack */
 static long
@@ -328,8 +336,10 @@ top_kind(Event *e)
 static int
 leave_acting(Event *e, double now)
 {
-    if (e->role == ENV && (truth(SLOT(e, S_UPDATED)) || SLOT(e, S_STARTED) == Py_None)) return 0;
     if (e->role != ENV && e->role != INFER) return 0;
+    int iteration = env_iteration(e);
+    if (iteration < 0) return -1;
+    if (iteration == 2) return 0;
     if (e->role == INFER) { /* _close_acting(split=True) splits where the policy's last call returned before now */
         double last = as_double(SLOT(e, S_ACT_RETURN));
         if (as_double(SLOT(e, S_T)) <= last && last < now) return 0;
@@ -337,7 +347,7 @@ leave_acting(Event *e, double now)
     int ok = inline_ok(e);
     if (ok <= 0) return ok;
     set_slot(e, S_DEPTH, Py_NewRef(one));
-    if (replace_top(e, now, now) < 0) return -1;
+    if (replace_top(e, now, now) < 0 || (iteration && start_iteration(e, now) < 0)) return -1;
     PyObject *kinds = SLOT(e, S_KINDS);
     PyList_SetItem(kinds, PyList_GET_SIZE(kinds) - 1, Py_NewRef(zero)); /* AUTO */
     return 1;
@@ -398,6 +408,62 @@ inline_ok(Event *e)
     return new_due < 0 ? -1 : !new_due;
 }
 
+/* for an env step: whether it starts a training iteration (Attributor.enter: the first env event, or one after an
+ * update) that this file may start inline (start_iteration). 0: no iteration to start; 1: one, inline; 2: one, but
+ * Attributor._new_iteration's other cases apply (the first iteration, an extra on or due: memory marks, op counting,
+ * a trace or torch profiler ranges, or the slow path), so the Python path runs it; -1: error */
+static int
+env_iteration(Event *e)
+{
+    if (e->role != ENV) return 0;
+    int first = SLOT(e, S_STARTED) == Py_None;
+    if (!first && !truth(SLOT(e, S_UPDATED))) return 0;
+    if (first || truth(SLOT(e, S_SLOW)) || truth(SLOT(e, S_EXTRAS))) return 2;
+    Py_ssize_t index = PyList_GET_SIZE(SLOT(e, S_ITERATION_T));
+    if (truth(SLOT(e, S_MEMORY)) && (index < MEMORY_FIRST || index % MEMORY_EVERY == 0)) return 2;
+    PyObject *counted = SLOT(e, S_COUNT_ITERATION);
+    if (counted != Py_None) {
+        Py_ssize_t c = PyLong_AsSsize_t(counted);
+        if (c == -1 && PyErr_Occurred()) return -1;
+        if (c == index) return 2;
+    }
+    PyObject *on = PyObject_CallNoArgs(SLOT(e, S_PROFILER_ENABLED));
+    if (on == NULL) return -1;
+    int rf = truth(on);
+    Py_DECREF(on);
+    return rf ? 2 : 1;
+}
+
+/* Attributor._new_iteration's common case (env_iteration said 1), once the time up to `now` is booked: the iteration's
+ * start, its agent steps so far and a snapshot of the exclusive times (a plain dict of floats, untracked by the garbage
+ * collector, as the Python comprehension builds it). No memory mark is due, nothing is counted, no profiler runs: the
+ * extras stay off. (Attributor._cuda is read only by memory marks, whose iterations are Python's: it is set there.) */
+static int
+start_iteration(Event *e, double now)
+{
+    PyObject *excl = SLOT(e, S_EXCL), *snap = PyDict_New();
+    if (snap == NULL) return -1;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(excl, &pos, &k, &v)) {
+        if (PyDict_SetItem(snap, k, v) < 0) {
+            Py_DECREF(snap);
+            return -1;
+        }
+    }
+    PyObject *t = PyFloat_FromDouble(now);
+    int r = t == NULL ? -1 : PyList_Append(SLOT(e, S_ITERATION_T), t);
+    Py_XDECREF(t);
+    if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_STEPS), SLOT(e, S_STEPS));
+    if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_EXCL), snap);
+    Py_DECREF(snap);
+    if (r < 0) return -1;
+    set_slot(e, S_UPDATED, Py_NewRef(Py_False));
+    set_slot(e, S_MEM_ON, Py_NewRef(Py_False));
+    set_slot(e, S_RF_ON, Py_NewRef(Py_False));
+    return 0;
+}
+
 /* Attributor._push without its extras: `path` (not stolen) opens under `top`, the phase on top, from `now`; the gap
  * since the last transition goes to `top`, and calls merged into it are counted */
 static int
@@ -417,14 +483,16 @@ push_path(Event *e, PyObject *top, PyObject *path, PyObject *kind, double now)
 
 /* Attributor.enter with nothing pending and nothing to close: the stack is empty or an explicit phase is on top
  * (a library's label), and this phase is pushed on it (Attributor._push, from the open grad-mode block's start for
- * an inference call), where no memory mark is due and no other extra is on. An env step that starts an iteration is
- * Python's. 1: done; 0: not this case */
+ * an inference call), where no memory mark is due and no other extra is on; an env step may start an iteration
+ * (env_iteration). 1: done; 0: not this case */
 static int
 push_phase(Event *e, double now)
 {
     long kind = top_kind(e);
     if (kind != -1 && kind != EXPLICIT) return 0;
-    if (e->role == ENV && (truth(SLOT(e, S_UPDATED)) || SLOT(e, S_STARTED) == Py_None)) return 0;
+    int iteration = env_iteration(e);
+    if (iteration < 0) return -1;
+    if (iteration == 2) return 0;
     PyObject *stack = SLOT(e, S_STACK);
     Py_ssize_t n = PyList_GET_SIZE(stack);
     PyObject *top = n > 0 ? PyList_GET_ITEM(stack, n - 1) : str_empty;
@@ -448,7 +516,7 @@ push_phase(Event *e, double now)
     set_slot(e, S_DEPTH, Py_NewRef(one));
     int r = push_path(e, top, path, zero, now); /* AUTO */
     Py_DECREF(path);
-    if (r < 0) return -1;
+    if (r < 0 || (iteration && start_iteration(e, now) < 0)) return -1;
     if (e->role == UPDATE) set_slot(e, S_UPDATED, Py_NewRef(Py_True));
     set_slot(e, S_AUTO_NAME, Py_NewRef(e->name));
     return 1;
@@ -461,7 +529,7 @@ timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     double now = read_clock(e);
     if (PyErr_Occurred()) return NULL;
     int pending = truth(SLOT(e, S_PENDING));
-    int same = 0, ok;
+    int same = 0, ok, iteration = 0;
     if (pending) {
         same = PyObject_RichCompareBool(SLOT(e, S_AUTO_NAME), e->name, Py_EQ);
         if (same < 0) return NULL;
@@ -477,10 +545,11 @@ timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         if (add_long(e, S_MERGED, 1) < 0) return NULL;
         set_slot(e, S_DEPTH, Py_NewRef(one));
     }
-    else if (pending && PyList_GET_SIZE(SLOT(e, S_STACK)) > 0 &&
-             (e->role != ENV || !(truth(SLOT(e, S_UPDATED)) || SLOT(e, S_STARTED) == Py_None)) &&
-             (ok = inline_ok(e)) != 0) {
-        if (ok < 0 || transition(e, now) < 0) return NULL;
+    else if (pending && PyList_GET_SIZE(SLOT(e, S_STACK)) > 0 && (iteration = env_iteration(e)) != 2 &&
+             (iteration < 0 || (ok = inline_ok(e)) != 0)) {
+        /* the pending phase closes at its t_exit, this one opens: an iteration it starts begins after that booking */
+        if (iteration < 0 || ok < 0 || transition(e, now) < 0) return NULL;
+        if (iteration && start_iteration(e, now) < 0) return NULL;
     }
     else if (!pending && e->role != UPDATE && top_kind(e) == ACTING && !truth(SLOT(e, S_SLOW)) &&
              (e->role == NEST || (ok = leave_acting(e, now)) != 0)) {
@@ -1229,7 +1298,10 @@ PyInit__fastevent(void)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "Event", (PyObject *)&EventType) < 0) {
+    if (PyModule_AddIntConstant(m, "MEMORY_ONLY", MEMORY_ONLY) < 0 ||
+        PyModule_AddIntConstant(m, "MEMORY_FIRST", MEMORY_FIRST) < 0 ||
+        PyModule_AddIntConstant(m, "MEMORY_EVERY", MEMORY_EVERY) < 0 ||
+        PyModule_AddObjectRef(m, "Event", (PyObject *)&EventType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -60,6 +60,8 @@ def _structure(monkeypatch, python: bool, loop) -> tuple:
     with Session(Settings(count_iteration=1, memory=True)) as s:  # memory marks: the compiled hooks skip them inline
         loop()
     r = s.outcome.attribution
+    # each iteration's start: the agent steps before it and the phases its snapshot holds (every one is positive)
+    marks = [(m.steps, list(m.excl), all(v >= 0 for v in m.excl.values())) for m in r.iterations]
     return (
         r.enters,
         r.merges,
@@ -70,6 +72,7 @@ def _structure(monkeypatch, python: bool, loop) -> tuple:
         r.counts,
         r.layers,
         r.mem_marks,
+        marks,
     )
 
 
@@ -185,10 +188,30 @@ def test_compiled_and_python_hooks_book_the_same_phases_merges_and_counts(monkey
     assert steps > 0 and iterations in (6, 8) and "env/step" in enters
 
 
+@pytest.mark.slow
+def test_iterations_started_in_c_match_python_across_memory_marked_iterations(monkeypatch):
+    # an off-policy loop that updates every step starts an iteration per env step: the compiled hooks start it inline
+    # except where memory marks are due (the first MEMORY_FIRST iterations, then every MEMORY_EVERY-th), which
+    # Python starts; 40 iterations cross the 32nd. Snapshots, steps and marks must be the Python hooks' own.
+    from rlbench.profiling import _fastevent, attribution
+
+    assert (_fastevent.MEMORY_FIRST, _fastevent.MEMORY_EVERY, _fastevent.MEMORY_ONLY) == (
+        attribution.MEMORY_FIRST,
+        attribution.MEMORY_EVERY,
+        attribution.MEMORY_ONLY,
+    )
+    compiled = _structure(monkeypatch, False, lambda: _off_policy_loop(40))
+    python = _structure(monkeypatch, True, lambda: _off_policy_loop(40))
+    assert compiled == python
+    marks = compiled[-1]
+    assert len(marks) == 40 and [m[0] for m in marks] == list(range(40)) and all(m[2] for m in marks)
+    assert compiled[8] > 0  # memory marks were taken (in the iterations Python starts)
+
+
 def test_acting_targets_labels_and_grad_blocks_run_in_c(monkeypatch):
     # past a loop's first iterations (memory marks, modules seen for the first time), acting, the env step after it,
-    # a no_grad target from an empty stack, a replay label (and the transfer inside it) and the grad-mode blocks stay
-    # in C: per off-policy step only the iteration's start (and the training forward's first call) reach Python
+    # a no_grad target from an empty stack, a replay label (and the transfer inside it), the grad-mode blocks and the
+    # env step that starts an iteration stay in C: past the first iterations, only the target updates reach Python
     names = ("enter", "enter_forward", "enter_acting", "open_explicit", "close_explicit", "block_enter")
 
     def python_calls(python: bool, iterations: int) -> int:
@@ -197,7 +220,8 @@ def test_acting_targets_labels_and_grad_blocks_run_in_c(monkeypatch):
     extra_python = python_calls(True, 12) - python_calls(True, 6)
     extra_compiled = python_calls(False, 12) - python_calls(False, 6)
     assert extra_python >= 6 * 8  # acting, env step, 2 labels opened and closed, the transfer, the target, forward
-    assert extra_compiled <= 6 * 2 + 2  # the env step that starts an iteration, the forward's first call
+    assert extra_compiled <= 2  # the polyak loop's two target updates (whose writes Python checks); was 8 when each
+    # env step that starts an iteration went to Python
 
 
 def test_a_raising_call_ends_its_phase_and_the_exception_goes_through(monkeypatch):
