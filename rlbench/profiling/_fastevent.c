@@ -8,10 +8,10 @@
  * acts, and acting after a pending phase; an env step that starts a training iteration, in its common case
  * (start_iteration: an off-policy loop that updates every step starts one per env step). An Event built with `mark`
  * is instead a grad-mode block's __enter__ or __exit__ (mark_call). Everything else (the first phase under a parent,
- * an iteration with memory marks or op counting, the first iteration, a module call outside the open training forward that is not acting's common case (a target, the forward's first
- * call, a module called for the first time), op counting, traces, memory marks, an env class seen for the first
- * time, an inner env to shadow) goes to the Python wrapper it was built with (`fallback`), or to
- * Attributor.enter/exit, exactly as the Python wrapper would.
+ * the first iteration and those with memory marks or op counting, a module call outside the open training forward
+ * that is not acting's common case (a target, the forward's first call, a module called for the first time), op
+ * counting, traces, memory marks, an env class seen for the first time, an inner env to shadow) goes to the Python
+ * wrapper it was built with (`fallback`), or to Attributor.enter/exit, exactly as the Python wrapper would.
  *
  * The Attributor stays a plain Python class with __slots__. An Event reads and writes its slots directly at the
  * offsets of their member descriptors, found once when it is built, so Python code sees ordinary attributes and
@@ -38,7 +38,7 @@ static const char *slot_names[S_N] = {
 };
 /* Attributor.extras when memory marks are the only extra on (attribution.MEMORY_ONLY) */
 #define MEMORY_ONLY 2
-/* attribution.MEMORY_FIRST, MEMORY_EVERY: the iterations with memory marks (the module exports them: a test compares) */
+/* attribution.MEMORY_FIRST, MEMORY_EVERY: the iterations with memory marks (exported: a test compares them) */
 #define MEMORY_FIRST 2
 #define MEMORY_EVERY 32
 

@@ -547,6 +547,8 @@ class Attributor:
 
     # --- iterations -----------------------------------------------------------------------------------------------
     def _new_iteration(self, now: float) -> None:
+        # the compiled hooks run the common case themselves (an iteration with no memory mark due, nothing counted and
+        # no torch profiler: _fastevent.c's env_iteration and start_iteration): a change here goes there too
         self._book(now)
         if self.started is None:
             self.started = now
