@@ -370,12 +370,12 @@ class Attributor:
                 self.cuda_peak_bytes[path] = max(self.cuda_peak_bytes.get(path, 0.0), peak)
             torch.cuda.reset_peak_memory_stats()
 
-    def _close_sticky(self, now: float) -> None:
+    def _close_sticky(self, now: float, split: bool = True) -> None:
         kind = self.kinds[-1] if self.kinds else AUTO
         if kind == STICKY:
             self._pop(now)
         elif kind == ACTING:
-            self._close_acting(now, split=True)
+            self._close_acting(now, split=split)
 
     # --- automatic events (called by the hooks) -------------------------------------------------------------------
     def _settle(self) -> None:
@@ -535,10 +535,16 @@ class Attributor:
         self._push(name, layer, EXPLICIT, now)
 
     def close_explicit(self) -> None:
-        """Close the innermost explicit phase (and a sticky forward left open inside it)."""
+        """Close the innermost explicit phase (and a sticky forward left open inside it).
+
+        Acting left open inside a labelled inference (SB3's ``predict``: the obs conversion, the policy's call, the
+        action's conversion) ends with the label, whole: what followed the policy's last call is still acting, not
+        the advantage that follows a rollout (:meth:`_close_acting`).
+        """
         now = self._now()
         self._settle()
-        self._close_sticky(now)
+        inside = self.stack[-2] if len(self.stack) > 1 and self.kinds[-1] == ACTING else ""
+        self._close_sticky(now, split=self.layers.get(inside) != "inference")
         while self.kinds and self.kinds[-1] != EXPLICIT:  # an automatic phase left open by an exception
             self._pop(now)
         if self.kinds:

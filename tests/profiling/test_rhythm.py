@@ -210,6 +210,32 @@ def test_gae_in_the_block_that_bootstraps_the_last_value_is_advantage():
     assert r.layers["advantage"] == "advantage" and r.enters["advantage"] == 4
 
 
+def test_acting_inside_a_labelled_inference_ends_with_the_label_and_is_no_advantage():
+    # SB3's predict, shaped: a labelled inference holding the obs conversion (a transfer, pending when the policy is
+    # called, so acting opens inside the label), the policy on the env's batch, then the action's conversion; the
+    # label ends before the env step. What follows the policy's call is inference, not the advantage of a rollout.
+    envs = gym.vector.SyncVectorEnv([lambda: SlowEnv(0.5 * MS)])
+    net = SlowNet(forward_s=0.5 * MS)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    with _session() as s:
+        obs, _ = envs.reset(seed=0)
+        for _ in range(6):
+            with rlbench.phase("predict", "inference"), torch.no_grad():
+                x = torch.as_tensor(obs)
+                a = net(x).argmax(1)
+                spin(2 * MS)  # the action's conversion and reshaping, slowed
+                action = a.numpy()
+            obs, *_ = envs.step(action)
+            loss = net(torch.zeros(16, 4)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    r = s.outcome.attribution
+    assert not any(p.endswith("advantage") for p in r.excl), r.excl
+    inference = sum(v for p, v in r.excl.items() if r.layers.get(p) == "inference")
+    assert inference >= 6 * 2.5 * MS * 0.9, r.excl  # the policy's call and the conversion after it, every step
+
+
 def test_a_threaded_trainer_is_reported_and_its_phases_stay_off_the_main_stack():
     def work():
         with rlbench.phase("worker"):  # another thread's phase: not on the main thread's stack
