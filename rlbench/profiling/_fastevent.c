@@ -27,14 +27,14 @@ enum {
     S_UPDATED, S_STARTED, S_STACK, S_EXCL, S_ENTERS, S_PARENT, S_PASSTHROUGH, S_ENV_SELF, S_ENV_IDS, S_STEPS,
     S_MEM_LEFT, S_KINDS, S_FORWARD_NAMES, S_ENV_WIDTH, S_BLOCKS, S_BLOCK_T, S_ACT_RETURN, S_SEEN,
     S_PROFILER_ENABLED, S_SAVED_DEPTH, S_ITERATION_T, S_ITERATION_STEPS, S_ITERATION_EXCL, S_MEMORY, S_MEM_ON,
-    S_RF_ON, S_COUNT_ITERATION, S_N
+    S_RF_ON, S_COUNT_ITERATION, S_LAYERS, S_N
 };
 static const char *slot_names[S_N] = {
     "depth", "pending", "auto_name", "t_exit", "t", "merged", "merges", "slow", "extras",
     "updated", "started", "stack", "excl", "enters", "parent", "passthrough", "env_self", "env_ids", "steps",
     "_mem_left", "kinds", "forward_names", "env_width", "blocks", "block_t", "act_return", "seen_modules",
     "profiler_enabled", "saved_depth", "iteration_t", "iteration_steps", "iteration_excl", "memory", "mem_on",
-    "rf_on", "count_iteration",
+    "rf_on", "count_iteration", "layers",
 };
 /* Attributor.extras when memory marks are the only extra on (attribution.MEMORY_ONLY) */
 #define MEMORY_ONLY 2
@@ -318,6 +318,7 @@ leave_forward(Event *e, double now)
 }
 
 static int inline_ok(Event *e);
+static int iteration_due(Event *e);
 static int env_iteration(Event *e);
 static int start_iteration(Event *e, double now);
 
@@ -408,14 +409,14 @@ inline_ok(Event *e)
     return new_due < 0 ? -1 : !new_due;
 }
 
-/* for an env step: whether it starts a training iteration (Attributor.enter: the first env event, or one after an
- * update) that this file may start inline (start_iteration). 0: no iteration to start; 1: one, inline; 2: one, but
- * Attributor._new_iteration's other cases apply (the first iteration, an extra on or due: memory marks, op counting,
- * a trace or torch profiler ranges, or the slow path), so the Python path runs it; -1: error */
+/* for an event that may start a training iteration (an env step, a collector's labelled rollout): whether it starts
+ * one (Attributor.enter, open_explicit: the first, or one after an update) that this file may start inline
+ * (start_iteration). 0: no iteration to start; 1: one, inline; 2: one, but Attributor._new_iteration's other cases
+ * apply (the first iteration, an extra on or due: memory marks, op counting, a trace or torch profiler ranges, or the
+ * slow path), so the Python path runs it; -1: error */
 static int
-env_iteration(Event *e)
+iteration_due(Event *e)
 {
-    if (e->role != ENV) return 0;
     int first = SLOT(e, S_STARTED) == Py_None;
     if (!first && !truth(SLOT(e, S_UPDATED))) return 0;
     if (first || truth(SLOT(e, S_SLOW)) || truth(SLOT(e, S_EXTRAS))) return 2;
@@ -432,6 +433,13 @@ env_iteration(Event *e)
     int rf = truth(on);
     Py_DECREF(on);
     return rf ? 2 : 1;
+}
+
+/* iteration_due for an env step; 0 for any other event */
+static int
+env_iteration(Event *e)
+{
+    return e->role == ENV ? iteration_due(e) : 0;
 }
 
 /* Attributor._new_iteration's common case (env_iteration said 1), once the time up to `now` is booked: the iteration's
@@ -786,14 +794,23 @@ acting_call(Event *e, long rows, long width, PyObject *const *args, size_t nargs
 }
 
 /* autohooks._model_event's target, in C for its common case: a module called under no_grad, not on the env's batch,
- * with nothing pending and nothing on the stack (the TD target after the replay sample) opens train/target (the
- * Event e->target), as Attributor.enter would. NULL with no error set: the Python wrapper decides. */
+ * with nothing pending and nothing on the stack (the TD target after the replay sample) or a library's label on top
+ * that is not an advantage (SB3's `train`), opens train/target (the Event e->target), as Attributor.enter would. NULL
+ * with no error set: the Python wrapper decides. */
 static PyObject *
 target_call(Event *e, long rows, long width, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    if (e->target == NULL || e->target == Py_None || truth(SLOT(e, S_PENDING)) || top_kind(e) != -1 ||
+    long kind = top_kind(e);
+    if (e->target == NULL || e->target == Py_None || truth(SLOT(e, S_PENDING)) || (kind != -1 && kind != EXPLICIT) ||
         truth(SLOT(e, S_SLOW)))
         return NULL;
+    if (kind == EXPLICIT) { /* inside a labelled advantage (TorchRL's GAE calling the value network): inference */
+        PyObject *stack = SLOT(e, S_STACK);
+        PyObject *layer = PyDict_GetItemWithError(SLOT(e, S_LAYERS), PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1));
+        if (layer == NULL && PyErr_Occurred()) return NULL;
+        if (layer == NULL || !PyUnicode_Check(layer) || PyUnicode_CompareWithASCIIString(layer, "advantage") == 0)
+            return NULL;
+    }
     if (width <= 0 || rows < 0 || rows == width || !seen_module(e, args[0])) return NULL;
     Event *t = (Event *)e->target;
     double now = read_clock(e);
@@ -872,7 +889,12 @@ label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     if (PyErr_Occurred()) return NULL;
     PyObject *extras = SLOT(e, S_EXTRAS);
     if (truth(extras) && !(PyLong_CheckExact(extras) && PyLong_AsLong(extras) == MEMORY_ONLY)) fast = 0;
-    if (fast && e->mark == LABEL_ITERATION && (truth(SLOT(e, S_UPDATED)) || SLOT(e, S_STARTED) == Py_None)) fast = 0;
+    int iteration = 0; /* a collector's rollout that starts an iteration: inline in its common case */
+    if (fast && e->mark == LABEL_ITERATION) {
+        iteration = iteration_due(e);
+        if (iteration < 0) return NULL;
+        if (iteration == 2) fast = 0;
+    }
     if (fast) {
         PyObject *pe = SLOT(e, S_PROFILER_ENABLED);
         if (pe != Py_None) {
@@ -926,7 +948,9 @@ label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         int r = explicit_kind == NULL ? -1 : push_path(e, top, path, explicit_kind, now);
         Py_DECREF(path);
         Py_XDECREF(explicit_kind);
-        if (r < 0) return NULL;
+        /* the snapshot after the push holds what open_explicit's _new_iteration took before it: the push booked the
+         * time up to now to the phase below and nothing to the new one */
+        if (r < 0 || (iteration && start_iteration(e, now) < 0)) return NULL;
     }
     else {
         PyObject *r = PyObject_CallMethod(e->a, "open_explicit", "OOO", e->name, e->layer,

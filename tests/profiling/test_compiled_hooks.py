@@ -208,6 +208,37 @@ def test_iterations_started_in_c_match_python_across_memory_marked_iterations(mo
     assert compiled[8] > 0  # memory marks were taken (in the iterations Python starts)
 
 
+def _sb3_dqn_loop(steps: int) -> None:
+    """SB3's DQN through ``learn()``: its collector label starts an iteration per env step, its ``predict`` label holds
+    acting, its ``train`` label holds the replay sample, the TD target under no_grad and the update."""
+    from stable_baselines3 import DQN
+
+    model = DQN("MlpPolicy", "CartPole-v1", learning_starts=50, train_freq=1, batch_size=16, seed=0, device="cpu")
+    model.learn(total_timesteps=steps)
+    model.get_env().close()
+
+
+@pytest.mark.slow
+def test_sb3_dqn_rollout_labels_and_targets_stay_in_c_and_book_what_python_books(monkeypatch):
+    # the collector's label that starts an iteration, and the TD target under SB3's `train` label, run in C past the
+    # first iterations (they went to Python once per step); what they book is the Python hooks' own
+    compiled = _structure(monkeypatch, False, lambda: _sb3_dqn_loop(240))
+    python = _structure(monkeypatch, True, lambda: _sb3_dqn_loop(240))
+    assert compiled == python
+    enters, iterations = compiled[0], compiled[4]
+    assert iterations >= 180 and enters["train/target"] >= 150 and enters["collect"] >= 200  # learning starts at 50
+
+    names = ("enter", "open_explicit")
+
+    def python_calls(python: bool, steps: int) -> int:
+        return _attributor_calls(monkeypatch, python, names, lambda: _sb3_dqn_loop(steps))
+
+    extra_python = python_calls(True, 200) - python_calls(True, 100)
+    extra_compiled = python_calls(False, 200) - python_calls(False, 100)
+    assert extra_python >= 100 * 3  # per step: the collector's label, the target, and more
+    assert extra_compiled <= 5, (extra_python, extra_compiled)  # was 2 per step (200): the rollout label, the target
+
+
 def test_acting_targets_labels_and_grad_blocks_run_in_c(monkeypatch):
     # past a loop's first iterations (memory marks, modules seen for the first time), acting, the env step after it,
     # a no_grad target from an empty stack, a replay label (and the transfer inside it), the grad-mode blocks and the
