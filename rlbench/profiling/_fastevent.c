@@ -795,15 +795,32 @@ acting_call(Event *e, long rows, long width, PyObject *const *args, size_t nargs
 
 /* autohooks._model_event's target, in C for its common case: a module called under no_grad, not on the env's batch,
  * with nothing pending and nothing on the stack (the TD target after the replay sample) or a library's label on top
- * that is not an advantage (SB3's `train`), opens train/target (the Event e->target), as Attributor.enter would. NULL
- * with no error set: the Python wrapper decides. */
+ * that is not an advantage (SB3's `train`), opens train/target (the Event e->target), as Attributor.enter would; with
+ * train/target pending, the next such call continues it (a merge). NULL with no error set: the Python wrapper
+ * decides. */
 static PyObject *
 target_call(Event *e, long rows, long width, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
+    if (e->target == NULL || e->target == Py_None || truth(SLOT(e, S_SLOW))) return NULL;
+    if (truth(SLOT(e, S_PENDING))) { /* the target's next call (SAC's second critic, the next action's log-pi) */
+        if (width <= 0 || rows < 0 || rows == width || !seen_module(e, args[0])) return NULL;
+        Event *t = (Event *)e->target;
+        int same = PyObject_RichCompareBool(SLOT(e, S_AUTO_NAME), t->name, Py_EQ);
+        if (same <= 0) return NULL; /* (an error from the comparison is left set) */
+        double now = read_clock(e);
+        if (PyErr_Occurred()) return NULL;
+        /* Attributor.enter merges it into the pending train/target: within the merge gap, or anywhere inside the
+         * grad-mode block that target opened in */
+        double block_t = as_double(SLOT(e, S_BLOCK_T));
+        if (!(now - as_double(SLOT(e, S_T_EXIT)) < t->gap || (as_double(SLOT(e, S_T)) >= block_t && block_t > 0.0)))
+            return NULL;
+        set_slot(e, S_PENDING, Py_NewRef(Py_False));
+        if (add_long(e, S_MERGED, 1) < 0) return NULL;
+        set_slot(e, S_DEPTH, Py_NewRef(one));
+        return finish(t, PyObject_Vectorcall(e->fn, args, nargsf, kwnames));
+    }
     long kind = top_kind(e);
-    if (e->target == NULL || e->target == Py_None || truth(SLOT(e, S_PENDING)) || (kind != -1 && kind != EXPLICIT) ||
-        truth(SLOT(e, S_SLOW)))
-        return NULL;
+    if (kind != -1 && kind != EXPLICIT) return NULL;
     if (kind == EXPLICIT) { /* inside a labelled advantage (TorchRL's GAE calling the value network): inference */
         PyObject *stack = SLOT(e, S_STACK);
         PyObject *layer = PyDict_GetItemWithError(SLOT(e, S_LAYERS), PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1));

@@ -116,7 +116,7 @@ def _minibatch_loop(minibatches: int = 6) -> None:
             opt.step()
 
 
-def _off_policy_loop(iterations: int = 8) -> None:
+def _off_policy_loop(iterations: int = 8, target_calls: int = 1) -> None:
     """CleanRL's DQN, shaped: acting with grad on one env, a replay buffer found by shape (its sample converts to a
     tensor inside the label), a TD target under no_grad from an empty stack, the training forward, a polyak loop."""
     import numpy as np
@@ -142,8 +142,8 @@ def _off_policy_loop(iterations: int = 8) -> None:
         rb.add(obs)
         obs = next_obs
         data = rb.sample(16)
-        with torch.no_grad():
-            target = 1.0 + 0.99 * tq(data).max(1)[0]
+        with torch.no_grad():  # SAC's: the next action's log-pi and two target critics in one block
+            target = 1.0 + 0.99 * sum(tq(data).max(1)[0] for _ in range(target_calls))
         loss = (q(data).max(1)[0] - target).pow(2).mean()
         opt.zero_grad()
         loss.backward()
@@ -177,8 +177,8 @@ def _sampling_policy_loop() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "loop",
-    [known_loop, _wrapped_envs_loop, _minibatch_loop, _off_policy_loop, _sampling_policy_loop],
-    ids=["vector-env-ppo-shape", "wrapped-env", "minibatches", "off-policy", "sampling-policy"],
+    [known_loop, _wrapped_envs_loop, _minibatch_loop, _off_policy_loop, lambda: _off_policy_loop(8, 3), _sampling_policy_loop],
+    ids=["vector-env-ppo-shape", "wrapped-env", "minibatches", "off-policy", "sac-shaped-target", "sampling-policy"],
 )
 def test_compiled_and_python_hooks_book_the_same_phases_merges_and_counts(monkeypatch, loop):
     compiled = _structure(monkeypatch, False, loop)
@@ -251,6 +251,11 @@ def test_acting_targets_labels_and_grad_blocks_run_in_c(monkeypatch):
     extra_python = python_calls(True, 12) - python_calls(True, 6)
     extra_compiled = python_calls(False, 12) - python_calls(False, 6)
     assert extra_python >= 6 * 8  # acting, env step, 2 labels opened and closed, the transfer, the target, forward
+    # a SAC-shaped target block (three target calls): the second and third continue the first in C (were 2 x 6 more)
+    sac_shaped = _attributor_calls(monkeypatch, False, names, lambda: _off_policy_loop(12, 3)) - _attributor_calls(
+        monkeypatch, False, names, lambda: _off_policy_loop(6, 3)
+    )
+    assert sac_shaped <= 2, sac_shaped
     assert extra_compiled <= 2  # the polyak loop's two target updates (whose writes Python checks); was 8 when each
     # env step that starts an iteration went to Python
 
