@@ -912,7 +912,7 @@ label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         if (iteration < 0) return NULL;
         if (iteration == 2) fast = 0;
     }
-    if (fast) {
+    if (fast && iteration != 1) { /* (iteration_due has found the profiler off) */
         PyObject *pe = SLOT(e, S_PROFILER_ENABLED);
         if (pe != Py_None) {
             PyObject *on = PyObject_CallNoArgs(pe);

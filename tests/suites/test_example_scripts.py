@@ -120,14 +120,18 @@ def _start(path: Path, flag: str, logs: Path, env: dict[str, str] | None = None)
     return proc, out, err
 
 
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 def _finish(path: Path, started: tuple[subprocess.Popen, Path, Path]) -> str:
     proc, out, err = started
     try:
         code = proc.wait(timeout=180)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _kill(proc)
     stdout, stderr = out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8")
     assert code == 0, f"{path.name} failed:\n{stdout[-2000:]}\n{stderr[-4000:]}"
     lines = stdout.strip().splitlines()
@@ -167,14 +171,12 @@ def _check_script_and_hand_copy(name: str, tmp_path: Path) -> None:
     try:
         hand_started = _start(hand, flag, tmp_path, env={**os.environ, "RLBENCH_HAND_OUT": str(out)})
     except BaseException:
-        started[0].kill()
-        started[0].wait()
+        _kill(started[0])
         raise
     try:
         final = _finish(script, started)
     except BaseException:
-        hand_started[0].kill()
-        hand_started[0].wait()
+        _kill(hand_started[0])
         raise
     hand_final = _finish(hand, hand_started)
     assert hand_final == final, "the hand copy trained differently from the script with the same seed"
