@@ -27,14 +27,14 @@ enum {
     S_UPDATED, S_STARTED, S_STACK, S_EXCL, S_ENTERS, S_PARENT, S_PASSTHROUGH, S_ENV_SELF, S_ENV_IDS, S_STEPS,
     S_MEM_LEFT, S_KINDS, S_FORWARD_NAMES, S_ENV_WIDTH, S_BLOCKS, S_BLOCK_T, S_ACT_RETURN, S_SEEN,
     S_PROFILER_ENABLED, S_SAVED_DEPTH, S_ITERATION_T, S_ITERATION_STEPS, S_ITERATION_EXCL, S_MEMORY, S_MEM_ON,
-    S_RF_ON, S_COUNT_ITERATION, S_LAYERS, S_N
+    S_RF_ON, S_COUNT_ITERATION, S_LAYERS, S_PARAM_PTRS, S_PARAM_HINT, S_N
 };
 static const char *slot_names[S_N] = {
     "depth", "pending", "auto_name", "t_exit", "t", "merged", "merges", "slow", "extras",
     "updated", "started", "stack", "excl", "enters", "parent", "passthrough", "env_self", "env_ids", "steps",
     "_mem_left", "kinds", "forward_names", "env_width", "blocks", "block_t", "act_return", "seen_modules",
     "profiler_enabled", "saved_depth", "iteration_t", "iteration_steps", "iteration_excl", "memory", "mem_on",
-    "rf_on", "count_iteration", "layers",
+    "rf_on", "count_iteration", "layers", "param_ptrs", "param_hint",
 };
 /* Attributor.extras when memory marks are the only extra on (attribution.MEMORY_ONLY) */
 #define MEMORY_ONLY 2
@@ -88,7 +88,7 @@ typedef struct {
 } Event;
 
 static PyObject *str_enter, *str_exit, *str_device, *str_num_envs, *str_batch_size, *str_shape, *str_empty, *zero, *one;
-static PyObject *str_call_impl, *str_compiled_call_impl;
+static PyObject *str_call_impl, *str_compiled_call_impl, *str_inference, *str_data_ptr;
 /* Event.model: not a module call, nn.Module.__call__, or torch's own _wrapped_call_impl (whose two cases a nested call
  * runs directly: one Python frame fewer) */
 enum { NOT_MODEL = 0, MODEL = 1, MODEL_WRAPPED_CALL_IMPL = 2 };
@@ -157,6 +157,10 @@ dict_add_double(PyObject *d, PyObject *key, double x)
 {
     PyObject *old = PyDict_GetItemWithError(d, key);
     if (old == NULL && PyErr_Occurred()) return -1;
+    if (old != NULL && PyFloat_CheckExact(old) && Py_REFCNT(old) == 1) { /* the dict's alone (no snapshot shares it) */
+        ((PyFloatObject *)old)->ob_fval += x;
+        return 0;
+    }
     return dict_put(d, key, PyFloat_FromDouble((old ? as_double(old) : 0.0) + x));
 }
 
@@ -449,16 +453,9 @@ env_iteration(Event *e)
 static int
 start_iteration(Event *e, double now)
 {
-    PyObject *excl = SLOT(e, S_EXCL), *snap = PyDict_New();
+    PyObject *snap = PyDict_Copy(SLOT(e, S_EXCL)); /* a plain dict (the copy of a defaultdict's table) */
     if (snap == NULL) return -1;
-    Py_ssize_t pos = 0;
-    PyObject *k, *v;
-    while (PyDict_Next(excl, &pos, &k, &v)) {
-        if (PyDict_SetItem(snap, k, v) < 0) {
-            Py_DECREF(snap);
-            return -1;
-        }
-    }
+    if (PyObject_GC_IsTracked(snap)) PyObject_GC_UnTrack(snap); /* str keys, float values: no cycle to find */
     PyObject *t = PyFloat_FromDouble(now);
     int r = t == NULL ? -1 : PyList_Append(SLOT(e, S_ITERATION_T), t);
     Py_XDECREF(t);
@@ -723,16 +720,34 @@ seen_module(Event *e, PyObject *module)
 
 /* autohooks._model_event's training forward, in C for its common case: a module called with grad enabled, not on the
  * env's batch, right after an automatic phase that is pending (the optimizer step before the next minibatch, the
- * target before the loss): Attributor.enter_forward settles that phase and opens the sticky forward (the Event
- * e->forward_ev), where no memory mark is due. NULL with no error set: the Python wrapper decides. */
+ * target before the loss), or with nothing pending on an empty stack or under a library's label (SB3's `train`):
+ * Attributor.enter_forward settles that phase and opens the sticky forward (the Event e->forward_ev), where no memory
+ * mark is due. NULL with no error set: the Python wrapper decides. */
 static PyObject *
 forward_call(Event *e, long rows, long width, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    if (e->forward_ev == NULL || e->forward_ev == Py_None || !truth(SLOT(e, S_PENDING)) || top_kind(e) != AUTO ||
-        truth(SLOT(e, S_FORWARD_NAMES)))
-        return NULL;
+    if (e->forward_ev == NULL || e->forward_ev == Py_None || truth(SLOT(e, S_FORWARD_NAMES))) return NULL;
+    int pending = truth(SLOT(e, S_PENDING));
+    long kind = top_kind(e);
+    if (pending ? kind != AUTO : kind != -1 && kind != EXPLICIT) return NULL;
     if (rows < 0 || (width > 0 && rows == width) || !seen_module(e, args[0])) return NULL; /* acting, undecided: Python's */
     Event *f = (Event *)e->forward_ev;
+    if (!pending) { /* the forward opens on an empty stack or inside a library's label (SB3's train): pushed */
+        PyObject *stack = SLOT(e, S_STACK), *extras = SLOT(e, S_EXTRAS);
+        Py_ssize_t n = PyList_GET_SIZE(stack);
+        int extra = truth(extras);
+        if (extra && !(PyLong_CheckExact(extras) && PyLong_AsLong(extras) == MEMORY_ONLY)) return NULL;
+        PyObject *top = n > 0 ? PyList_GET_ITEM(stack, n - 1) : str_empty;
+        PyObject *path = path_under(f, top);
+        if (path == NULL) return NULL;
+        int due = extra && n == 0 ? mark_due(f, path) : 0; /* a top-level phase marks memory while marks are due */
+        double now = due ? 0.0 : read_clock(e);
+        int r = due || PyErr_Occurred() ? -1 : push_path(f, top, path, one, now); /* STICKY */
+        Py_DECREF(path);
+        if (due > 0) return NULL;
+        if (r < 0) return NULL;
+        return call_inside(e, args, nargsf, kwnames);
+    }
     int ok = inline_ok(f);
     if (ok <= 0) return NULL;
     double now = read_clock(e);
@@ -796,8 +811,9 @@ acting_call(Event *e, long rows, long width, PyObject *const *args, size_t nargs
 /* autohooks._model_event's target, in C for its common case: a module called under no_grad, not on the env's batch,
  * with nothing pending and nothing on the stack (the TD target after the replay sample) or a library's label on top
  * that is not an advantage (SB3's `train`), opens train/target (the Event e->target), as Attributor.enter would; with
- * train/target pending, the next such call continues it (a merge). NULL with no error set: the Python wrapper
- * decides. */
+ * train/target pending, the next such call continues it (a merge); with another automatic phase pending (SAC's
+ * alpha loss after the actor's optimizer step), that phase closes and the target opens. NULL with no error set: the
+ * Python wrapper decides. */
 static PyObject *
 target_call(Event *e, long rows, long width, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -806,17 +822,30 @@ target_call(Event *e, long rows, long width, PyObject *const *args, size_t nargs
         if (width <= 0 || rows < 0 || rows == width || !seen_module(e, args[0])) return NULL;
         Event *t = (Event *)e->target;
         int same = PyObject_RichCompareBool(SLOT(e, S_AUTO_NAME), t->name, Py_EQ);
-        if (same <= 0) return NULL; /* (an error from the comparison is left set) */
+        if (same < 0) return NULL;
         double now = read_clock(e);
         if (PyErr_Occurred()) return NULL;
         /* Attributor.enter merges it into the pending train/target: within the merge gap, or anywhere inside the
          * grad-mode block that target opened in */
-        double block_t = as_double(SLOT(e, S_BLOCK_T));
-        if (!(now - as_double(SLOT(e, S_T_EXIT)) < t->gap || (as_double(SLOT(e, S_T)) >= block_t && block_t > 0.0)))
-            return NULL;
-        set_slot(e, S_PENDING, Py_NewRef(Py_False));
-        if (add_long(e, S_MERGED, 1) < 0) return NULL;
-        set_slot(e, S_DEPTH, Py_NewRef(one));
+        double block_t = as_double(SLOT(e, S_BLOCK_T)), t_exit = as_double(SLOT(e, S_T_EXIT));
+        if (same && (now - t_exit < t->gap || (as_double(SLOT(e, S_T)) >= block_t && block_t > 0.0))) {
+            set_slot(e, S_PENDING, Py_NewRef(Py_False));
+            if (add_long(e, S_MERGED, 1) < 0) return NULL;
+            set_slot(e, S_DEPTH, Py_NewRef(one));
+            return finish(t, PyObject_Vectorcall(e->fn, args, nargsf, kwnames));
+        }
+        /* else the pending phase closes at its t_exit and the target opens, from the open grad-mode block's start if
+         * that came after (SAC's alpha loss: the log-pi under no_grad right after the actor's optimizer step) */
+        PyObject *kinds = SLOT(e, S_KINDS);
+        Py_ssize_t n = PyList_GET_SIZE(kinds);
+        if (n == 0 || PyLong_AsLong(PyList_GET_ITEM(kinds, n - 1)) != AUTO) return NULL;
+        if (n > 1) {
+            long below = PyLong_AsLong(PyList_GET_ITEM(kinds, n - 2));
+            if (below >= STICKY && below != EXPLICIT) return NULL; /* (a sticky phase under it: Python's) */
+        }
+        int ok = inline_ok(t);
+        if (ok <= 0) return NULL;
+        if (transition(t, block_t > t_exit ? block_t : now) < 0) return NULL;
         return finish(t, PyObject_Vectorcall(e->fn, args, nargsf, kwnames));
     }
     long kind = top_kind(e);
@@ -986,16 +1015,28 @@ label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         n = PyList_GET_SIZE(stack);
         pending = truth(SLOT(e, S_PENDING));
         kind = top_kind(e);
-        int ok = n > 0;
+        int ok = n > 0, acting = 0;
         if (ok && pending) ok = kind == AUTO && n > 1 && PyLong_AsLong(PyList_GET_ITEM(SLOT(e, S_KINDS), n - 2)) == EXPLICIT;
+        else if (ok && kind == ACTING) { /* acting left open inside a labelled inference (SB3's predict) ends with it,
+                                          * whole (close_explicit: no advantage split) */
+            ok = n > 1 && PyLong_AsLong(PyList_GET_ITEM(SLOT(e, S_KINDS), n - 2)) == EXPLICIT;
+            if (ok) {
+                PyObject *layer = PyDict_GetItemWithError(SLOT(e, S_LAYERS), PyList_GET_ITEM(stack, n - 2));
+                ok = layer != NULL && PyUnicode_Check(layer) && PyUnicode_Compare(layer, str_inference) == 0;
+            }
+            acting = ok;
+        }
         else if (ok) ok = kind == EXPLICIT;
-        if (ok) ok = pop_ok(e) == 1 && (n - (pending ? 1 : 0) > 1 || !truth(SLOT(e, S_EXTRAS)) ||
+        if (ok) ok = pop_ok(e) == 1 && (n - (pending || acting ? 1 : 0) > 1 || !truth(SLOT(e, S_EXTRAS)) ||
                                          mark_due(e, PyList_GET_ITEM(stack, 0)) == 0);
         PyErr_Clear();
         if (ok) {
             if (pending) {
                 set_slot(e, S_PENDING, Py_NewRef(Py_False));
                 ok = pop_phase(e, as_double(SLOT(e, S_T_EXIT))) == 0;
+            }
+            else if (acting) {
+                ok = pop_phase(e, now) == 0;
             }
             if (ok && pop_phase(e, now) == 0) {
                 PyObject *saved = SLOT(e, S_SAVED_DEPTH);
@@ -1027,13 +1068,52 @@ label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     return out;
 }
 
+/* a copy or lerp into a tensor at top level (autohooks._install_target_updates' op, its common cases): one that writes
+ * no watched module's parameters passes through; a copy into one while a phase is pending opens the target update
+ * (e->name, role UPDATE) or, the loop's next copy, continues it; the rest (nothing pending, the _foreach_ forms, an
+ * extra on) is the Python wrapper's */
+static PyObject *
+into_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *ptrs = SLOT(e, S_PARAM_PTRS);
+    if (PyVectorcall_NARGS(nargsf) < 1 || !PyAnySet_Check(ptrs) || PyList_Check(args[0]) || PyTuple_Check(args[0]))
+        return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+    if (PySet_GET_SIZE(ptrs) == 0) return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    PyObject *ptr = PyObject_CallMethodNoArgs(args[0], str_data_ptr);
+    int watched = ptr == NULL ? -1 : PySet_Contains(ptrs, ptr);
+    Py_XDECREF(ptr);
+    if (watched <= 0) { /* (a tensor without data: not a parameter's copy) */
+        PyErr_Clear();
+        return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    }
+    if (!truth(SLOT(e, S_PENDING)) || truth(SLOT(e, S_SLOW)) || PyList_GET_SIZE(SLOT(e, S_STACK)) == 0)
+        return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+    int same = PyObject_RichCompareBool(SLOT(e, S_AUTO_NAME), e->name, Py_EQ);
+    if (same < 0) return NULL;
+    if (same) { /* the loop's next copy: the same target update, whatever ran between (its arithmetic) */
+        set_slot(e, S_PENDING, Py_NewRef(Py_False));
+        if (add_long(e, S_MERGED, 1) < 0) return NULL;
+        set_slot(e, S_DEPTH, Py_NewRef(one));
+    }
+    else { /* the loop's first copy (Attributor.enter): the pending phase closes at its t_exit, the target update
+            * opens where the loop listed the modules' parameters (param_hint), if that came after */
+        int ok = inline_ok(e);
+        if (ok <= 0) return ok < 0 ? NULL : PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+        double now = read_clock(e);
+        if (PyErr_Occurred()) return NULL;
+        double t_exit = as_double(SLOT(e, S_T_EXIT)), hint = as_double(SLOT(e, S_PARAM_HINT));
+        if (transition(e, hint > t_exit ? hint : now) < 0) return NULL;
+    }
+    return finish(e, PyObject_Vectorcall(e->fn, args, nargsf, kwnames)); /* depth 0, t_exit now, pending again */
+}
+
 static PyObject *
 event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     if (e->mark == MARK_INTO) {
         if (truth(SLOT(e, S_DEPTH)) || PyThread_get_thread_ident() != e->thread)
             return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
-        return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+        return into_call(e, args, nargsf, kwnames);
     }
     if (e->mark >= LABEL) return label_call(e, args, nargsf, kwnames);
     if (e->mark) return mark_call(e, args, nargsf, kwnames);
@@ -1333,6 +1413,8 @@ PyInit__fastevent(void)
     str_empty = PyUnicode_InternFromString("");
     str_call_impl = PyUnicode_InternFromString("_call_impl");
     str_compiled_call_impl = PyUnicode_InternFromString("_compiled_call_impl");
+    str_inference = PyUnicode_InternFromString("inference");
+    str_data_ptr = PyUnicode_InternFromString("data_ptr");
     zero = PyLong_FromLong(0);
     one = PyLong_FromLong(1);
     if (!str_enter || !str_exit || !str_device || !str_num_envs || !str_batch_size || !str_shape || !str_empty || !str_call_impl || !str_compiled_call_impl || !zero || !one)

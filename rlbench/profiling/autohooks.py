@@ -605,13 +605,16 @@ MARK_INTO = 5  # or a copy or lerp into tensors (a target update's), passing thr
 
 def _native_mark(a: Attributor, fn: Callable[..., Any], fallback: Callable[..., Any], mark: int) -> Callable[..., Any]:
     """The compiled form of a grad-mode mark (``fallback``, :func:`_install_grad_modes`'s ``begin`` or ``end``) or of
-    a copy into tensors (``MARK_INTO``: :func:`_install_target_updates`'s ``op``, whose nested calls pass through in C),
-    or ``fallback`` itself where the extension is not built or switched off. The phases a block's end extends (acting
-    and the target) are given as its name and layer."""
+    a copy into tensors (``MARK_INTO``: :func:`_install_target_updates`'s ``op``: nested calls, copies into tensors
+    that are no watched module's parameters and a target update loop's next copy run in C), or ``fallback`` itself
+    where the extension is not built or switched off. The phases a block's end extends (acting and the target) are
+    given as a mark's name and layer; a copy's name is the target update it continues."""
     if not native_available():
         return fallback
+    name, layer, role = (TARGET_UPDATE, "update", UPDATE) if mark == MARK_INTO else (ACT, TARGET, INFER)
+    paths, path_under = path_cache(a, name, layer) if mark == MARK_INTO else ({}, str)  # (a mark opens no phase)
     hook = _fastevent.Event(
-        a, fn, fallback, ACT, TARGET, INFER, a.clock, a.thread, {}, str, MERGE_GAP_S, mark=mark,
+        a, fn, fallback, name, layer, role, a.clock, a.thread, paths, path_under, MERGE_GAP_S, mark=mark,
         direct_clock=a.clock is _perf_counter and _MONOTONIC,
     )  # fmt: skip
     return _dressed(hook, fallback, fn)
@@ -668,7 +671,8 @@ def _install_target_updates(h: Hooks) -> None:
             return timed(fn, dest, *args, **kwargs)
 
         op.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
-        return _native_mark(a, fn, op, MARK_INTO)  # an optimizer's own lerp_ (nested in its step) passes in C
+        return _native_mark(a, fn, op, MARK_INTO)  # an optimizer's own lerp_ (nested in its step) passes in C, and so
+        # does the loop's next copy (the inline merge above)
 
     for name in ("copy_", "lerp_"):
         replace_attr(h.restore, torch.Tensor, name, into_params(getattr(torch.Tensor, name), False))

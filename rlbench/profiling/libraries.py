@@ -159,9 +159,18 @@ def _sb3_utils(h: Any, module: Any) -> None:
 
 
 def _label_function(h: Any, module: Any, name: str, label: str, layer: str) -> None:
+    """Label ``module.name``. A module that imported it by name from a module labelled before it in this session
+    (``from stable_baselines3.common.utils import polyak_update``, run while profiling) holds that label already:
+    it gets the original back when profiling ends too, or the next session in this process would find it labelled
+    for an attributor that is gone, and leave it so."""
     fn = getattr(module, name, None)
-    if fn is not None and callable(fn) and not hasattr(fn, "__rlbench_wrapped__"):
+    if fn is None or not callable(fn):
+        return
+    original = getattr(fn, "__rlbench_wrapped__", None)
+    if original is None:
         replace_attr(h.restore, module, name, label_wrapper(h.a, fn, label, layer))
+    elif not any(owner is module and attr == name for owner, attr, *_ in h.restore):
+        h.restore.append((module, name, original, True))
 
 
 # --- TorchRL ------------------------------------------------------------------------------------------------------

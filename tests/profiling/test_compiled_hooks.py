@@ -118,7 +118,9 @@ def _minibatch_loop(minibatches: int = 6) -> None:
 
 def _off_policy_loop(iterations: int = 8, target_calls: int = 1) -> None:
     """CleanRL's DQN, shaped: acting with grad on one env, a replay buffer found by shape (its sample converts to a
-    tensor inside the label), a TD target under no_grad from an empty stack, the training forward, a polyak loop."""
+    tensor inside the label), a TD target under no_grad from an empty stack, the training forward, a polyak loop
+    (its first copy right after the optimizer step). With ``target_calls`` > 1, CleanRL's SAC: several target calls
+    in one no_grad block, and alpha's log-pi under no_grad right after the optimizer step."""
     import numpy as np
 
     class ReplayBuffer:  # defined while profiling: labelled when its class is built
@@ -148,6 +150,9 @@ def _off_policy_loop(iterations: int = 8, target_calls: int = 1) -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if target_calls > 1:
+            with torch.no_grad():  # SAC's alpha loss: the log-pi of the batch, a target after the optimizer step
+                tq(data).mean()
         if i % 3 == 0:
             for tp, p in zip(tq.parameters(), q.parameters()):
                 tp.data.copy_(0.5 * p.data + 0.5 * tp.data)
@@ -228,7 +233,7 @@ def test_sb3_dqn_rollout_labels_and_targets_stay_in_c_and_book_what_python_books
     enters, iterations = compiled[0], compiled[4]
     assert iterations >= 180 and enters["train/target"] >= 150 and enters["collect"] >= 200  # learning starts at 50
 
-    names = ("enter", "open_explicit")
+    names = ("enter", "enter_forward", "open_explicit", "close_explicit", "exit")
 
     def python_calls(python: bool, steps: int) -> int:
         return _attributor_calls(monkeypatch, python, names, lambda: _sb3_dqn_loop(steps))
@@ -236,14 +241,46 @@ def test_sb3_dqn_rollout_labels_and_targets_stay_in_c_and_book_what_python_books
     extra_python = python_calls(True, 200) - python_calls(True, 100)
     extra_compiled = python_calls(False, 200) - python_calls(False, 100)
     assert extra_python >= 100 * 3  # per step: the collector's label, the target, and more
-    assert extra_compiled <= 5, (extra_python, extra_compiled)  # was 2 per step (200): the rollout label, the target
+    # was 2 per step (the rollout label, the target), then about 1 (predict's label closing with acting inside it)
+    assert extra_compiled <= 2, (extra_python, extra_compiled)
+
+
+def _sb3_sac_loop(steps: int) -> None:
+    """SB3's SAC through ``learn()``: its ``train`` label holds the replay sample, the actor's forward (the first thing
+    in the label once the sample's label has closed), the target block, the critics' and the actor's updates, and
+    the polyak update."""
+    from stable_baselines3 import SAC
+
+    model = SAC("MlpPolicy", "Pendulum-v1", learning_starts=30, batch_size=16, seed=0, device="cpu",
+                policy_kwargs={"net_arch": [16]})  # fmt: skip
+    model.learn(total_timesteps=steps)
+    model.get_env().close()
+
+
+@pytest.mark.slow
+def test_sb3_sac_forward_inside_its_train_label_stays_in_c_and_books_what_python_books(monkeypatch):
+    compiled = _structure(monkeypatch, False, lambda: _sb3_sac_loop(90))
+    python = _structure(monkeypatch, True, lambda: _sb3_sac_loop(90))
+    assert compiled == python
+    enters = compiled[0]
+    assert enters["train/forward"] >= 60 and enters["train/target"] >= 60 and enters["train/target_update"] >= 60
+
+    names = ("enter", "enter_forward", "enter_acting", "open_explicit", "close_explicit", "exit")
+
+    def python_calls(python: bool, steps: int) -> int:
+        return _attributor_calls(monkeypatch, python, names, lambda: _sb3_sac_loop(steps))
+
+    extra_python = python_calls(True, 120) - python_calls(True, 70)
+    extra_compiled = python_calls(False, 120) - python_calls(False, 70)
+    assert extra_python >= 50 * 3
+    assert extra_compiled <= 2, (extra_python, extra_compiled)  # was about 1 per step: the forward's push
 
 
 def test_acting_targets_labels_and_grad_blocks_run_in_c(monkeypatch):
     # past a loop's first iterations (memory marks, modules seen for the first time), acting, the env step after it,
     # a no_grad target from an empty stack, a replay label (and the transfer inside it), the grad-mode blocks and the
     # env step that starts an iteration stay in C: past the first iterations, only the target updates reach Python
-    names = ("enter", "enter_forward", "enter_acting", "open_explicit", "close_explicit", "block_enter")
+    names = ("enter", "enter_forward", "enter_acting", "open_explicit", "close_explicit", "block_enter", "exit")
 
     def python_calls(python: bool, iterations: int) -> int:
         return _attributor_calls(monkeypatch, python, names, lambda: _off_policy_loop(iterations))
@@ -251,13 +288,15 @@ def test_acting_targets_labels_and_grad_blocks_run_in_c(monkeypatch):
     extra_python = python_calls(True, 12) - python_calls(True, 6)
     extra_compiled = python_calls(False, 12) - python_calls(False, 6)
     assert extra_python >= 6 * 8  # acting, env step, 2 labels opened and closed, the transfer, the target, forward
-    # a SAC-shaped target block (three target calls): the second and third continue the first in C (were 2 x 6 more)
+    # a SAC-shaped loop: the target block's second and third calls continue the first in C (were 2 x 6 more), and
+    # alpha's log-pi right after the optimizer step opens its target in C (was 6 more)
     sac_shaped = _attributor_calls(monkeypatch, False, names, lambda: _off_policy_loop(12, 3)) - _attributor_calls(
         monkeypatch, False, names, lambda: _off_policy_loop(6, 3)
     )
-    assert sac_shaped <= 2, sac_shaped
-    assert extra_compiled <= 2  # the polyak loop's two target updates (whose writes Python checks); was 8 when each
-    # env step that starts an iteration went to Python
+    assert sac_shaped == 0, sac_shaped
+    # the polyak loop's copies (their first one opens the target update) were 2 more: each env step that starts an
+    # iteration went to Python before that (8)
+    assert extra_compiled == 0, extra_compiled
 
 
 def test_a_raising_call_ends_its_phase_and_the_exception_goes_through(monkeypatch):

@@ -91,3 +91,32 @@ def test_sb3_callback_profiles_learn(tmp_path: Path, monkeypatch: pytest.MonkeyP
     import torch
 
     assert torch.nn.Module.__call__.__name__ == "_wrapped_call_impl"  # the hooks are gone after learn()
+
+
+def test_a_label_imported_by_name_is_put_back_and_a_second_session_labels_it_again() -> None:
+    # SB3's algorithm modules import polyak_update by name: imported while profiling, they hold the label of
+    # stable_baselines3.common.utils. Every copy gets its original back when the session ends, and the next session
+    # in the process labels it for itself (it used to find the first session's label there, and book nothing).
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from rlbench.profiling.session import Session, Settings
+
+assert "stable_baselines3" not in sys.modules
+with Session(Settings(count_iteration=None, memory=False)) as first:
+    import stable_baselines3.common.utils as utils
+    import stable_baselines3.sac.sac as sac
+    original = utils.polyak_update.__rlbench_wrapped__
+    assert sac.polyak_update is utils.polyak_update  # the label, imported by name
+assert sac.polyak_update is original and utils.polyak_update is original
+with Session(Settings(count_iteration=None, memory=False)) as second:
+    assert sac.polyak_update is not original and sac.polyak_update.__rlbench_wrapped__ is original
+    sac.polyak_update([], [], 0.5)
+assert sac.polyak_update is original
+assert second.outcome.attribution.enters.get("train/target_update") == 1, second.outcome.attribution.enters
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
