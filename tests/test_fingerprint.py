@@ -84,9 +84,8 @@ def test_git_prefers_the_package_checkout_then_the_working_directory(monkeypatch
         if Path(cwd) != tmp_path:
             return None  # the package is not in a repository (an installed wheel)
         return {
-            "rev-parse HEAD": "c0ffee",
+            "rev-parse HEAD --show-toplevel": f"c0ffee\n{tmp_path / 'proj'}",
             "status --porcelain --untracked-files=no": " M x.py",
-            "rev-parse --show-toplevel": str(tmp_path / "proj"),
             "log -1 --format=%ct %s c0ffee": "1700000000 add the thing",
         }[" ".join(args)]
 
@@ -101,6 +100,25 @@ def test_git_prefers_the_package_checkout_then_the_working_directory(monkeypatch
     assert asked[0] == package_dir
     monkeypatch.setattr(fpmod, "_git", lambda args, cwd: None)
     assert fpmod.git_fingerprint(tmp_path) == {"commit": None, "dirty": None, "repo": None, "time": None, "subject": None}
+
+
+def test_a_repository_read_twice_asks_git_once_more(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # a profiled script inside rlbench's own checkout: the user's code and rlbench's are one repository
+    asked: list[str] = []
+
+    def fake_git(args: list[str], cwd: Path) -> str | None:
+        asked.append(" ".join(args))
+        return {"rev-parse HEAD --show-toplevel": f"c0ffee\n{tmp_path}", "log -1 --format=%ct %s c0ffee": "1 s"}.get(
+            " ".join(args), ""
+        )
+
+    monkeypatch.setattr(fpmod, "_git", fake_git)
+    known: dict = {}
+    first = fpmod.repo_state(tmp_path / "scripts", known)
+    assert first is not None and first[1]["commit"] == "c0ffee" and first[1]["dirty"] is False and len(asked) == 3
+    assert fpmod.repo_state(tmp_path, known) == first and len(asked) == 4  # its top level and commit only
+    monkeypatch.setattr(fpmod, "_git", lambda args, cwd: None)
+    assert fpmod.repo_state(tmp_path, known) is None  # outside a repository
 
 
 def test_git_of_a_real_repository(tmp_path: Path) -> None:

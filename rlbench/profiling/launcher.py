@@ -35,7 +35,13 @@ from rlbench.core.errors import StoreError, UsageError, interrupt_exit_code
 from rlbench.instrument.machine_load import LoadProbe
 from rlbench.profiling.results import metric_from_dict
 from rlbench.profiling.session import Settings
-from rlbench.results.fingerprint import fingerprint, git_fingerprint, with_gpus
+from rlbench.results.fingerprint import (
+    machine_fingerprint,
+    no_git,
+    repo_state,
+    software_fingerprint,
+    with_gpus,
+)
 from rlbench.results.metrics import Metric, load_metrics
 from rlbench.results.records import definition_hash, metric_records
 from rlbench.results.store import RunWriter, utc_now
@@ -360,10 +366,16 @@ class _Fingerprint:
             self.thread.start()
 
     def _take(self) -> None:
-        fp = fingerprint()  # its "git" is rlbench's own (the checkout it runs from, if any): git asked once, not twice
-        fp["rlbench_git"] = fp["git"]
-        fp["git"] = git_fingerprint(self.where, rlbench_first=False)  # the user's code, not rlbench's
-        self.value = fp
+        # git_fingerprint's two answers, each repository read once (a script inside rlbench's own checkout)
+        known: dict[str, dict[str, Any]] = {}
+        user = repo_state(self.where, known)  # the user's code
+        own = repo_state(Path(__file__).resolve().parent, known) or repo_state(Path(os.getcwd()), known)
+        self.value = {
+            "machine": machine_fingerprint(),
+            "software": software_fingerprint(),
+            "git": user[1] if user else no_git(),
+            "rlbench_git": own[1] if own else no_git(),  # rlbench's checkout, if it runs from one
+        }
 
     def result(self) -> dict[str, Any]:
         self.start()

@@ -188,19 +188,34 @@ def git_fingerprint(where: Path | None = None, *, rlbench_first: bool = True) ->
     candidates = [Path(__file__).resolve().parent] if rlbench_first else []
     candidates.append(Path(where or os.getcwd()))
     for cwd in candidates:
-        commit = _git(["rev-parse", "HEAD"], cwd)
-        if commit:
-            status = _git(["status", "--porcelain", "--untracked-files=no"], cwd)
-            root = _git(["rev-parse", "--show-toplevel"], cwd)
-            when, subject = _commit_time_subject(_git(["log", "-1", "--format=%ct %s", commit], cwd))
-            return {
-                "commit": commit,
-                "dirty": bool(status),
-                "repo": Path(root).name if root else None,
-                "time": when,
-                "subject": subject,
-            }
+        state = repo_state(cwd)
+        if state is not None:
+            return state[1]
+    return no_git()
+
+
+def no_git() -> dict[str, Any]:
+    """:func:`git_fingerprint` outside any repository."""
     return {"commit": None, "dirty": None, "repo": None, "time": None, "subject": None}
+
+
+def repo_state(cwd: Path, known: dict[str, dict[str, Any]] | None = None) -> tuple[str, dict[str, Any]] | None:
+    """The repository around ``cwd``: its top-level directory and :func:`git_fingerprint`'s dict, or None outside
+    one (or in one with no commit). ``known`` maps top-level directories already read to their dicts: a second read
+    of the same repository costs one ``git`` call, not three."""
+    out = _git(["rev-parse", "HEAD", "--show-toplevel"], cwd)
+    commit, _, root = (out or "").partition("\n")
+    if not commit:
+        return None
+    if known is not None and root in known:
+        return root, known[root]
+    status = _git(["status", "--porcelain", "--untracked-files=no"], cwd)
+    when, subject = _commit_time_subject(_git(["log", "-1", "--format=%ct %s", commit], cwd))
+    state = {"commit": commit, "dirty": bool(status), "repo": Path(root).name if root else None, "time": when,
+             "subject": subject}  # fmt: skip
+    if known is not None:
+        known[root] = state
+    return root, state
 
 
 def _commit_time_subject(line: str | None) -> tuple[int | None, str | None]:

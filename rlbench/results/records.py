@@ -15,7 +15,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlbench.core.errors import DataError
@@ -71,7 +71,16 @@ class Record:
 
     def to_json(self) -> str:
         """One line of JSON (NaN and infinities, anywhere in the record, become ``null``)."""
-        return json.dumps(_json_safe(asdict(self)), separators=(",", ":"), sort_keys=True, allow_nan=False, default=str)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        try:  # json's C encoder, in one pass (a profile's records carry thousands of samples)
+            return json.dumps(d, separators=(",", ":"), sort_keys=True, allow_nan=False, default=_json_default)
+        except ValueError:  # a NaN or an infinity somewhere: the slow walk that makes each one null
+            return json.dumps(_json_safe(d), separators=(",", ":"), sort_keys=True, allow_nan=False, default=str)
+
+
+def _json_default(v: Any) -> Any:
+    """What json cannot encode itself: a dataclass as its fields, anything else as its ``str``."""
+    return asdict(v) if is_dataclass(v) and not isinstance(v, type) else str(v)
 
 
 def _json_safe(v: Any) -> Any:
@@ -81,6 +90,8 @@ def _json_safe(v: Any) -> Any:
         return {k: _json_safe(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_json_safe(x) for x in v]
+    if is_dataclass(v) and not isinstance(v, type):
+        return _json_safe(asdict(v))
     return v
 
 
