@@ -85,6 +85,9 @@ typedef struct {
     long memory_marks; /* attribution.MEMORY_MARKS: marks around a top-level phase's first occurrences */
     double gap;
     Py_ssize_t off[S_N];
+#ifdef RLBENCH_HOOK_TIMING
+    unsigned long long own_ticks, calls, top_calls, fallbacks; /* see hook timing below */
+#endif
 } Event;
 
 static PyObject *str_enter, *str_exit, *str_device, *str_num_envs, *str_batch_size, *str_shape, *str_empty, *zero, *one;
@@ -94,6 +97,43 @@ static PyObject *str_call_impl, *str_compiled_call_impl, *str_inference, *str_da
 enum { NOT_MODEL = 0, MODEL = 1, MODEL_WRAPPED_CALL_IMPL = 2 };
 
 #define SLOT(e, i) (*(PyObject **)((char *)(e)->a + (e)->off[i]))
+
+/* Hook timing: a measuring build (CPPFLAGS=-DRLBENCH_HOOK_TIMING, see rlbench.suites.scripts.hook_time) counts, per
+ * hook, its calls, those at top level, those sent to the Python wrapper, and the ticks spent in its own code: from
+ * its entry to its return, less the call it wraps (where its nested hooks count as their own) and less the Python
+ * wrapper's run (its attributor calls go uncounted there). The ordinary build has none of this. */
+#ifdef RLBENCH_HOOK_TIMING
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+static inline unsigned long long ticks(void) { return __rdtsc(); }
+#else
+static inline unsigned long long ticks(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
+}
+#endif
+#define TIMING_LEVELS 256
+static unsigned long long seg_start[TIMING_LEVELS], child_ticks[TIMING_LEVELS], own_total;
+static int level;
+static PyObject *timed_registry; /* weak references to every Event made */
+
+static PyObject *
+call_untimed(PyObject *f, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    int l = level < TIMING_LEVELS ? level : TIMING_LEVELS - 1;
+    own_total += ticks() - seg_start[l];
+    PyObject *out = PyObject_Vectorcall(f, args, nargsf, kwnames);
+    seg_start[l] = ticks();
+    return out;
+}
+#define CALL_WRAPPED(f, args, nargsf, kwnames) call_untimed((f), (args), (nargsf), (kwnames))
+#define CALL_FALLBACK(e, args, nargsf, kwnames) ((e)->fallbacks++, call_untimed((e)->fallback, (args), (nargsf), (kwnames)))
+#else
+#define CALL_WRAPPED(f, args, nargsf, kwnames) PyObject_Vectorcall((f), (args), (nargsf), (kwnames))
+#define CALL_FALLBACK(e, args, nargsf, kwnames) PyObject_Vectorcall((e)->fallback, (args), (nargsf), (kwnames))
+#endif
 
 static inline int
 truth(PyObject *v)
@@ -376,7 +416,7 @@ static PyObject *
 call_inside(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     set_slot(e, S_DEPTH, Py_NewRef(one));
-    PyObject *out = PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    PyObject *out = CALL_WRAPPED(e->fn, args, nargsf, kwnames);
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     set_slot(e, S_DEPTH, Py_NewRef(zero));
@@ -582,7 +622,7 @@ timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         if (!opened) /* a transfer inside the training forward: part of it */
             return call_inside(e, args, nargsf, kwnames);
     }
-    return finish(e, PyObject_Vectorcall(e->fn, args, nargsf, kwnames));
+    return finish(e, CALL_WRAPPED(e->fn, args, nargsf, kwnames));
 }
 
 
@@ -601,9 +641,9 @@ mark_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
             if (add_long(e, S_BLOCKS, 1) < 0) return NULL;
             if (blocks == 1 && set_double(e, S_BLOCK_T, now) < 0) return NULL;
         }
-        return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+        return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
     }
-    PyObject *out = PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    PyObject *out = CALL_WRAPPED(e->fn, args, nargsf, kwnames);
     if (out == NULL) return NULL;
     if (!ours || truth(SLOT(e, S_DEPTH))) return out;
     long blocks = PyLong_AsLong(SLOT(e, S_BLOCKS));
@@ -677,23 +717,23 @@ static PyObject *
 module_passthrough(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (e->model != MODEL_WRAPPED_CALL_IMPL || nargs < 1) return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    if (e->model != MODEL_WRAPPED_CALL_IMPL || nargs < 1) return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
     PyObject *self = args[0];
     PyObject *compiled = PyObject_GetAttr(self, str_compiled_call_impl);
     if (compiled == NULL) {
         PyErr_Clear();
-        return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+        return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
     }
     if (compiled != Py_None) {
-        PyObject *out = PyObject_Vectorcall(compiled, args + 1, nargs - 1, kwnames);
+        PyObject *out = CALL_WRAPPED(compiled, args + 1, nargs - 1, kwnames);
         Py_DECREF(compiled);
         return out;
     }
     Py_DECREF(compiled);
     PyObject *impl = _PyType_Lookup(Py_TYPE(self), str_call_impl); /* borrowed */
-    if (impl == NULL || !PyFunction_Check(impl)) return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    if (impl == NULL || !PyFunction_Check(impl)) return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
     Py_INCREF(impl);
-    PyObject *out = PyObject_Vectorcall(impl, args, nargsf, kwnames);
+    PyObject *out = CALL_WRAPPED(impl, args, nargsf, kwnames);
     Py_DECREF(impl);
     return out;
 }
@@ -799,7 +839,7 @@ acting_call(Event *e, long rows, long width, PyObject *const *args, size_t nargs
     else {
         return NULL;
     }
-    PyObject *out = PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    PyObject *out = CALL_WRAPPED(e->fn, args, nargsf, kwnames);
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     set_slot(e, S_DEPTH, Py_NewRef(zero));
@@ -832,7 +872,7 @@ target_call(Event *e, long rows, long width, PyObject *const *args, size_t nargs
             set_slot(e, S_PENDING, Py_NewRef(Py_False));
             if (add_long(e, S_MERGED, 1) < 0) return NULL;
             set_slot(e, S_DEPTH, Py_NewRef(one));
-            return finish(t, PyObject_Vectorcall(e->fn, args, nargsf, kwnames));
+            return finish(t, CALL_WRAPPED(e->fn, args, nargsf, kwnames));
         }
         /* else the pending phase closes at its t_exit and the target opens, from the open grad-mode block's start if
          * that came after (SAC's alpha loss: the log-pi under no_grad right after the actor's optimizer step) */
@@ -846,7 +886,7 @@ target_call(Event *e, long rows, long width, PyObject *const *args, size_t nargs
         int ok = inline_ok(t);
         if (ok <= 0) return NULL;
         if (transition(t, block_t > t_exit ? block_t : now) < 0) return NULL;
-        return finish(t, PyObject_Vectorcall(e->fn, args, nargsf, kwnames));
+        return finish(t, CALL_WRAPPED(e->fn, args, nargsf, kwnames));
     }
     long kind = top_kind(e);
     if (kind != -1 && kind != EXPLICIT) return NULL;
@@ -863,7 +903,7 @@ target_call(Event *e, long rows, long width, PyObject *const *args, size_t nargs
     if (PyErr_Occurred()) return NULL;
     int ok = push_phase(t, now);
     if (ok <= 0) return NULL;
-    return finish(t, PyObject_Vectorcall(e->fn, args, nargsf, kwnames));
+    return finish(t, CALL_WRAPPED(e->fn, args, nargsf, kwnames));
 }
 
 
@@ -913,7 +953,7 @@ pop_ok(Event *e)
 static PyObject *
 label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    if (PyThread_get_thread_ident() != e->thread) return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    if (PyThread_get_thread_ident() != e->thread) return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
     PyObject *stack = SLOT(e, S_STACK);
     Py_ssize_t n = PyList_GET_SIZE(stack);
     if (n > 0) { /* already inside this label (a collector's iterator calling its rollout) */
@@ -928,7 +968,7 @@ label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
                 same = c == '/';
             }
         }
-        if (same) return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+        if (same) return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
     }
     int fast = 1;
     double now = read_clock(e);
@@ -1004,7 +1044,7 @@ label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         if (r == NULL) return NULL;
         Py_DECREF(r);
     }
-    PyObject *out = PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    PyObject *out = CALL_WRAPPED(e->fn, args, nargsf, kwnames);
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     /* close_explicit: fast when the explicit phase is on top with nothing pending, or under one pending phase */
@@ -1077,17 +1117,17 @@ into_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     PyObject *ptrs = SLOT(e, S_PARAM_PTRS);
     if (PyVectorcall_NARGS(nargsf) < 1 || !PyAnySet_Check(ptrs) || PyList_Check(args[0]) || PyTuple_Check(args[0]))
-        return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
-    if (PySet_GET_SIZE(ptrs) == 0) return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+        return CALL_FALLBACK(e, args, nargsf, kwnames);
+    if (PySet_GET_SIZE(ptrs) == 0) return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
     PyObject *ptr = PyObject_CallMethodNoArgs(args[0], str_data_ptr);
     int watched = ptr == NULL ? -1 : PySet_Contains(ptrs, ptr);
     Py_XDECREF(ptr);
     if (watched <= 0) { /* (a tensor without data: not a parameter's copy) */
         PyErr_Clear();
-        return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+        return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
     }
     if (!truth(SLOT(e, S_PENDING)) || truth(SLOT(e, S_SLOW)) || PyList_GET_SIZE(SLOT(e, S_STACK)) == 0)
-        return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+        return CALL_FALLBACK(e, args, nargsf, kwnames);
     int same = PyObject_RichCompareBool(SLOT(e, S_AUTO_NAME), e->name, Py_EQ);
     if (same < 0) return NULL;
     if (same) { /* the loop's next copy: the same target update, whatever ran between (its arithmetic) */
@@ -1098,21 +1138,27 @@ into_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     else { /* the loop's first copy (Attributor.enter): the pending phase closes at its t_exit, the target update
             * opens where the loop listed the modules' parameters (param_hint), if that came after */
         int ok = inline_ok(e);
-        if (ok <= 0) return ok < 0 ? NULL : PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+        if (ok <= 0) return ok < 0 ? NULL : CALL_FALLBACK(e, args, nargsf, kwnames);
         double now = read_clock(e);
         if (PyErr_Occurred()) return NULL;
         double t_exit = as_double(SLOT(e, S_T_EXIT)), hint = as_double(SLOT(e, S_PARAM_HINT));
         if (transition(e, hint > t_exit ? hint : now) < 0) return NULL;
     }
-    return finish(e, PyObject_Vectorcall(e->fn, args, nargsf, kwnames)); /* depth 0, t_exit now, pending again */
+    return finish(e, CALL_WRAPPED(e->fn, args, nargsf, kwnames)); /* depth 0, t_exit now, pending again */
 }
 
+#ifdef RLBENCH_HOOK_TIMING
+#define EVENT_CALL event_dispatch
+#else
+#define EVENT_CALL event_call
+#endif
+
 static PyObject *
-event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+EVENT_CALL(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     if (e->mark == MARK_INTO) {
         if (truth(SLOT(e, S_DEPTH)) || PyThread_get_thread_ident() != e->thread)
-            return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+            return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
         return into_call(e, args, nargsf, kwnames);
     }
     if (e->mark >= LABEL) return label_call(e, args, nargsf, kwnames);
@@ -1125,7 +1171,7 @@ event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         if (e->batch != NOT_ENV && depth && nargs > 0) {
             PyObject *outer = SLOT(e, S_ENV_SELF);
             if (outer != Py_None && outer != args[0]) /* an inner env: the Python wrapper shadows it */
-                return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+                return CALL_FALLBACK(e, args, nargsf, kwnames);
         }
         goto passthrough;
     }
@@ -1156,15 +1202,15 @@ event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
             out = target_call(e, rows, width, args, nargsf, kwnames);
             if (out != NULL || PyErr_Occurred()) return out;
         }
-        return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+        return CALL_FALLBACK(e, args, nargsf, kwnames);
     }
     if (e->batch == NOT_ENV) return timed(e, args, nargsf, kwnames);
-    if (nargs < 1) return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+    if (nargs < 1) return CALL_FALLBACK(e, args, nargsf, kwnames);
     PyObject *env = args[0];
     int known = PyDict_Contains(SLOT(e, S_ENV_IDS), (PyObject *)Py_TYPE(env));
     if (known <= 0) { /* an env class seen for the first time: the Python wrapper registers it */
         if (known < 0) return NULL;
-        return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+        return CALL_FALLBACK(e, args, nargsf, kwnames);
     }
     set_slot(e, S_ENV_SELF, Py_NewRef(env));
     PyObject *out = timed(e, args, nargsf, kwnames);
@@ -1188,8 +1234,65 @@ fail:
     return NULL;
 passthrough:
     if (add_long(e, S_PASSTHROUGH, 1) < 0) return NULL;
-    return PyObject_Vectorcall(e->fn, args, nargsf, kwnames);
+    return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
 }
+
+#ifdef RLBENCH_HOOK_TIMING
+/* the hook, timed: its own ticks are its whole run less the calls it makes (CALL_WRAPPED, CALL_FALLBACK) and less the
+ * own ticks of the hooks nested in them, which are theirs */
+static PyObject *
+event_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    int l = ++level < TIMING_LEVELS ? level : TIMING_LEVELS - 1;
+    unsigned long long before = own_total;
+    e->calls++;
+    if (level == 1) e->top_calls++;
+    child_ticks[l] = 0;
+    seg_start[l] = ticks();
+    PyObject *out = event_dispatch(e, args, nargsf, kwnames);
+    own_total += ticks() - seg_start[l];
+    unsigned long long whole = own_total - before;
+    e->own_ticks += whole - child_ticks[l];
+    level--;
+    if (level > 0) child_ticks[level < TIMING_LEVELS ? level : TIMING_LEVELS - 1] += whole;
+    return out;
+}
+
+static PyObject *
+timing_ticks(PyObject *self, PyObject *unused)
+{
+    return PyLong_FromUnsignedLongLong(ticks());
+}
+
+/* every live Event, with its counts: [(event, own ticks, calls, top-level calls, calls sent to Python)] */
+static PyObject *
+timing_table(PyObject *self, PyObject *unused)
+{
+    PyObject *rows = PyList_New(0);
+    if (rows == NULL) return NULL;
+    Py_ssize_t n = timed_registry ? PyList_GET_SIZE(timed_registry) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *ev = PyWeakref_GetObject(PyList_GET_ITEM(timed_registry, i)); /* borrowed; None once gone */
+        if (ev == Py_None) continue;
+        Event *e = (Event *)ev;
+        PyObject *row = Py_BuildValue("(OKKKK)", ev, e->own_ticks, e->calls, e->top_calls, e->fallbacks);
+        if (row == NULL || PyList_Append(rows, row) < 0) {
+            Py_XDECREF(row);
+            Py_DECREF(rows);
+            return NULL;
+        }
+        Py_DECREF(row);
+    }
+    return rows;
+}
+
+static PyMethodDef timing_methods[] = {
+    {"ticks", timing_ticks, METH_NOARGS, "The timing clock's count now (rdtsc on x86, else CLOCK_MONOTONIC ns)."},
+    {"timing_table", timing_table, METH_NOARGS,
+     "[(event, own ticks, calls, top-level calls, calls sent to the Python wrapper)] for every live Event."},
+    {NULL},
+};
+#endif
 
 static PyObject *
 event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -1271,6 +1374,14 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     e->forward = Py_NewRef(forward);
     e->target = Py_NewRef(target);
     e->forward_ev = Py_NewRef(forward_ev);
+#ifdef RLBENCH_HOOK_TIMING
+    PyObject *ref = PyWeakref_NewRef((PyObject *)e, NULL);
+    if (ref == NULL || PyList_Append(timed_registry, ref) < 0) {
+        Py_XDECREF(ref);
+        goto error;
+    }
+    Py_DECREF(ref);
+#endif
     return (PyObject *)e;
 error:
     Py_DECREF(e);
@@ -1398,6 +1509,9 @@ static struct PyModuleDef module = {
     .m_name = "rlbench.profiling._fastevent",
     .m_doc = "The profiler's hot path in C (see rlbench.profiling.autohooks; the Python wrappers are the reference).",
     .m_size = -1,
+#ifdef RLBENCH_HOOK_TIMING
+    .m_methods = timing_methods,
+#endif
 };
 
 PyMODINIT_FUNC
@@ -1417,14 +1531,22 @@ PyInit__fastevent(void)
     str_data_ptr = PyUnicode_InternFromString("data_ptr");
     zero = PyLong_FromLong(0);
     one = PyLong_FromLong(1);
-    if (!str_enter || !str_exit || !str_device || !str_num_envs || !str_batch_size || !str_shape || !str_empty || !str_call_impl || !str_compiled_call_impl || !zero || !one)
+    if (!str_enter || !str_exit || !str_device || !str_num_envs || !str_batch_size || !str_shape || !str_empty ||
+        !str_call_impl || !str_compiled_call_impl || !str_inference || !str_data_ptr || !zero || !one)
         return NULL;
+#ifdef RLBENCH_HOOK_TIMING
+    if (timed_registry == NULL && (timed_registry = PyList_New(0)) == NULL) return NULL;
+#endif
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddIntConstant(m, "MEMORY_ONLY", MEMORY_ONLY) < 0 ||
         PyModule_AddIntConstant(m, "MEMORY_FIRST", MEMORY_FIRST) < 0 ||
         PyModule_AddIntConstant(m, "MEMORY_EVERY", MEMORY_EVERY) < 0 ||
-        PyModule_AddObjectRef(m, "Event", (PyObject *)&EventType) < 0) {
+        PyModule_AddObjectRef(m, "Event", (PyObject *)&EventType) < 0 ||
+#ifdef RLBENCH_HOOK_TIMING
+        PyModule_AddIntConstant(m, "HOOK_TIMING", 1) < 0 ||
+#endif
+        0) {
         Py_DECREF(m);
         return NULL;
     }
