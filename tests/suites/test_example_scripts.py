@@ -94,6 +94,7 @@ HARNESSES = {
     "site_screenshot",
     "fault_examples",
     "command_cost",
+    "hook_time",
 }  # not example scripts
 
 
