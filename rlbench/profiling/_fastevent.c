@@ -86,7 +86,7 @@ typedef struct {
     double gap;
     Py_ssize_t off[S_N];
 #ifdef RLBENCH_HOOK_TIMING
-    unsigned long long own_ticks, calls, top_calls, fallbacks; /* see hook timing below */
+    unsigned long long own_ticks, calls, top_calls, to_python; /* see hook timing below */
 #endif
 } Event;
 
@@ -99,9 +99,10 @@ enum { NOT_MODEL = 0, MODEL = 1, MODEL_WRAPPED_CALL_IMPL = 2 };
 #define SLOT(e, i) (*(PyObject **)((char *)(e)->a + (e)->off[i]))
 
 /* Hook timing: a measuring build (CPPFLAGS=-DRLBENCH_HOOK_TIMING, see rlbench.suites.scripts.hook_time) counts, per
- * hook, its calls, those at top level, those sent to the Python wrapper, and the ticks spent in its own code: from
- * its entry to its return, less the call it wraps (where its nested hooks count as their own) and less the Python
- * wrapper's run (its attributor calls go uncounted there). The ordinary build has none of this. */
+ * hook, its calls, those at top level, those that went to Python (to its Python wrapper, or with a call of the Python
+ * attributor), and the ticks spent in its own code: from its entry to its return, less the call it wraps (where its
+ * nested hooks count as their own) and less the Python wrapper's run (the attributor calls it makes go uncounted
+ * there; those the compiled hook makes count as its own). The ordinary build has none of this. */
 #ifdef RLBENCH_HOOK_TIMING
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
@@ -129,10 +130,12 @@ call_untimed(PyObject *f, PyObject *const *args, size_t nargsf, PyObject *kwname
     return out;
 }
 #define CALL_WRAPPED(f, args, nargsf, kwnames) call_untimed((f), (args), (nargsf), (kwnames))
-#define CALL_FALLBACK(e, args, nargsf, kwnames) ((e)->fallbacks++, call_untimed((e)->fallback, (args), (nargsf), (kwnames)))
+#define CALL_FALLBACK(e, args, nargsf, kwnames) ((e)->to_python++, call_untimed((e)->fallback, (args), (nargsf), (kwnames)))
+#define TO_PYTHON(e) ((e)->to_python++) /* a call of the Python attributor (its time stays the hook's own) */
 #else
 #define CALL_WRAPPED(f, args, nargsf, kwnames) PyObject_Vectorcall((f), (args), (nargsf), (kwnames))
 #define CALL_FALLBACK(e, args, nargsf, kwnames) PyObject_Vectorcall((e)->fallback, (args), (nargsf), (kwnames))
+#define TO_PYTHON(e) ((void)0)
 #endif
 
 static inline int
@@ -274,6 +277,7 @@ finish(Event *e, PyObject *out)
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     if (truth(SLOT(e, S_SLOW))) {
+        TO_PYTHON(e);
         PyObject *r = PyObject_CallMethodNoArgs(e->a, str_exit);
         Py_XDECREF(r);
     }
@@ -614,6 +618,7 @@ timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         PyObject *now_obj = PyFloat_FromDouble(now);
         if (now_obj == NULL) return NULL;
         PyObject *stack[5] = {e->a, e->name, e->layer, e->role_obj, now_obj};
+        TO_PYTHON(e);
         PyObject *r = PyObject_VectorcallMethod(str_enter, stack, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         Py_DECREF(now_obj);
         if (r == NULL) return NULL;
@@ -1039,6 +1044,7 @@ label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         if (r < 0 || (iteration && start_iteration(e, now) < 0)) return NULL;
     }
     else {
+        TO_PYTHON(e);
         PyObject *r = PyObject_CallMethod(e->a, "open_explicit", "OOO", e->name, e->layer,
                                           e->mark == LABEL_ITERATION ? Py_True : Py_False);
         if (r == NULL) return NULL;
@@ -1094,6 +1100,7 @@ label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     }
     PyErr_Clear();
     if (!closed) {
+        TO_PYTHON(e);
         PyObject *r = PyObject_CallMethod(e->a, "close_explicit", NULL);
         if (r == NULL) { /* an error in the wrapper's `finally` replaces the call's outcome, as in Python */
             Py_XDECREF(type);
@@ -1264,7 +1271,8 @@ timing_ticks(PyObject *self, PyObject *unused)
     return PyLong_FromUnsignedLongLong(ticks());
 }
 
-/* every live Event, with its counts: [(event, own ticks, calls, top-level calls, calls sent to Python)] */
+/* every live Event, with its counts: [(event, own ticks, calls, top-level calls, calls that went to Python: the
+ * Python wrapper or the Python attributor)] */
 static PyObject *
 timing_table(PyObject *self, PyObject *unused)
 {
@@ -1275,7 +1283,7 @@ timing_table(PyObject *self, PyObject *unused)
         PyObject *ev = PyWeakref_GetObject(PyList_GET_ITEM(timed_registry, i)); /* borrowed; None once gone */
         if (ev == Py_None) continue;
         Event *e = (Event *)ev;
-        PyObject *row = Py_BuildValue("(OKKKK)", ev, e->own_ticks, e->calls, e->top_calls, e->fallbacks);
+        PyObject *row = Py_BuildValue("(OKKKK)", ev, e->own_ticks, e->calls, e->top_calls, e->to_python);
         if (row == NULL || PyList_Append(rows, row) < 0) {
             Py_XDECREF(row);
             Py_DECREF(rows);
@@ -1289,7 +1297,7 @@ timing_table(PyObject *self, PyObject *unused)
 static PyMethodDef timing_methods[] = {
     {"ticks", timing_ticks, METH_NOARGS, "The timing clock's count now (rdtsc on x86, else CLOCK_MONOTONIC ns)."},
     {"timing_table", timing_table, METH_NOARGS,
-     "[(event, own ticks, calls, top-level calls, calls sent to the Python wrapper)] for every live Event."},
+     "[(event, own ticks, calls, top-level calls, calls into the Python wrapper or attributor)] for every live Event."},
     {NULL},
 };
 #endif

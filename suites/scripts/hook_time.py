@@ -3,7 +3,8 @@
 ``python -m rlbench.suites.scripts.hook_time SCRIPT [ARGS...]`` runs SCRIPT in this process under the hooks
 ``rlbench profile`` installs (default settings) and prints, per hook: its calls per agent step (and how many of
 them were at top level, not nested in another hooked call), the time it spent in its own code per call and per
-agent step, and the calls it sent to its Python wrapper (the cases the compiled hooks leave to Python).
+agent step, and the calls that went to Python: to its Python wrapper, or with a call of the Python attributor (the
+cases the compiled hooks leave to Python).
 
 A hook's own time runs from its entry to its return, less the call it wraps (where the hooks nested in that call
 count as their own) and less the Python wrapper's run: it is what the compiled hooks' code costs in place, with the
