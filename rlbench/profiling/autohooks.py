@@ -606,9 +606,10 @@ MARK_INTO = 5  # or a copy or lerp into tensors (a target update's), passing thr
 def _native_mark(a: Attributor, fn: Callable[..., Any], fallback: Callable[..., Any], mark: int) -> Callable[..., Any]:
     """The compiled form of a grad-mode mark (``fallback``, :func:`_install_grad_modes`'s ``begin`` or ``end``) or of
     a copy into tensors (``MARK_INTO``: :func:`_install_target_updates`'s ``op``: nested calls, copies into tensors
-    that are no watched module's parameters and a target update loop's next copy run in C), or ``fallback`` itself
-    where the extension is not built or switched off. The phases a block's end extends (acting and the target) are
-    given as a mark's name and layer; a copy's name is the target update it continues."""
+    that are no watched module's parameters, and a polyak loop's copies, the first opening the target update and the
+    next continuing it, run in C), or ``fallback`` itself where the extension is not built or switched off. The
+    phases a block's end extends (acting and the target) are given as a mark's name and layer; a copy's name is the
+    target update it opens."""
     if not native_available():
         return fallback
     name, layer, role = (TARGET_UPDATE, "update", UPDATE) if mark == MARK_INTO else (ACT, TARGET, INFER)
@@ -671,8 +672,8 @@ def _install_target_updates(h: Hooks) -> None:
             return timed(fn, dest, *args, **kwargs)
 
         op.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
-        return _native_mark(a, fn, op, MARK_INTO)  # an optimizer's own lerp_ (nested in its step) passes in C, and so
-        # does the loop's next copy (the inline merge above)
+        return _native_mark(a, fn, op, MARK_INTO)  # an optimizer's own lerp_ (nested in its step) passes in C, and a
+        # polyak loop's copies run there (the cases above, where a phase is pending)
 
     for name in ("copy_", "lerp_"):
         replace_attr(h.restore, torch.Tensor, name, into_params(getattr(torch.Tensor, name), False))
