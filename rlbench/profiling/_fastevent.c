@@ -786,10 +786,13 @@ forward_call(Event *e, long rows, long width, PyObject *const *args, size_t narg
         PyObject *path = path_under(f, top);
         if (path == NULL) return NULL;
         int due = extra && n == 0 ? mark_due(f, path) : 0; /* a top-level phase marks memory while marks are due */
-        double now = due ? 0.0 : read_clock(e);
-        int r = due || PyErr_Occurred() ? -1 : push_path(f, top, path, one, now); /* STICKY */
+        if (due != 0) { /* due: Python's; an error is left set */
+            Py_DECREF(path);
+            return NULL;
+        }
+        double now = read_clock(e);
+        int r = PyErr_Occurred() ? -1 : push_path(f, top, path, one, now); /* STICKY */
         Py_DECREF(path);
-        if (due > 0) return NULL;
         if (r < 0) return NULL;
         return call_inside(e, args, nargsf, kwnames);
     }

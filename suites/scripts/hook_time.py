@@ -60,13 +60,17 @@ def measure(script: Path, args: list[str]) -> dict[str, Any]:
     if fe is None:
         raise SystemExit(f"hook_time: the installed extension is the ordinary build; build the measuring one: {BUILD}")
     before = {id(row[0]): row for row in fe.timing_table()}
+    saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script), *args]
     sys.path.insert(0, str(script.resolve().parent))
     t0, k0 = time.perf_counter(), fe.ticks()
-    with Session(Settings()) as session:
-        with contextlib.redirect_stdout(io.StringIO()):
-            runpy.run_path(str(script), run_name="__main__")
-        table = fe.timing_table()  # while the hooks are installed: the session's end lets them go
+    try:
+        with Session(Settings()) as session:
+            with contextlib.redirect_stdout(io.StringIO()):
+                runpy.run_path(str(script), run_name="__main__")
+            table = fe.timing_table()  # while the hooks are installed: the session's end lets them go
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
     wall, ticks = time.perf_counter() - t0, fe.ticks() - k0
     per_s = ticks / wall  # the tick rate, against perf_counter over the whole run
     steps = session.outcome.attribution.steps

@@ -49,6 +49,14 @@ def _attributor_calls(monkeypatch, python: bool, names: tuple[str, ...], loop) -
     return len(calls)
 
 
+def _extra_calls(monkeypatch, python: bool, names: tuple[str, ...], loop, few: int, more: int) -> int:
+    """The attributor calls ``loop(more)`` makes beyond ``loop(few)`` (:func:`_attributor_calls`): what the extra
+    iterations cost, the first iterations' calls (modules seen for the first time, memory marks) left out."""
+    return _attributor_calls(monkeypatch, python, names, lambda: loop(more)) - _attributor_calls(
+        monkeypatch, python, names, lambda: loop(few)
+    )
+
+
 def _structure(monkeypatch, python: bool, loop) -> tuple:
     _use_python_hooks(monkeypatch, python)
     # calls of one kind merge when the next comes within the merge gap: at the real 20 µs, whether two do depends on
@@ -234,12 +242,8 @@ def test_sb3_dqn_rollout_labels_and_targets_stay_in_c_and_book_what_python_books
     assert iterations >= 180 and enters["train/target"] >= 150 and enters["collect"] >= 200  # learning starts at 50
 
     names = ("enter", "enter_forward", "open_explicit", "close_explicit", "exit")
-
-    def python_calls(python: bool, steps: int) -> int:
-        return _attributor_calls(monkeypatch, python, names, lambda: _sb3_dqn_loop(steps))
-
-    extra_python = python_calls(True, 200) - python_calls(True, 100)
-    extra_compiled = python_calls(False, 200) - python_calls(False, 100)
+    extra_python = _extra_calls(monkeypatch, True, names, _sb3_dqn_loop, 100, 200)
+    extra_compiled = _extra_calls(monkeypatch, False, names, _sb3_dqn_loop, 100, 200)
     assert extra_python >= 100 * 3  # per step: the collector's label, the target, and more
     # was 2 per step (the rollout label, the target), then about 1 (predict's label closing with acting inside it)
     assert extra_compiled <= 2, (extra_python, extra_compiled)
@@ -266,12 +270,8 @@ def test_sb3_sac_forward_inside_its_train_label_stays_in_c_and_books_what_python
     assert enters["train/forward"] >= 60 and enters["train/target"] >= 60 and enters["train/target_update"] >= 60
 
     names = ("enter", "enter_forward", "enter_acting", "open_explicit", "close_explicit", "exit")
-
-    def python_calls(python: bool, steps: int) -> int:
-        return _attributor_calls(monkeypatch, python, names, lambda: _sb3_sac_loop(steps))
-
-    extra_python = python_calls(True, 120) - python_calls(True, 70)
-    extra_compiled = python_calls(False, 120) - python_calls(False, 70)
+    extra_python = _extra_calls(monkeypatch, True, names, _sb3_sac_loop, 70, 120)
+    extra_compiled = _extra_calls(monkeypatch, False, names, _sb3_sac_loop, 70, 120)
     assert extra_python >= 50 * 3
     assert extra_compiled <= 2, (extra_python, extra_compiled)  # was about 1 per step: the forward's push
 
@@ -282,17 +282,12 @@ def test_acting_targets_labels_and_grad_blocks_run_in_c(monkeypatch):
     # env step that starts an iteration stay in C: past the first iterations, only the target updates reach Python
     names = ("enter", "enter_forward", "enter_acting", "open_explicit", "close_explicit", "block_enter", "exit")
 
-    def python_calls(python: bool, iterations: int) -> int:
-        return _attributor_calls(monkeypatch, python, names, lambda: _off_policy_loop(iterations))
-
-    extra_python = python_calls(True, 12) - python_calls(True, 6)
-    extra_compiled = python_calls(False, 12) - python_calls(False, 6)
+    extra_python = _extra_calls(monkeypatch, True, names, _off_policy_loop, 6, 12)
+    extra_compiled = _extra_calls(monkeypatch, False, names, _off_policy_loop, 6, 12)
     assert extra_python >= 6 * 8  # acting, env step, 2 labels opened and closed, the transfer, the target, forward
     # a SAC-shaped loop: the target block's second and third calls continue the first in C (were 2 x 6 more), and
     # alpha's log-pi right after the optimizer step opens its target in C (was 6 more)
-    sac_shaped = _attributor_calls(monkeypatch, False, names, lambda: _off_policy_loop(12, 3)) - _attributor_calls(
-        monkeypatch, False, names, lambda: _off_policy_loop(6, 3)
-    )
+    sac_shaped = _extra_calls(monkeypatch, False, names, lambda n: _off_policy_loop(n, 3), 6, 12)
     assert sac_shaped == 0, sac_shaped
     # the polyak loop's copies (their first one opens the target update) were 2 more: each env step that starts an
     # iteration went to Python before that (8)
@@ -408,10 +403,8 @@ def test_memory_marks_send_only_their_own_transitions_to_python(monkeypatch):
 def test_the_minibatch_cases_run_in_c_while_the_training_forward_is_open(monkeypatch):
     # past the first module call of a loss, its other module calls, a transfer inside it and the optimizer call that
     # ends it stay in C: Attributor.enter and enter_forward run once per minibatch at most, not once per call
-    def python_calls(python: bool, minibatches: int) -> int:
-        return _attributor_calls(monkeypatch, python, ("enter", "enter_forward"), lambda: _minibatch_loop(minibatches))
-
-    extra_python = python_calls(True, 7) - python_calls(True, 2)  # 30 more minibatches (6 iterations)
-    extra_compiled = python_calls(False, 7) - python_calls(False, 2)
+    names = ("enter", "enter_forward")
+    extra_python = _extra_calls(monkeypatch, True, names, _minibatch_loop, 2, 7)  # 30 more minibatches (6 iterations)
+    extra_compiled = _extra_calls(monkeypatch, False, names, _minibatch_loop, 2, 7)
     assert extra_python >= 30 * 4  # two forwards, the .item(), zero_grad: each a call into the attributor
     assert extra_compiled <= 30 * 1  # the first forward of each loss only
