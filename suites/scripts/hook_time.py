@@ -36,6 +36,10 @@ from typing import Any
 BUILD = "CPPFLAGS=-DRLBENCH_HOOK_TIMING pip install --no-build-isolation --no-deps -e ."
 
 
+class HookTimeError(Exception):
+    """What stops a measurement before it means anything: exit 2, one line."""
+
+
 def timing_module() -> Any:
     """The measuring build of the extension, or None where the installed one is the ordinary build."""
     from rlbench.profiling import autohooks
@@ -58,7 +62,7 @@ def measure(script: Path, args: list[str]) -> dict[str, Any]:
 
     fe = timing_module()
     if fe is None:
-        raise SystemExit(f"hook_time: the installed extension is the ordinary build; build the measuring one: {BUILD}")
+        raise HookTimeError(f"the installed extension is the ordinary build; build the measuring one: {BUILD}")
     before = {id(row[0]): row for row in fe.timing_table()}
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script), *args]
@@ -75,7 +79,7 @@ def measure(script: Path, args: list[str]) -> dict[str, Any]:
     per_s = ticks / wall  # the tick rate, against perf_counter over the whole run
     steps = session.outcome.attribution.steps
     if steps <= 0:
-        raise SystemExit("hook_time: the script took no agent step (no env step was seen)")
+        raise HookTimeError("the script took no agent step (no env step was seen): nothing to divide by")
     rows = []
     for event, own, calls, top, fallbacks in table:
         old = before.get(id(event))
@@ -147,7 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     if not opts.script.is_file():
         parser.error(f"no such script: {opts.script}")
-    result = measure(opts.script, opts.args)
+    try:
+        result = measure(opts.script, opts.args)
+    except HookTimeError as exc:
+        print(f"hook_time: error: {exc}", file=sys.stderr)
+        return 2
     if opts.json:
         print(json.dumps(result, indent=1))
     else:

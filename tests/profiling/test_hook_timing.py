@@ -68,9 +68,14 @@ def timing_build(tmp_path_factory: pytest.TempPathFactory):
     return module
 
 
-def test_the_ordinary_build_has_no_timing():
+def test_the_ordinary_build_has_no_timing(tmp_path: Path, capsys):
     assert autohooks._fastevent is not None and not hasattr(autohooks._fastevent, "HOOK_TIMING")
     assert hook_time.timing_module() is None
+    script = tmp_path / "loop.py"
+    script.write_text("pass\n", encoding="utf-8")
+    assert hook_time.main([str(script)]) == 2  # one line that says how to build the measuring one
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "CPPFLAGS=-DRLBENCH_HOOK_TIMING" in err, err
 
 
 @pytest.mark.slow
