@@ -150,16 +150,18 @@ def write_report(
 
 
 def _store_context(records_path: str | Path) -> list[Record]:
-    """Every readable record of the store the run is in (micro-benchmarks the advice can quote).
+    """The records of the store the run is in that the advice can quote (envs micro-benchmarks): only lines that
+    can hold one are decoded (:data:`rlbench.report.alternatives.CONTEXT_LINES`).
 
     The store is ``records_path`` itself when it is a directory, else the directory holding the run file.
     """
+    from rlbench.report.alternatives import CONTEXT_LINES
     from rlbench.results.store import read_records
 
     p = Path(records_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # an unreadable neighbour is not this report's business
         try:
-            return read_records(p if p.is_dir() else p.parent)
+            return read_records(p if p.is_dir() else p.parent, lines_with=CONTEXT_LINES)
         except DataError:
             return []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import mmap
 import os
 import secrets
 import stat
@@ -160,6 +161,14 @@ def _warn(message: str) -> None:
 def read_text(file: Path) -> str:
     """A run file's text. Only a regular file is read (a FIFO or a device such as ``/dev/zero`` could block or never
     end); any failure to read, decompress or decode it is a :class:`DataError`."""
+    text = _read_text(file, ())
+    assert text is not None  # (nothing was asked of it)
+    return text
+
+
+def _read_text(file: Path, holding: tuple[str, ...]) -> str | None:
+    """:func:`read_text`, or ``None`` where the file lacks one of the strings ``holding``, looked for in its bytes in
+    place (mapped, not read or decoded; an archived file is decompressed first)."""
     try:  # O_NONBLOCK: opening a FIFO never waits for a writer; it is refused below
         fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
@@ -169,9 +178,16 @@ def read_text(file: Path) -> str:
             if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
                 raise DataError(f"cannot read {str(file)!r}: not a regular file (a FIFO, socket or device holds no records)")
             os.set_blocking(fh.fileno(), True)
+            wanted = [w.encode() for w in holding]
+            if wanted and not file.name.endswith(ARCHIVED) and os.fstat(fh.fileno()).st_size > 0:
+                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                    if any(mm.find(w) < 0 for w in wanted):
+                        return None
             data = fh.read()
         if file.name.endswith(ARCHIVED):
             data = lzma.decompress(data)
+            if not all(w in data for w in wanted):
+                return None
         return data.decode("utf-8")
     except DataError:
         raise
@@ -195,22 +211,29 @@ def _parse_line(line: str, where: str) -> Record:
         raise DataError(f"{where}: not an rlbench record ({type(exc).__name__})") from None
 
 
-def read_file(file: Path) -> list[Record]:
+def read_file(file: Path, lines_with: tuple[str, ...] = ()) -> list[Record]:
     """Every complete record of one run file; a torn last line is skipped with a warning naming the file.
+
+    ``lines_with``: only lines holding every one of these strings are decoded (a cheap text test before JSON; a
+    reader that wants a few records of a large store skips the rest unread).
 
     Raises:
         DataError: On an unreadable, empty, foreign or corrupt file (with ``file:line``), or a future schema.
     """
-    text = read_text(file)
-    if not text.strip():
+    text = _read_text(file, lines_with)
+    if text is None:
+        return []  # no line can hold one
+    if not text or text.isspace():
         raise DataError(f"{str(file)!r} is empty: no records to read")
     lines = text.split("\n")
     torn = lines.pop() if not text.endswith("\n") else ""  # a last line without its newline was cut off mid-write
     records: list[Record] = []
     for i, line in enumerate(lines, 1):
-        if not line.strip():
+        if not line.strip() or (lines_with and not all(w in line for w in lines_with)):
             continue
         records.append(_parse_line(line, f"{file}:{i}"))
+    if lines_with and not all(w in torn for w in lines_with):
+        torn = ""
     if torn.strip():
         try:
             records.append(_parse_line(torn, f"{file}:{len(lines) + 1}"))
@@ -221,12 +244,13 @@ def read_file(file: Path) -> list[Record]:
     return records
 
 
-def read_records(path: str | os.PathLike[str], run_id: str | None = None) -> list[Record]:
+def read_records(path: str | os.PathLike[str], run_id: str | None = None, lines_with: tuple[str, ...] = ()) -> list[Record]:
     """Read and validate the records of a file or a store directory.
 
     Args:
         path: A records file, or a store directory (every run file in it).
         run_id: Read only this run (a unique prefix is enough): in a store, only its file is opened.
+        lines_with: Decode only the lines that hold every one of these strings (see :func:`read_file`).
 
     Raises:
         DataError: On an empty, truncated or corrupt file, a foreign JSON file, or a future schema. In a store
@@ -240,12 +264,12 @@ def read_records(path: str | os.PathLike[str], run_id: str | None = None) -> lis
         if len(named) == 1:
             files = named
     if len(files) == 1:
-        return read_file(files[0])
+        return read_file(files[0], lines_with)
     records: list[Record] = []
     problems = []
     for file in files:
         try:
-            records += read_file(file)
+            records += read_file(file, lines_with)
         except DataError as exc:
             problems.append(str(exc))
             _warn(f"skipped {file}: {exc}")

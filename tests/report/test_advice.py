@@ -230,3 +230,37 @@ def test_the_environment_advice_quotes_a_micro_run_of_the_same_env_on_the_same_m
     assert alternatives.measured(d, other_env) == {}
     plain = next(f for f in findings(d, breakdown(d)) if f.title == "Environment stepping")
     assert "`rlbench run envs` measures env-step implementations" in plain.action
+
+
+def test_the_advice_reads_only_the_store_lines_that_can_hold_an_envs_micro_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After every `rlbench profile`, the report looks through its store for envs micro-benchmarks to quote: a store of
+    many profiled runs is not decoded whole (a hundred took ~1 s), only the lines that can hold one, in any file."""
+    import lzma
+
+    from rlbench.report import alternatives, kinds
+    from rlbench.results import store
+    from rlbench.results.store import RunWriter
+
+    for k in range(5):  # profiled runs: never decoded
+        RunWriter(tmp_path, f"profile-{k}").write(_user_env_run("m1"))
+    micro = _envs_micro("m1")
+    RunWriter(tmp_path, "micro-1").write(micro[:2])
+    # an archived run with the other half, and a corrupt file whose text cannot hold one (skipped unread, silently)
+    plain = RunWriter(tmp_path, "micro-2")
+    plain.write(micro[2:])
+    archived = plain.path.with_name(plain.path.name + ".xz")
+    archived.write_bytes(lzma.compress(plain.path.read_bytes()))
+    plain.path.unlink()
+    (tmp_path / "torn.jsonl").write_text('{"not json\n', encoding="utf-8")
+    decoded: list[str] = []
+    parse = store._parse_line
+    monkeypatch.setattr(store, "_parse_line", lambda line, where: decoded.append(where) or parse(line, where))
+    context = kinds._store_context(tmp_path / "profile-0.jsonl")
+    assert sorted(r.params["size"] + r.params["impl"] for r in context) == sorted(
+        r.params["size"] + r.params["impl"] for r in micro
+    )
+    assert len(decoded) == len(micro) and not any("profile-" in w for w in decoded), decoded
+    d = RunData.from_records(_user_env_run("m1"))
+    assert "5.0× faster" in alternatives.measured(d, context)["environment"]
