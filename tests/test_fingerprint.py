@@ -135,3 +135,31 @@ def test_fingerprint_has_all_three_parts() -> None:
     fp = fpmod.fingerprint()
     assert set(fp) == {"machine", "software", "git"}
     json.dumps(fp)  # stored in every record: must be JSON
+
+
+def test_the_profile_fingerprint_thread_runs_the_callers_preparation_after_it_and_survives_its_failure(
+    tmp_path: Path,
+) -> None:
+    """`rlbench profile` imports what renders its report in the fingerprint's thread while the script runs: after the
+    fingerprint is taken, once; a preparation that raises costs nothing but itself."""
+    import threading
+
+    from rlbench.profiling.launcher import _Fingerprint
+
+    seen: list[tuple[str, bool]] = []
+    fp: _Fingerprint
+
+    def prepare() -> None:
+        seen.append((threading.current_thread().name, fp.value is not None))
+
+    fp = _Fingerprint(tmp_path, prepare)
+    fp.start()
+    value = fp.result()
+    assert seen == [("rlbench-fingerprint", True)] and {"machine", "software", "git", "rlbench_git"} <= set(value)
+
+    def fails() -> None:
+        raise ImportError("no such module")
+
+    failing = _Fingerprint(tmp_path, fails)
+    failing.start()
+    assert failing.result()["machine"] == value["machine"]

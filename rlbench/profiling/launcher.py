@@ -8,6 +8,7 @@ ends the run with a one-line error, and the finished repeats stay on disk. Ctrl-
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -283,6 +285,7 @@ def run_profile(
     *,
     meta: dict[str, Any] | None = None,
     on_repeat: Any = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> ProfileOutcome:
     """Run the repeats, writing each one's records as it finishes.
 
@@ -292,12 +295,14 @@ def run_profile(
         writer: Where the records go.
         meta: Stored in every record (the command line).
         on_repeat: Called with ``(k, seed)`` before each repeat.
+        meanwhile: Called once in a thread while the first repeat runs, after the fingerprint is taken (work the
+            caller would otherwise do after the script: imports).
     """
     outcome = ProfileOutcome(writer.run_id, writer.path)
     params = profile_params(target, opts)
     dhash = definition_hash(target.name, PROFILE_VERSION, params)
     where = Path(target.target).resolve().parent if not target.module else Path.cwd()
-    fp = _Fingerprint(where)  # git and package metadata are read while the first child runs, not after it
+    fp = _Fingerprint(where, meanwhile)  # git and package metadata are read while the first child runs, not after it
     remove_orphan_dirs("rlbench-profile-")
     with tempfile.TemporaryDirectory(prefix=f"rlbench-profile-{os.getpid()}-") as tmp:
         try:
@@ -353,10 +358,12 @@ def run_profile(
 
 
 class _Fingerprint:
-    """The records' fingerprint, taken in a thread (its ``git`` and package-metadata reads overlap the child)."""
+    """The records' fingerprint, taken in a thread (its ``git`` and package-metadata reads overlap the child), then
+    ``meanwhile`` (the caller's own preparation: the CLI imports what renders the report)."""
 
-    def __init__(self, where: Path) -> None:
+    def __init__(self, where: Path, meanwhile: Callable[[], None] | None = None) -> None:
         self.where = where
+        self.meanwhile = meanwhile
         self.value: dict[str, Any] | None = None
         self.thread: threading.Thread | None = None
 
@@ -376,6 +383,9 @@ class _Fingerprint:
             "git": user[1] if user else no_git(),
             "rlbench_git": own[1] if own else no_git(),  # rlbench's checkout, if it runs from one
         }
+        if self.meanwhile is not None:
+            with contextlib.suppress(Exception):  # a preparation only: whatever failed here fails again where it counts
+                self.meanwhile()
 
     def result(self) -> dict[str, Any]:
         self.start()
