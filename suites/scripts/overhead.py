@@ -1,10 +1,12 @@
-"""Where ``rlbench profile``'s overhead comes from, in the steady state of the CleanRL-style script.
+"""Where ``rlbench profile``'s overhead comes from, in the steady state of a CleanRL-style script.
 
-``python -m rlbench.suites.scripts.overhead`` runs a copy of ``cleanrl_ppo.py`` in this process with one line
-added at the top of its iteration loop, which installs or removes the hooks before the iteration starts, in the
-pattern on, off, off, on (ABBA) after three warm-up iterations. Each iteration's CPU time goes to its side; the
-ratio of the medians is the hooks' steady-state cost, with the machine's drift cancelled by the interleaving.
-Three configurations, each in its own run:
+``python -m rlbench.suites.scripts.overhead`` runs a copy of ``cleanrl_ppo.py`` (``--script``: or of the DQN, SAC or
+TD3 script) in this process with one line added at the top of its main loop, which installs or removes the hooks
+before a block of loop passes starts (a PPO iteration of 512 steps; ``--block`` env steps of an off-policy loop, after
+its replay prefill), in the pattern on, off, off, on (ABBA) after the warm-up. Each block's CPU time goes to its side;
+the ratio of the medians is the hooks' steady-state cost, with the machine's drift cancelled by the interleaving. It
+leaves out what the whole command adds once (starting it, the first iterations, the records and the report), which
+``python -m rlbench.suites.scripts.command_cost`` measures with the rest. Three configurations, each in its own run:
 
 * ``full``: the hooks as ``rlbench profile`` installs them;
 * ``wrappers``: the same wrappers, but every call passes straight through (the attributor always reports an open
@@ -28,26 +30,49 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-LOOP = "    for iteration in range(1, args.num_iterations + 1):\n"
 CONFIGS = ("full", "wrappers", "none")
 
 
-def toggled_copy(directory: Path) -> Path:
-    """``cleanrl_ppo.py`` with a call to ``builtins.RLBENCH_TOGGLE(iteration)`` at the top of its iteration loop."""
-    src = (HERE / "cleanrl_ppo.py").read_text(encoding="utf-8")
-    if LOOP not in src:
-        raise RuntimeError("cleanrl_ppo.py has no iteration loop to hook")
-    out = directory / "cleanrl_toggled.py"
-    out.write_text(src.replace(LOOP, LOOP + "        __import__('builtins').RLBENCH_TOGGLE(iteration)\n", 1), encoding="utf-8")
+@dataclass(frozen=True)
+class Loop:
+    """A script's main loop: its line, its variable, the passes in a block and the first pass measured."""
+
+    file: str
+    line: str
+    var: str
+    block: int
+    start: int
+
+
+_OFF_POLICY = "    for global_step in range(args.total_timesteps):\n"
+LOOPS = {
+    "cleanrl": Loop("cleanrl_ppo.py", "    for iteration in range(1, args.num_iterations + 1):\n", "iteration", 1, 4),
+    # after the replay prefill (learning starts at step 500) and 500 steps of updates
+    "cleanrl_dqn": Loop("cleanrl_dqn.py", _OFF_POLICY, "global_step", 250, 1000),
+    "cleanrl_sac": Loop("cleanrl_sac.py", _OFF_POLICY, "global_step", 100, 1000),
+    "cleanrl_td3": Loop("cleanrl_td3.py", _OFF_POLICY, "global_step", 150, 1000),
+}
+
+
+def toggled_copy(directory: Path, script: str = "cleanrl") -> Path:
+    """The script with a call to ``builtins.RLBENCH_TOGGLE(pass)`` at the top of its main loop."""
+    loop = LOOPS[script]
+    src = (HERE / loop.file).read_text(encoding="utf-8")
+    if loop.line not in src:
+        raise RuntimeError(f"{loop.file} has no main loop to hook")
+    out = directory / f"{script}_toggled.py"
+    call = f"        __import__('builtins').RLBENCH_TOGGLE({loop.var})\n"
+    out.write_text(src.replace(loop.line, loop.line + call, 1), encoding="utf-8")
     return out
 
 
-def measure(config: str, steps: int) -> dict[str, list[float]]:
-    """CPU seconds of each steady iteration, by side (``on``: hooks installed)."""
+def measure(config: str, steps: int, script: str = "cleanrl") -> dict[str, list[float]]:
+    """CPU seconds of each steady block of loop passes, by side (``on``: hooks installed)."""
     from rlbench.profiling.attribution import Attributor, activate
     from rlbench.profiling.autohooks import uninstall
     from rlbench.profiling.session import install_hooks
@@ -56,15 +81,19 @@ def measure(config: str, steps: int) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {"on": [], "off": []}
     attributor = Attributor(count_iteration=None)
 
-    def toggle(iteration: int) -> None:
+    loop = LOOPS[script]
+
+    def toggle(n: int) -> None:
+        if n < loop.start or (n - loop.start) % loop.block:
+            return
         t = time.thread_time()
-        if state["t"] is not None and iteration > 4:
+        if state["t"] is not None:
             times[state["side"]].append(t - state["t"])
         if state["hooks"] is not None:
             uninstall(state["hooks"])
             state["hooks"] = None
             activate(None)
-        side = "on" if iteration % 4 in (0, 3) else "off"
+        side = "on" if ((n - loop.start) // loop.block) % 4 in (0, 3) else "off"
         if side == "on" and config != "none":
             state["hooks"] = install_hooks(attributor)
             activate(attributor)
@@ -74,13 +103,13 @@ def measure(config: str, steps: int) -> dict[str, list[float]]:
         state["t"] = time.thread_time()
 
     with tempfile.TemporaryDirectory() as tmp:
-        script = toggled_copy(Path(tmp))
+        path = toggled_copy(Path(tmp), script)
         builtins.RLBENCH_TOGGLE = toggle  # type: ignore[attr-defined]
         saved = list(sys.argv)
-        sys.argv = [str(script), "--total-timesteps", str(steps)]
+        sys.argv = [str(path), "--total-timesteps", str(steps)]
         try:
             with contextlib.redirect_stdout(io.StringIO()):
-                runpy.run_path(str(script), run_name="__main__")
+                runpy.run_path(str(path), run_name="__main__")
         finally:
             sys.argv = saved
             if state["hooks"] is not None:
@@ -92,19 +121,26 @@ def measure(config: str, steps: int) -> dict[str, list[float]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rlbench.suites.scripts.overhead", description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=98_304, help="agent steps per run (512 per iteration; default 98,304)")
+    p.add_argument("--script", choices=sorted(LOOPS), default="cleanrl", help="which script (default: cleanrl, PPO)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="agent steps per run (default: 98,304 for PPO, 512 per iteration; 16,000 for DQN, 4,000 for SAC and TD3)",
+    )
     p.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS), help="configurations to run")
-    p.add_argument("--json", action="store_true", help="print the raw per-iteration CPU times as JSON")
+    p.add_argument("--json", action="store_true", help="print the raw per-block CPU times as JSON")
     args = p.parse_args(argv)
-    results = {c: measure(c, args.steps) for c in args.configs}
+    steps = args.steps or {"cleanrl": 98_304, "cleanrl_dqn": 16_000}.get(args.script, 4_000)
+    results = {c: measure(c, steps, args.script) for c in args.configs}
     if args.json:
         print(json.dumps(results))
         return 0
     for config, t in results.items():
         on, off = statistics.median(t["on"]), statistics.median(t["off"])
         print(
-            f"{config:9s} iterations on/off {len(t['on'])}/{len(t['off'])}: median {on * 1e3:.2f} / {off * 1e3:.2f} ms, "
-            f"overhead {100 * (on / off - 1):+.1f}%"
+            f"{args.script} {config:9s} blocks on/off {len(t['on'])}/{len(t['off'])}: median {on * 1e3:.2f} / "
+            f"{off * 1e3:.2f} ms, overhead {100 * (on / off - 1):+.1f}%"
         )
     return 0
 

@@ -232,6 +232,10 @@ def test_accuracy_harness_covers_every_script() -> None:
 def test_overhead_harness_interleaves_hooked_and_plain_iterations() -> None:
     from rlbench.suites.scripts.overhead import measure
 
-    times = measure("full", 6144)  # 12 iterations: 4 warm-up, then on, off, off, on
+    times = measure("full", 6144)  # 12 iterations: 3 warm-up, then on, off, off, on
     assert len(times["on"]) == 4 and len(times["off"]) == 4
+    assert all(t > 0 for t in times["on"] + times["off"])
+    # an off-policy loop, in blocks of 250 env steps after step 1,000: on, off, off (the last block has no end mark)
+    times = measure("full", 2000, "cleanrl_dqn")
+    assert len(times["on"]) == 1 and len(times["off"]) == 2
     assert all(t > 0 for t in times["on"] + times["off"])
