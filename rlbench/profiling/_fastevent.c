@@ -38,9 +38,11 @@ static const char *slot_names[S_N] = {
 };
 /* Attributor.extras when memory marks are the only extra on (attribution.MEMORY_ONLY) */
 #define MEMORY_ONLY 2
-/* attribution.MEMORY_FIRST, MEMORY_EVERY: the iterations with memory marks (exported: a test compares them) */
+/* attribution.MEMORY_FIRST, MEMORY_EVERY, MEMORY_SPARSE: the iterations with memory marks (attribution.memory_marked;
+ * exported: a test compares them) */
 #define MEMORY_FIRST 2
 #define MEMORY_EVERY 32
+#define MEMORY_SPARSE 1024
 
 /* roles and phase kinds (attribution.py), skips (autohooks.py) */
 enum { ENV = 0, UPDATE = 1, INFER = 2, NEST = 3 };
@@ -469,7 +471,9 @@ iteration_due(Event *e)
     if (!first && !truth(SLOT(e, S_UPDATED))) return 0;
     if (first || truth(SLOT(e, S_SLOW)) || truth(SLOT(e, S_EXTRAS))) return 2;
     Py_ssize_t index = PyList_GET_SIZE(SLOT(e, S_ITERATION_T));
-    if (truth(SLOT(e, S_MEMORY)) && (index < MEMORY_FIRST || index % MEMORY_EVERY == 0)) return 2;
+    if (truth(SLOT(e, S_MEMORY)) &&
+        (index < MEMORY_FIRST || index % (index < MEMORY_SPARSE ? MEMORY_EVERY : MEMORY_SPARSE) == 0))
+        return 2;
     PyObject *counted = SLOT(e, S_COUNT_ITERATION);
     if (counted != Py_None) {
         Py_ssize_t c = PyLong_AsSsize_t(counted);
@@ -1553,6 +1557,7 @@ PyInit__fastevent(void)
     if (PyModule_AddIntConstant(m, "MEMORY_ONLY", MEMORY_ONLY) < 0 ||
         PyModule_AddIntConstant(m, "MEMORY_FIRST", MEMORY_FIRST) < 0 ||
         PyModule_AddIntConstant(m, "MEMORY_EVERY", MEMORY_EVERY) < 0 ||
+        PyModule_AddIntConstant(m, "MEMORY_SPARSE", MEMORY_SPARSE) < 0 ||
         PyModule_AddObjectRef(m, "Event", (PyObject *)&EventType) < 0 ||
 #ifdef RLBENCH_HOOK_TIMING
         PyModule_AddIntConstant(m, "HOOK_TIMING", 1) < 0 ||

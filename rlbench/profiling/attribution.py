@@ -51,7 +51,16 @@ MERGE_GAP_S = 20e-6
 block counts it. Inference calls inside one grad-mode block continue each other at any distance (see
 :mod:`rlbench.profiling.autohooks`)."""
 MEMORY_FIRST, MEMORY_EVERY = 2, 32  # peak-RSS marks (a syscall each) in the first 2 iterations, then in every 32nd,
+MEMORY_SPARSE = 1024  # and from the 1,024th on in every 1,024th (an off-policy loop starts one per env step: its
+# marked iterations run in Python, ~0.3% of a DQN step when one in 32 was; growth between them is booked at the next)
 MEMORY_MARKS = 8  # around the first 8 occurrences of each top-level phase there (allocations happen the first times)
+
+
+def memory_marked(index: int) -> bool:
+    """Whether iteration ``index`` (0-based) takes memory marks (``_fastevent.c``'s ``iteration_due`` says the same)."""
+    return index < MEMORY_FIRST or index % (MEMORY_EVERY if index < MEMORY_SPARSE else MEMORY_SPARSE) == 0
+
+
 _RSS_UNIT = 1024  # ru_maxrss is in KiB on Linux
 MEMORY_ONLY = 2  # Attributor.extras when memory marks are the only extra on (see Attributor.refresh_extras)
 
@@ -112,7 +121,8 @@ class Attributor:
         trace_limit: Keep up to this many closed phases for a trace (0: none).
         count_iteration: Count torch ops, syncs and copies per phase during this iteration (0-based; ``None``: never).
         memory: Record peak-RSS growth per top-level phase (``getrusage`` at their boundaries, a syscall each: in
-            the first :data:`MEMORY_FIRST` iterations, then in every ``MEMORY_EVERY``-th, around the first
+            the first :data:`MEMORY_FIRST` iterations, then in every ``MEMORY_EVERY``-th, from the
+            ``MEMORY_SPARSE``-th on in every ``MEMORY_SPARSE``-th: :func:`memory_marked`; around the first
             :data:`MEMORY_MARKS` occurrences of each top-level phase there).
     """
 
@@ -567,7 +577,7 @@ class Attributor:
         # tracked defaultdict, would be)
         self.iteration_excl.append({k: v for k, v in self.excl.items()})
         self.updated = False
-        self.mem_on = self.memory and (index < MEMORY_FIRST or index % MEMORY_EVERY == 0)
+        self.mem_on = self.memory and memory_marked(index)
         self._mem_left.clear()
         self.rf_on = self.profiler_enabled()
         if self.counter is not None:

@@ -208,9 +208,10 @@ def test_iterations_started_in_c_match_python_across_memory_marked_iterations(mo
     # Python starts; 40 iterations cross the 32nd. Snapshots, steps and marks must be the Python hooks' own.
     from rlbench.profiling import _fastevent, attribution
 
-    assert (_fastevent.MEMORY_FIRST, _fastevent.MEMORY_EVERY, _fastevent.MEMORY_ONLY) == (
+    assert (_fastevent.MEMORY_FIRST, _fastevent.MEMORY_EVERY, _fastevent.MEMORY_SPARSE, _fastevent.MEMORY_ONLY) == (
         attribution.MEMORY_FIRST,
         attribution.MEMORY_EVERY,
+        attribution.MEMORY_SPARSE,
         attribution.MEMORY_ONLY,
     )
     compiled = _structure(monkeypatch, False, lambda: _off_policy_loop(40))
@@ -219,6 +220,31 @@ def test_iterations_started_in_c_match_python_across_memory_marked_iterations(mo
     marks = compiled[-1]
     assert len(marks) == 40 and [m[0] for m in marks] == list(range(40)) and all(m[2] for m in marks)
     assert compiled[8] > 0  # memory marks were taken (in the iterations Python starts)
+
+
+@pytest.mark.slow
+def test_memory_marks_thin_out_after_the_1024th_iteration_in_c_as_in_python(monkeypatch):
+    # a long off-policy run takes marks in every 32nd iteration up to the 1,024th, then in every 1,024th: the
+    # iterations Python starts for them thin out, and the compiled hooks start the others inline, as before
+    from rlbench.profiling import attribution
+
+    marked = [i for i in range(2100) if attribution.memory_marked(i)]
+    assert marked[:3] == [0, 1, 32] and marked[-3:] == [992, 1024, 2048] and len(marked) == 2 + 31 + 2
+    # the iterations Python starts, with marks on: none between the 1,030th and the 1,090th (two in 32 were before;
+    # that C and Python start the same iterations with the same snapshots: the test above)
+    from rlbench.profiling.attribution import Attributor
+
+    def python_started(iterations: int) -> int:
+        _use_python_hooks(monkeypatch, False)
+        started = []
+        original = Attributor._new_iteration
+        monkeypatch.setattr(Attributor, "_new_iteration", lambda self, now: started.append(1) or original(self, now))
+        with Session(Settings(count_iteration=None, memory=True)):
+            _off_policy_loop(iterations)
+        monkeypatch.undo()
+        return len(started)
+
+    assert python_started(1090) - python_started(1030) == 0
 
 
 def _sb3_dqn_loop(steps: int) -> None:
