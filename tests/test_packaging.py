@@ -86,6 +86,23 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
     return proc
 
 
+def _run_together(runs: list[tuple[list[str], Path, dict[str, str]]]) -> None:
+    """:func:`_run` of every ``(cmd, cwd, env)`` at the same time; each must exit 0."""
+    procs = [
+        subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for cmd, cwd, env in runs
+    ]
+    try:
+        for proc, (cmd, cwd, _) in zip(procs, runs, strict=True):
+            out, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode} in {cwd}:\n{out[-2000:]}{err[-3000:]}"
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
 @pytest.mark.slow
 def test_suites_run_from_a_fresh_checkout_with_an_install_and_an_editable_install(tmp_path: Path) -> None:
     """The micro suites' pytest files run from a clone's root and from elsewhere, and `rlbench import` stores their
@@ -104,15 +121,23 @@ def test_suites_run_from_a_fresh_checkout_with_an_install_and_an_editable_instal
     elsewhere.mkdir()
     installed = {**os.environ, "PYTHONPATH": str(site)}
     editable = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    test = ["suites/micro/test_gae.py", "--benchmark-max-time", "0.01", "-q", "-p", "no:cacheprovider", "-k", "numpy"]
+    # no cache folder in the clone, and not hypothesis's plugin (it imports all of hypothesis at the end: ~1 s a run)
+    plugins = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
+    test = ["suites/micro/test_gae.py", "--benchmark-max-time", "0.01", "-q", *plugins, "-k", "numpy"]
     cases = [("installed", installed, clone), ("installed", installed, elsewhere), ("editable", editable, clone)]
+    timed, imports = [], []
     for label, env, cwd in cases:
         out = tmp_path / f"{label}-{cwd.name}.json"
         path = test[0] if cwd == clone else str(clone / test[0])
-        _run([sys.executable, "-m", "pytest", path, *test[1:], f"--benchmark-json={out}"], cwd, env)
-        _run([sys.executable, "-m", "rlbench", "import", str(out), "--store", str(tmp_path / "st")], elsewhere, env)
+        timed.append(([sys.executable, "-m", "pytest", path, *test[1:], f"--benchmark-json={out}"], cwd, env))
+        imports.append(
+            ([sys.executable, "-m", "rlbench", "import", str(out), "--store", str(tmp_path / "st")], elsewhere, env)
+        )
     # the built-in micro group by name, from a directory that is no checkout, with the installed copy
     run_gae = [sys.executable, "-m", "rlbench", "run", "gae", "--max-time", "0.01", "--select", "numpy"]
-    _run([*run_gae, "--quiet", "--store", str(tmp_path / "st")], elsewhere, installed)
+    timed.append(([*run_gae, "--quiet", "--store", str(tmp_path / "st")], elsewhere, installed))
+    _run_together(timed)  # independent runs, at once (what they measure is not checked here)
+    for cmd, cwd, env in imports:  # each pytest run's JSON, through the same installation
+        _run(cmd, cwd, env)
     runs = list((tmp_path / "st").glob("*.jsonl"))
     assert len(runs) == 4, runs  # three imports and one run

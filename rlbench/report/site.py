@@ -401,8 +401,9 @@ def _recorded_commands(store: HistoryStore, machine: str, wanted: set[tuple[str,
     found: dict[tuple[str, str], tuple[int, str]] = {}
     if not wanted:
         return {}
-    identity = store.identity()  # the parameters series are told apart by
-    for r in store.records(machine):
+    by_machine = {m: store.records(m) for m in store.machines()}  # each records file read once
+    identity = store.identity([r for rs in by_machine.values() for r in rs])  # the parameters series are told apart by
+    for r in by_machine[machine] if machine in by_machine else store.records(machine):
         key = (r.benchmark, _params_key(identity(r)))
         cmd = r.meta.get("command") if isinstance(r.meta, dict) else None
         if key not in wanted or not isinstance(cmd, str):

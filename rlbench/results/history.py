@@ -27,6 +27,7 @@ Layout of a history store (default :data:`DEFAULT_HISTORY`, ``.rlbench/history``
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -594,13 +595,18 @@ class HistoryStore:
         """
         rank = {sha: i for i, sha in enumerate(self.order(repo))}
         out: list[Series] = []
-        identity: Callable[[Record], dict] | None = None
-        for m in [machine] if machine is not None else self.machines():
+        machines = self.machines()
+        wanted = [machine] if machine is not None else machines
+        # every machine's records, each file read once: a series' identity is learnt from all of them
+        read = {
+            m: [(sha, r) for sha, path in self._commit_files(m) for r in self._read_records_file(path, sha)]
+            for m in dict.fromkeys([*machines, *wanted])
+        }
+        identity = self.identity([r for m in machines for _, r in read[m]])
+        for m in wanted:
             groups: dict[tuple[str, str, str], dict[str, list[float]]] = {}
             meta: dict[tuple[str, str, str], tuple[dict, str, str]] = {}
-            files = sorted(self._commit_files(m), key=lambda f: rank.get(f[0], len(rank)))  # the newest record wins
-            records = [(sha, r) for sha, path in files for r in self._read_records_file(path, sha)]
-            identity = identity or self.identity()
+            records = sorted(read[m], key=lambda f: rank.get(f[0], len(rank)))  # commits in order: the newest record wins
             for sha, r in records:
                 if r.metric.startswith(MACHINE):
                     continue
@@ -663,12 +669,18 @@ def command_params(r: Record) -> set[str]:
     command = r.meta.get("command") if isinstance(r.meta, dict) else None
     if not isinstance(command, str):
         return set()
+    return {n for n in _command_options(command) if n in r.params and n not in _RUN_OPTIONS}
+
+
+@functools.lru_cache(maxsize=1024)
+def _command_options(command: str) -> frozenset[str]:
+    """The option names of a command line (``--total-steps`` -> ``total_steps``); parsed once per command: every
+    record of a run carries the same one, and a history of 1,000 commits holds tens of thousands of records."""
     try:
         words = shlex.split(command)
     except ValueError:
-        return set()
-    names = {w[2:].split("=", 1)[0].replace("-", "_") for w in words if w.startswith("--")}
-    return {n for n in names if n in r.params and n not in _RUN_OPTIONS}
+        return frozenset()
+    return frozenset(w[2:].split("=", 1)[0].replace("-", "_") for w in words if w.startswith("--"))
 
 
 _RUN_OPTIONS = frozenset({"seed", "repeats", "store", "report", "quiet", "json", "profile", "backend", "address", "timeout"})

@@ -52,6 +52,7 @@ def run_group_files(
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
     backstop: float = 3600.0,
+    autoload_plugins: bool = True,
 ) -> dict[str, Any]:
     """Run pytest-benchmark on ``files`` in a subprocess; return its JSON (device skip notes under ``"rlbench_notes"``).
 
@@ -62,6 +63,10 @@ def run_group_files(
         cwd: The child's working directory (default: a temporary directory).
         env: Extra environment variables for the child (a suite's own settings).
         backstop: Seconds after which a child that hangs where no per-benchmark alarm reaches it is ended.
+        autoload_plugins: Let pytest load every plugin installed in the environment (a user's file may use them).
+            False loads pytest-benchmark alone (rlbench's own suites need nothing else): another plugin only adds
+            start-up time to each group's child, and touches the process being timed (hypothesis's imports the whole
+            of hypothesis at the session's end, about 1 s a child).
 
     Returns:
         pytest-benchmark's JSON; its ``"benchmarks"`` list is empty when no benchmark ran (none collected or selected).
@@ -98,6 +103,9 @@ def run_group_files(
         child_env["PYTHONPATH"] = child_pythonpath()  # the working directory and a relative PYTHONPATH still import
         # torch's pool size, read at its start
         child_env["OMP_NUM_THREADS"] = child_env["MKL_NUM_THREADS"] = str(config.threads)
+        if not autoload_plugins:
+            cmd += ["-p", "pytest_benchmark.plugin"]
+            child_env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         try:
             proc = run_child(cmd, cwd=str(cwd or tmp), env=child_env, timeout=backstop)
         except subprocess.TimeoutExpired:

@@ -98,7 +98,8 @@ def make_run(groups: list[str]):
         # a backstop for code that hangs where the per-benchmark alarm cannot reach it (inside a C call)
         backstop = 3600 + 20 * config.timeout * max(len(user), 1)
         files = [MICRO_DIR / GROUPS[g][0] for g in present]
-        data = run_group_files(files, config, rootdir=MICRO_DIR, env=env, backstop=backstop)
+        # pytest-benchmark is the only plugin these files use: none other is loaded into the timed process
+        data = run_group_files(files, config, rootdir=MICRO_DIR, env=env, backstop=backstop, autoload_plugins=False)
         metrics = metrics_from_json(data)
         if not metrics:
             raise RuntimeError("pytest-benchmark ran no benchmark (check --select)")

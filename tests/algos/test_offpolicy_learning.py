@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -23,6 +25,7 @@ QUICK = {
 }
 
 
+@functools.cache  # the same five seeded episodes every time: evaluated once per session
 def _random_return() -> float:
     class RandomPolicy:
         rng = np.random.default_rng(0)

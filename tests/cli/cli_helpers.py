@@ -22,6 +22,34 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.Comp
     )
 
 
+def run_cli_together(
+    commands: list[list[str]], cwd: Path | list[Path], timeout: float = 120
+) -> list[subprocess.CompletedProcess[str]]:
+    """Run each `python -m rlbench ARGS` of `commands` from `cwd` (one for all, or one each), all at the same time;
+    their results in order."""
+    env = {**os.environ, "COLUMNS": "200"}
+    cwds = cwd if isinstance(cwd, list) else [cwd] * len(commands)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "rlbench", *args],
+            cwd=where,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for args, where in zip(commands, cwds, strict=True)
+    ]
+    try:
+        outputs = [p.communicate(timeout=timeout) for p in procs]
+        return [subprocess.CompletedProcess(p.args, p.returncode, *out) for p, out in zip(procs, outputs, strict=True)]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
     """Assert stderr is exactly one line starting with 'rlbench: error:' and return it."""
     err = proc.stderr.strip()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.cli_helpers import one_line_error, run_cli
+from tests.cli.cli_helpers import one_line_error, run_cli, run_cli_together
 
 pytestmark = pytest.mark.slow  # each test runs a micro-benchmark group in a subprocess (4-12 s)
 
@@ -27,28 +27,17 @@ def bad(rewards, values, dones, last_value, gamma, lam):
 
 def test_gae_with_user_implementations(tmp_path: Path) -> None:
     (tmp_path / "myimpl.py").write_text(USER_MODULE)
-    proc = run_cli(["run", "gae", "--impl", "myimpl:bad"], tmp_path)
-    assert proc.returncode == 2
-    err = one_line_error(proc)
-    assert "differs from the reference by up to 0.5 at [t=3, i=1]" in err and "not timed" in err
-    assert run_cli(["run", "gae", "--impl", "nosuchmodule:f"], tmp_path).returncode == 2
-    proc = run_cli(
-        [
-            "run",
-            "gae",
-            "--impl",
-            "myimpl:good",
-            "--select",
-            "user or numpy",
-            "--max-time",
-            "0.02",
-            "--json",
-            "--report",
-            "gae.md",
-        ],
+    good = ["--impl", "myimpl:good", "--select", "user or numpy", "--max-time", "0.02", "--json", "--report", "gae.md"]
+    # three independent runs at once (nothing here is judged on its timings): two refused, one measured
+    bad, missing, proc = run_cli_together(
+        [["run", "gae", "--impl", "myimpl:bad"], ["run", "gae", "--impl", "nosuchmodule:f"], ["run", "gae", *good]],
         tmp_path,
         timeout=300,
     )
+    assert bad.returncode == 2
+    err = one_line_error(bad)
+    assert "differs from the reference by up to 0.5 at [t=3, i=1]" in err and "not timed" in err
+    assert missing.returncode == 2
     assert proc.returncode == 0, proc.stderr
     cases = json.loads(proc.stdout)["cases"]
     impls = {c["impl"] for c in cases}
@@ -101,15 +90,17 @@ def bad(env_id, num_envs):
 
 def test_buffers_with_user_implementations(tmp_path: Path) -> None:
     (tmp_path / "mybuf.py").write_text(BUFFER_MODULE)
-    err = one_line_error(run_cli(["run", "buffers", "--impl", "mybuf:Mixed"], tmp_path))
-    assert "is not a stored transition" in err and "'reward'" in err and "not timed" in err
-    err = one_line_error(run_cli(["run", "buffers", "--impl", "mybuf:Skewed"], tmp_path))
-    assert "sampling is not uniform" in err and "chi-square" in err and "not timed" in err
-    proc = run_cli(
-        ["run", "buffers", "--impl", "mybuf:Good", "--select", "user and b256", "--max-time", "0.01", "--json"],
+    good = ["--impl", "mybuf:Good", "--select", "user and b256", "--max-time", "0.01", "--json"]
+    # three independent runs at once (nothing here is judged on its timings): two refused, one measured
+    mixed, skewed, proc = run_cli_together(
+        [["run", "buffers", "--impl", "mybuf:Mixed"], ["run", "buffers", "--impl", "mybuf:Skewed"], ["run", "buffers", *good]],
         tmp_path,
         timeout=300,
     )
+    err = one_line_error(mixed)
+    assert "is not a stored transition" in err and "'reward'" in err and "not timed" in err
+    err = one_line_error(skewed)
+    assert "sampling is not uniform" in err and "chi-square" in err and "not timed" in err
     assert proc.returncode == 0, proc.stderr
     cases = json.loads(proc.stdout)["cases"]
     assert {c["impl"] for c in cases} == {"user:Good"} and {c["size"] for c in cases} == {"cap1e5-b256", "cap1e6-b256"}
@@ -117,11 +108,11 @@ def test_buffers_with_user_implementations(tmp_path: Path) -> None:
 
 def test_envs_with_user_implementations(tmp_path: Path) -> None:
     (tmp_path / "myenv.py").write_text(ENV_MODULE)
-    err = one_line_error(run_cli(["run", "envs", "--impl", "myenv:bad"], tmp_path))
+    good = ["--impl", "myenv:good", "--select", "user", "--max-time", "0.01", "--json"]
+    # two independent runs at once (nothing here is judged on its timings): one refused, one measured
+    bad, proc = run_cli_together([["run", "envs", "--impl", "myenv:bad"], ["run", "envs", *good]], tmp_path, timeout=300)
+    err = one_line_error(bad)
     assert "on CartPole-v1: step 0 reward differs from gymnasium's" in err and "not timed" in err
-    proc = run_cli(
-        ["run", "envs", "--impl", "myenv:good", "--select", "user", "--max-time", "0.01", "--json"], tmp_path, timeout=300
-    )
     assert proc.returncode == 0, proc.stderr
     cases = json.loads(proc.stdout)["cases"]
     assert {(c["impl"], c["size"]) for c in cases} == {("user:good", f"N={n}") for n in (8, 64, 512)}

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from rlbench.cli import main
 from rlbench.report.kinds import write_report
 from rlbench.results.store import load
-from tests.cli.cli_helpers import one_line_error
+from tests.cli.cli_helpers import one_line_error, run_cli_together
 
 pytestmark = pytest.mark.slow  # each test runs SAC or DDPG in subprocesses (4-8 s)
 
@@ -70,9 +72,10 @@ def test_sac_what_if_run_writes_baseline_and_variants(cli, tmp_path: Path) -> No
     assert write_report(tmp_path / out["records"], None) == text.replace(chart_link, "")
 
 
-def test_ddpg_runs_with_td_lambda_and_prioritized_replay(cli, tmp_path: Path) -> None:
-    for extra in (["--td-lambda", "0.9", "--slice-len", "4"], ["--prioritized", "--noise", "ou"]):
-        proc = cli("run", "ddpg-pendulum", *TINY, *extra, "--json", timeout=300)
+def test_ddpg_runs_with_td_lambda_and_prioritized_replay(tmp_path: Path) -> None:
+    extras = (["--td-lambda", "0.9", "--slice-len", "4"], ["--prioritized", "--noise", "ou"])
+    runs = [["run", "ddpg-pendulum", *TINY, *extra, "--json"] for extra in extras]
+    for extra, proc in zip(extras, run_cli_together(runs, tmp_path, timeout=300), strict=True):  # both at once
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout)
         assert out["env_steps"] == 400 and out["time/update/actor"] > 0
@@ -80,9 +83,16 @@ def test_ddpg_runs_with_td_lambda_and_prioritized_replay(cli, tmp_path: Path) ->
             assert out["time/update/priorities"] > 0
 
 
-def test_bad_what_ifs_and_settings_are_refused_before_running(cli, tmp_path: Path) -> None:
+def test_bad_what_ifs_and_settings_are_refused_before_running(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the first through the real command (its exit code, one line on stderr); the others through the same main() in
+    # this process, from the same working directory: a subprocess each only paid torch's import again
+    proc = cli("run", "sac-pendulum", "--what-if", "polyak")
+    assert proc.returncode == 2, proc.stderr
+    assert "expects FIELD=VALUE" in one_line_error(proc), proc.stderr
+    monkeypatch.chdir(tmp_path)
     for args, needle in [
-        (["--what-if", "polyak"], "expects FIELD=VALUE"),
         (["--what-if", "speed=2"], "unknown field 'speed'"),
         (["--what-if", "threads=two"], "not a valid value for threads"),
         (["--what-if", "polyak=foreach"], "is the baseline setting already"),
@@ -91,7 +101,8 @@ def test_bad_what_ifs_and_settings_are_refused_before_running(cli, tmp_path: Pat
         (["--env", "CartPole-v1"], "continuous"),
         (["--gradients", "manual", "--critics", "separate"], "needs --critics ensemble"),
     ]:
-        proc = cli("run", "sac-pendulum", *args)
-        assert proc.returncode == 2, (args, proc.stderr)
-        assert needle in one_line_error(proc), (args, proc.stderr)
+        code = main(["run", "sac-pendulum", *args])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "", (args, out, err)
+        assert needle in one_line_error(subprocess.CompletedProcess(args, code, out, err)), (args, err)
     assert not list((tmp_path / ".rlbench").glob("*.jsonl")) if (tmp_path / ".rlbench").exists() else True

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.cli_helpers import run_cli_together
 from tests.faults.fault_helpers import rlbench
 
 pytestmark = pytest.mark.slow  # each test runs `rlbench run` of a tiny benchmark per side
@@ -49,12 +50,13 @@ def worktrees(repo: Path) -> int:
 def test_a_dirty_tree_is_said_in_one_line(tmp_path: Path) -> None:
     repo = user_repo(tmp_path / "repo")
     (repo / "suites" / "tiny_bench.py").write_text(BENCH.replace("BODY", "raise SystemExit('edited')"), encoding="utf-8")
-    proc = rlbench(["ab", "HEAD", "HEAD", "--rounds", "1", "--", "run", "tiny"], repo)
+    ab = ["ab", "HEAD", "HEAD", "--rounds", "1", "--", "run", "tiny"]
+    # the dirty repository and a clean one, at the same time
+    proc, clean = run_cli_together([ab, ab], [repo, user_repo(tmp_path / "clean")], timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("rlbench: warning:")]
     assert len(warnings) == 1 and "uncommitted changes in 1 tracked file(s) (suites/tiny_bench.py)" in warnings[0]
     assert "are not measured" in warnings[0] and "NOTE: uncommitted changes" in proc.stdout
-    clean = rlbench(["ab", "HEAD", "HEAD", "--rounds", "1", "--", "run", "tiny"], user_repo(tmp_path / "clean"))
     assert clean.returncode == 0 and "warning" not in clean.stderr, clean.stderr[-2000:]
     assert worktrees(repo) == 1
 

@@ -73,6 +73,7 @@ def test_an_address_that_accepts_but_is_no_ray_cluster_is_a_usage_error_within_s
 
 def test_sigterm_while_waiting_on_a_silent_address_is_exit_143_at_once(tmp_path: Path) -> None:
     silent = _silent_listener()
+    conn = None
     try:
         address = f"127.0.0.1:{silent.getsockname()[1]}"
         proc = subprocess.Popen(
@@ -84,13 +85,17 @@ def test_sigterm_while_waiting_on_a_silent_address_is_exit_143_at_once(tmp_path:
             env={**os.environ, "COLUMNS": "200", "RLBENCH_CONNECT_S": "120"},  # still waiting when the signal comes
             preexec_fn=foreground_signals,
         )
-        time.sleep(8)  # rlbench and Ray imported, waiting for the address to answer
+        silent.settimeout(60)
+        conn, _ = silent.accept()  # rlbench (Ray imported) has connected: it waits for the address to answer
+        time.sleep(0.5)  # well inside that wait
         assert proc.poll() is None, proc.communicate()[1]
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
         elapsed = time.monotonic() - t0
     finally:
+        if conn is not None:
+            conn.close()
         silent.close()
     assert proc.returncode == 143, err
     assert err.strip().splitlines()[-1].startswith("rlbench: terminated"), err

@@ -104,48 +104,64 @@ def two_nodes():
 @pytest.mark.slow
 def test_a_killed_worker_is_retried_once_and_nothing_is_lost_or_doubled(project, two_nodes):
     args = ["run", "nap", "--fail-seed", "4", "--seconds", "1.5", "--quiet"]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rlbench",
-            *args,
-            "--repeats",
-            "5",
-            "--store",
-            "st",
-            "--backend",
-            "ray",
-            "--address",
-            two_nodes.address,
-        ],
+    # the same cases run serially, for the comparison at the end: started now, it sleeps beside the Ray run (a serial
+    # case's process has no Ray worker's title, so the search for a case to kill never finds it)
+    serial = subprocess.Popen(
+        [sys.executable, "-m", "rlbench", *args, "--repeats", "4", "--store", "serial"],
         cwd=project,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    killed, label = _wait_for_case()
-    time.sleep(0.3)  # mid-case: it sleeps 1.5 s
-    os.kill(killed, signal.SIGKILL)
-    out, err = proc.communicate(timeout=120)
-    line = one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), code=1)
-    assert out == ""  # Ray's "(raylet) A worker died" lines go to the run's log, not stdout (--json keeps it clean)
-    assert "case repeat 4 raised ValueError: seed 4 fails on purpose" in line and "4 of 5 cases saved" in line, line
+    try:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rlbench",
+                *args,
+                "--repeats",
+                "5",
+                "--store",
+                "st",
+                "--backend",
+                "ray",
+                "--address",
+                two_nodes.address,
+            ],
+            cwd=project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        killed, label = _wait_for_case()
+        time.sleep(0.3)  # mid-case: it sleeps 1.5 s
+        os.kill(killed, signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+        line = one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), code=1)
+        assert out == ""  # Ray's "(raylet) A worker died" lines go to the run's log, not stdout (--json keeps it clean)
+        assert "case repeat 4 raised ValueError: seed 4 fails on purpose" in line and "4 of 5 cases saved" in line, line
 
-    records = [r for r in read_records(next((project / "st").glob("*.jsonl"))) if r.metric == "pid"]
-    assert Counter(r.repeat for r in records) == {0: 1, 1: 1, 2: 1, 3: 1}  # 0 lost, 0 duplicated
-    (retried,) = [r for r in records if r.meta["case"] == label]
-    assert retried.samples == [float(retried.meta["worker_pid"])] and retried.meta["worker_pid"] != killed
-    assert len({r.fingerprint["node"]["ray_node_id"] for r in records}) == 2  # one CPU a node: both nodes ran cases
-    assert "ValueError: seed 4 fails on purpose" in (project / "st" / f"{records[0].run_id}.error.txt").read_text()
-    assert "worker died" in (project / "st" / f"{records[0].run_id}.ray.log").read_text()
+        records = [r for r in read_records(next((project / "st").glob("*.jsonl"))) if r.metric == "pid"]
+        assert Counter(r.repeat for r in records) == {0: 1, 1: 1, 2: 1, 3: 1}  # 0 lost, 0 duplicated
+        (retried,) = [r for r in records if r.meta["case"] == label]
+        assert retried.samples == [float(retried.meta["worker_pid"])] and retried.meta["worker_pid"] != killed
+        assert len({r.fingerprint["node"]["ray_node_id"] for r in records}) == 2  # one CPU a node: both nodes ran cases
+        assert "ValueError: seed 4 fails on purpose" in (project / "st" / f"{records[0].run_id}.error.txt").read_text()
+        assert "worker died" in (project / "st" / f"{records[0].run_id}.ray.log").read_text()
 
-    # the same records as a serial run of the same cases: one per repeat, with the same parameters
-    serial = run_cli([*args, "--repeats", "4", "--store", "serial"], cwd=project)
-    assert serial.returncode == 0, serial.stderr
-    expected = [r for r in read_records(next((project / "serial").glob("*.jsonl"))) if r.metric == "pid"]
-    assert sorted((r.repeat, r.seed) for r in expected) == sorted((r.repeat, r.seed) for r in records)
-    assert {json.dumps(r.params, sort_keys=True) for r in expected} == {json.dumps(r.params, sort_keys=True) for r in records}
+        # the same records as a serial run of the same cases: one per repeat, with the same parameters
+        _, serial_err = serial.communicate(timeout=120)
+        assert serial.returncode == 0, serial_err
+        expected = [r for r in read_records(next((project / "serial").glob("*.jsonl"))) if r.metric == "pid"]
+        assert sorted((r.repeat, r.seed) for r in expected) == sorted((r.repeat, r.seed) for r in records)
+        assert {json.dumps(r.params, sort_keys=True) for r in expected} == {
+            json.dumps(r.params, sort_keys=True) for r in records
+        }
+    finally:  # a failed check above leaves no serial run behind
+        if serial.poll() is None:
+            serial.kill()
+            serial.communicate()
 
 
 @pytest.mark.slow
