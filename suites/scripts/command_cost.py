@@ -162,7 +162,8 @@ def render(results: dict[str, Any]) -> str:
         "Where the cost comes from: the fixed part (the trivial row) is paid once per run; the rest grows with the "
         "number of hooked calls per second of training, so scripts with many small steps (DQN, TD3: a replay sample, "
         "a target, a forward, a backward and an optimizer step per environment step) pay the most. "
-        "`python -m rlbench.suites.scripts.overhead` splits the steady-state part for the CleanRL-style PPO script.",
+        "`python -m rlbench.suites.scripts.overhead` measures the steady-state part alone (`--script`: the "
+        "CleanRL-style PPO, DQN, SAC and TD3 scripts, hooks on and off in blocks of one run).",
         "",
     ]
     return "\n".join(lines)
