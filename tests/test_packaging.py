@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.cli_helpers import run_together
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -88,19 +90,9 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
 
 def _run_together(runs: list[tuple[list[str], Path, dict[str, str]]]) -> None:
     """:func:`_run` of every ``(cmd, cwd, env)`` at the same time; each must exit 0."""
-    procs = [
-        subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for cmd, cwd, env in runs
-    ]
-    try:
-        for proc, (cmd, cwd, _) in zip(procs, runs, strict=True):
-            out, err = proc.communicate(timeout=600)
-            assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode} in {cwd}:\n{out[-2000:]}{err[-3000:]}"
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+    for proc, (cmd, cwd, _) in zip(run_together(runs, timeout=600), runs, strict=True):
+        out, err = proc.stdout, proc.stderr
+        assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode} in {cwd}:\n{out[-2000:]}{err[-3000:]}"
 
 
 @pytest.mark.slow

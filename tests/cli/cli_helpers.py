@@ -22,23 +22,13 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.Comp
     )
 
 
-def run_cli_together(
-    commands: list[list[str]], cwd: Path | list[Path], timeout: float = 120
+def run_together(
+    runs: list[tuple[list[str], Path, dict[str, str]]], timeout: float = 120
 ) -> list[subprocess.CompletedProcess[str]]:
-    """Run each `python -m rlbench ARGS` of `commands` from `cwd` (one for all, or one each), all at the same time;
-    their results in order."""
-    env = {**os.environ, "COLUMNS": "200"}
-    cwds = cwd if isinstance(cwd, list) else [cwd] * len(commands)
+    """Run every ``(cmd, cwd, env)`` at the same time, output captured; their results in order (none is left running)."""
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "rlbench", *args],
-            cwd=where,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for args, where in zip(commands, cwds, strict=True)
+        subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for cmd, cwd, env in runs
     ]
     try:
         outputs = [p.communicate(timeout=timeout) for p in procs]
@@ -48,6 +38,17 @@ def run_cli_together(
             if p.poll() is None:
                 p.kill()
                 p.communicate()
+
+
+def run_cli_together(
+    commands: list[list[str]], cwd: Path | list[Path], timeout: float = 120
+) -> list[subprocess.CompletedProcess[str]]:
+    """Run each `python -m rlbench ARGS` of `commands` from `cwd` (one for all, or one each), all at the same time;
+    their results in order."""
+    env = {**os.environ, "COLUMNS": "200"}
+    cwds = cwd if isinstance(cwd, list) else [cwd] * len(commands)
+    runs = [([sys.executable, "-m", "rlbench", *args], where, env) for args, where in zip(commands, cwds, strict=True)]
+    return run_together(runs, timeout)
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
