@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
 # Every temporary file of this test session, rlbench's children included, goes under one private folder: the tests
 # that check that rlbench leaves no `rlbench-*` folder behind then see only this session's folders, not those of
 # another test run or rlbench command on the same machine. Short, so Unix socket paths under it stay short.
-_PRIVATE_TMP = tempfile.mkdtemp(prefix="rbt-", dir=os.environ.get("TMPDIR") or "/tmp")
+_PARENT_TMP = os.environ.get("TMPDIR") or "/tmp"  # under pytest-xdist, a worker's parent: the controller's private folder
+_PRIVATE_TMP = tempfile.mkdtemp(prefix="rbt-", dir=_PARENT_TMP)
 os.environ["TMPDIR"] = _PRIVATE_TMP
 tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 atexit.register(shutil.rmtree, _PRIVATE_TMP, True)
@@ -24,3 +28,37 @@ def _sb3_logs_in_pytest_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
     ``SB3_LOGDIR`` names a folder: the example scripts the tests run (and their CLI children) log under pytest's
     temporary directory instead."""
     os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3-logs"))
+
+
+# Under pytest-xdist (`pytest -n auto --dist loadgroup`, the README's command) tests share the machine. Tests marked
+# `alone` measure time where another process's load would blur the figure (a timing bisect, a page-load budget, the
+# load probe): they run with no other test running. Every test holds a shared lock on a file in the controller's
+# private folder, an `alone` test the exclusive one; a turnstile lock keeps new shared holders out while an exclusive
+# one waits, so the `alone` test is not starved by the other worker's stream of tests.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+
+
+@contextmanager
+def _machine(exclusive: bool) -> Iterator[None]:
+    with (
+        open(os.path.join(_PARENT_TMP, "rbt-turnstile.lock"), "a") as turn,
+        open(os.path.join(_PARENT_TMP, "rbt-machine.lock"), "a") as machine,
+    ):
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(machine, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(machine, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """The lock spans the whole protocol: setup (session fixtures built for this test included), call and teardown."""
+    if not _XDIST_WORKER:
+        return (yield)
+    with _machine(exclusive=item.get_closest_marker("alone") is not None):
+        return (yield)

@@ -44,6 +44,18 @@ def failed_tests(output: str) -> list[str]:
     return out
 
 
+OUTER_PYTEST_STATE = ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+"""Variables a running pytest (or a pytest-xdist worker) sets for itself. A child pytest that inherits them takes itself
+for an xdist worker, and pytest-benchmark then disables every benchmark: ``rlbench run`` inside a test of a user's
+xdist-parallel suite failed with "Can't have both --benchmark-only and --benchmark-disable"."""
+
+
+def child_pytest_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with ``extra`` on top, less the state of any pytest this process runs under."""
+    env = {k: v for k, v in os.environ.items() if k not in OUTER_PYTEST_STATE}
+    return {**env, **(extra or {})}
+
+
 def run_group_files(
     files: list[Path],
     config: Any,
@@ -94,12 +106,16 @@ def run_group_files(
             "-rfs",
             "-p",
             "no:cacheprovider",
+            # not the project's own addopts: `--benchmark-disable` (kept there so that plain test runs are quick) or
+            # xdist's `-n` would turn every benchmark off; its conftest.py, markers and other settings still apply
+            "-o",
+            "addopts=",
             "--rootdir",
             str(rootdir),
         ]
         if config.select:
             cmd += ["-k", config.select]
-        child_env = {**os.environ, **(env or {})}
+        child_env = child_pytest_env(env)
         child_env["PYTHONPATH"] = child_pythonpath()  # the working directory and a relative PYTHONPATH still import
         # torch's pool size, read at its start
         child_env["OMP_NUM_THREADS"] = child_env["MKL_NUM_THREADS"] = str(config.threads)

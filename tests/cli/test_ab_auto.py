@@ -47,6 +47,7 @@ def _commit(repo: Path, nap: float, message: str) -> None:
     subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", message], cwd=repo, check=True)
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_auto_rounds_stop_at_the_first_look_that_decides(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)

@@ -179,6 +179,23 @@ def test_pytest_benchmark_file_runs_end_to_end(project, capsys: pytest.CaptureFi
     assert "`test_sum`" in capsys.readouterr().out
 
 
+def test_pytest_benchmark_file_runs_inside_an_xdist_worker_and_past_the_projects_addopts(
+    project, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rlbench run` called from a test of an xdist-parallel suite, in a project whose pytest settings keep benchmarks
+    off for plain test runs: the child pytest must take itself neither for an xdist worker nor for such a run
+    (pytest-benchmark then disables every benchmark and refuses --benchmark-only)."""
+    ini = "[pytest]\naddopts = --benchmark-disable\n"
+    root = project({"suites/test_speed.py": PYTEST_FILE, "suites/conftest.py": CONFTEST, "pytest.ini": ini})
+    for name, value in {"PYTEST_XDIST_WORKER": "gw1", "PYTEST_XDIST_WORKER_COUNT": "2", "PYTEST_CURRENT_TEST": "t"}.items():
+        monkeypatch.setenv(name, value)
+    code = main(["run", "./suites/test_speed.py", "--store", "st", "--max-time", "0.002", "--select", "labelled", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    records = [r for r in read_records(root / json.loads(captured.out)["records"]) if r.metric == "time/call"]
+    assert len(records) == 1 and records[0].samples
+
+
 @pytest.mark.slow
 def test_pytest_benchmark_file_without_benchmarks_is_a_usage_error(project, capsys: pytest.CaptureFixture[str]) -> None:
     project({"suites/test_plain.py": "def test_nothing_timed():\n    assert True\n"})

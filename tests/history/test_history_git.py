@@ -24,7 +24,8 @@ from rlbench.results.history import HistoryStore
 from tests.history.conftest import PROFILE_TRAIN, RUN_TINY, build_history_repo, git, rlbench
 
 # every test here builds git histories and runs rlbench per commit in subprocesses
-pytestmark = pytest.mark.slow
+# under pytest-xdist, on one worker: the session's history repository (about 30 s to build) is built once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("history")]
 
 
 def worktrees(repo: Path) -> list[str]:
@@ -179,6 +180,7 @@ def test_history_add_merges_stores_idempotently(history_repo: tuple[Path, Path, 
     assert "no such store" in missing
 
 
+@pytest.mark.alone
 @pytest.mark.slow  # about 40 s: five commits tested, four of them in 2 rounds x 4 runs against GOOD
 def test_bisect_pins_the_slowdown_with_a_timing_threshold(history_repo: tuple[Path, Path, dict]) -> None:
     repo, _, shas = history_repo

@@ -27,6 +27,9 @@ from rlbench.report.site import publish
 from rlbench.results.history import params_json
 from tests.history.site_data import HOSTILE_BENCH, expected_points, scale_store, synthetic_store
 
+# under pytest-xdist, on one worker: the session's history repository (about 30 s to build) is built once
+pytestmark = pytest.mark.xdist_group("history")
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 LOAD_LIMIT_MS = 2000.0
@@ -169,6 +172,7 @@ def test_site_in_chromium(tmp_path: Path) -> None:
     assert index["ready_ms"] < LOAD_LIMIT_MS
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_thousand_commits_thirty_series_open_under_two_seconds(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     store, slow = scale_store(tmp_path / "store", commits=1000, series=30)

@@ -33,6 +33,7 @@ def _window(own_work: bool, hogs: int, seconds: float = 0.6) -> float:
     return load.other_cpu
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_other_processes_are_seen_and_our_own_work_is_not() -> None:
     cores = LoadProbe().cores

@@ -33,6 +33,9 @@ import time
 
 import rlbench
 
+# under pytest-xdist, on one worker: the module's fixture runs once
+pytestmark = pytest.mark.xdist_group("fanout")
+
 
 @rlbench.benchmark(summary="sleeps, then reports the process it ran in")
 def nap(seconds: float = 0.0, fail_seed: int = -1, seed: int = 0) -> dict[str, float]:

@@ -18,6 +18,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+# under pytest-xdist, on one worker: the timing build of the hooks is compiled once
+pytestmark = pytest.mark.xdist_group("hook-timing")
+
 
 class Env(gym.Env):
     observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
