@@ -22,6 +22,20 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.Comp
     )
 
 
+def own_worktrees(repo: Path) -> list[str]:
+    """The worktrees of ``repo`` made under this test process's temporary folder (where rlbench makes them).
+
+    Another pytest-xdist worker's `rlbench ab` on the same checkout adds worktrees under its own folder meanwhile: a
+    test that checks that its command left none behind looks only at its own.
+    """
+    import tempfile
+
+    out = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=repo, capture_output=True, text=True, check=True)
+    mine = os.path.realpath(tempfile.gettempdir()) + os.sep
+    paths = [line.split(" ", 1)[1] for line in out.stdout.splitlines() if line.startswith("worktree ")]
+    return [p for p in paths if os.path.realpath(p).startswith(mine)]
+
+
 def run_together(
     runs: list[tuple[list[str], Path, dict[str, str]]], timeout: float = 120
 ) -> list[subprocess.CompletedProcess[str]]:

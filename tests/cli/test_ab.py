@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.cli_helpers import own_worktrees
+
 pytestmark = pytest.mark.slow  # builds two worktrees and runs both revisions
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,8 +51,7 @@ def test_ab_same_revision_passes_on_counters(tmp_path: Path) -> None:
     for side in ("base", "head"):
         runs = list((tmp_path / "kept" / f"store-{side}").glob("*.jsonl"))
         assert len(runs) == 2  # one run per round
-    worktrees = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    assert "rlbench-ab-" not in worktrees  # cleaned up
+    assert own_worktrees(REPO) == []  # cleaned up
 
 
 @pytest.mark.skipif(not _has_git_history(), reason="needs the rlbench git checkout")

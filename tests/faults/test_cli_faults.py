@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlbench.results.store import read_records
+from tests.cli.cli_helpers import own_worktrees
 from tests.faults.fault_helpers import foreground_signals, one_line_error, record, rlbench
 
 pytestmark = pytest.mark.slow
@@ -201,7 +202,7 @@ def test_sigterm_during_ab_removes_worktrees(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[2]
     if not (repo / ".git").exists():
         pytest.skip("needs rlbench's own git checkout")
-    before = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
+    before = own_worktrees(repo)
     args = ["ab", "HEAD", "HEAD", "--rounds", "5", "--", "run", "ppo-cartpole", "--total-steps", "16384"]
     env_tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     proc = subprocess.Popen(
@@ -219,8 +220,7 @@ def test_sigterm_during_ab_removes_worktrees(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err
-    after = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
-    assert after == before
+    assert own_worktrees(repo) == before
     assert {p.name for p in env_tmp.glob("rlbench-ab-*")} <= before_tmp
     assert subprocess.run(["pgrep", "-f", f"rlbench-ab-{proc.pid}-"], capture_output=True, text=True).stdout.strip() == ""
 

@@ -21,6 +21,7 @@ import pytest
 
 from rlbench.core.children import pid_alive, remove_orphan_dirs
 from rlbench.results.store import RecordsWarning, read_records
+from tests.cli.cli_helpers import own_worktrees
 from tests.faults.fault_helpers import descendants, foreground_signals
 
 pytestmark = pytest.mark.slow
@@ -64,8 +65,8 @@ def _tmp_dirs() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).glob("rlbench-*")}
 
 
-def _worktrees() -> str:
-    return subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
+def _worktrees() -> list[str]:
+    return own_worktrees(REPO)
 
 
 def _started(run: str, cwd: Path, pid: int) -> bool:
@@ -90,7 +91,7 @@ def test_signal_at_a_random_point(tmp_path: Path, run: str, sig_name: str, seed:
     sig, code = SIGNALS[sig_name]
     cwd = REPO if run == "ab" else tmp_path
     args = RUNS[run] if run == "ab" else [*RUNS[run], "--store", str(tmp_path / "s")]
-    before_tmp, before_trees = _tmp_dirs(), _worktrees() if run == "ab" else ""
+    before_tmp, before_trees = _tmp_dirs(), _worktrees() if run == "ab" else []
     proc = subprocess.Popen(
         [sys.executable, "-m", "rlbench", *args],
         cwd=cwd,

@@ -27,14 +27,14 @@ from tests.faults.fault_helpers import cmdline, descendants, foreground_signals,
 
 ray = pytest.importorskip("ray", reason="--backend ray needs the rlbench[ray] extra (CI installs it)")
 
+# under pytest-xdist, one Ray at a time, on one worker
+pytestmark = pytest.mark.xdist_group("ray")
+
 SUITE = '''
 import os
 import time
 
 import rlbench
-
-# under pytest-xdist, on one worker: the module's fixture runs once
-pytestmark = pytest.mark.xdist_group("fanout")
 
 
 @rlbench.benchmark(summary="sleeps, then reports the process it ran in")
