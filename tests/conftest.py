@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import pytest
 
@@ -30,35 +30,40 @@ def _sb3_logs_in_pytest_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3-logs"))
 
 
-# Under pytest-xdist (`pytest -n auto --dist loadgroup`, the README's command) tests share the machine. Tests marked
-# `alone` measure time where another process's load would blur the figure (a timing bisect, a page-load budget, the
-# load probe): they run with no other test running. Every test holds a shared lock on a file in the controller's
-# private folder, an `alone` test the exclusive one; a turnstile lock keeps new shared holders out while an exclusive
-# one waits, so the `alone` test is not starved by the other worker's stream of tests.
+# Under pytest-xdist (`pytest -n logical`, the README's command) tests share the machine. A test marked `alone`
+# measures time where another test's load would blur the figure (a timing bisect, a page-load budget, the load probe):
+# it runs with no other test running. Every test holds a shared lock on a file in the controller's private folder, an
+# `alone` test the exclusive one; a turnstile lock keeps new shared holders out while an exclusive one waits, so the
+# `alone` test is not starved by the other workers' stream of tests. Tests marked `one_at_a_time(NAME)` (the tests
+# that start a Ray) also take NAME's exclusive lock first, so no two of them run at once.
 _XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 
 
+def _lock_file(name: str) -> str:
+    return os.path.join(_PARENT_TMP, f"rbt-{name}.lock")
+
+
 @contextmanager
-def _machine(exclusive: bool) -> Iterator[None]:
-    with (
-        open(os.path.join(_PARENT_TMP, "rbt-turnstile.lock"), "a") as turn,
-        open(os.path.join(_PARENT_TMP, "rbt-machine.lock"), "a") as machine,
-    ):
+def _held(names: list[str], exclusive: bool) -> Iterator[None]:
+    with ExitStack() as stack:
+        for name in sorted(names):  # always in the same order: no two tests wait on each other
+            f = stack.enter_context(open(_lock_file(f"one-{name}"), "a"))
+            fcntl.flock(f, fcntl.LOCK_EX)
+        turn = stack.enter_context(open(_lock_file("turnstile"), "a"))
+        machine = stack.enter_context(open(_lock_file("machine"), "a"))
         fcntl.flock(turn, fcntl.LOCK_EX)
         try:
             fcntl.flock(machine, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         finally:
             fcntl.flock(turn, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(machine, fcntl.LOCK_UN)
+        yield  # closing the files releases the locks
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """The lock spans the whole protocol: setup (session fixtures built for this test included), call and teardown."""
+    """The locks span the whole protocol: setup (session fixtures built for this test included), call and teardown."""
     if not _XDIST_WORKER:
         return (yield)
-    with _machine(exclusive=item.get_closest_marker("alone") is not None):
+    names = [str(m.args[0]) for m in item.iter_markers("one_at_a_time")]
+    with _held(names, exclusive=item.get_closest_marker("alone") is not None):
         return (yield)

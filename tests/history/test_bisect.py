@@ -13,9 +13,6 @@ from rlbench.analysis.bisect import SKIP, default_rounds, search
 from rlbench.analysis.gate import FAIL, PASS, Threshold
 from tests.history.conftest import RUN_TINY, build_history_repo, git, rlbench
 
-# under pytest-xdist, on one worker: the module's repository is built once
-pytestmark = pytest.mark.xdist_group("bisect")
-
 
 def judge_for(first_bad: int, skipped: set[int] = frozenset(), calls: list[int] | None = None):
     def judge(i: int) -> str:

@@ -24,8 +24,7 @@ from rlbench.results.history import HistoryStore
 from tests.history.conftest import PROFILE_TRAIN, RUN_TINY, build_history_repo, git, rlbench
 
 # every test here builds git histories and runs rlbench per commit in subprocesses
-# under pytest-xdist, on one worker: the session's history repository (about 30 s to build) is built once
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("history")]
+pytestmark = pytest.mark.slow
 
 
 def worktrees(repo: Path) -> list[str]:

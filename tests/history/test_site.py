@@ -35,9 +35,6 @@ from tests.history.site_data import (
     synthetic_store,
 )
 
-# under pytest-xdist, on one worker: the module's stores are built once
-pytestmark = pytest.mark.xdist_group("site")
-
 REPO = Path(__file__).resolve().parents[2]
 DATA_RE = re.compile(r'<script type="application/json" id="rlbench-data">(.*?)</script>', re.S)
 

@@ -27,9 +27,6 @@ from rlbench.report.site import publish
 from rlbench.results.history import params_json
 from tests.history.site_data import HOSTILE_BENCH, expected_points, scale_store, synthetic_store
 
-# under pytest-xdist, on one worker: the session's history repository (about 30 s to build) is built once
-pytestmark = pytest.mark.xdist_group("history")
-
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 LOAD_LIMIT_MS = 2000.0

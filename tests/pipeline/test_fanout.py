@@ -27,8 +27,8 @@ from tests.faults.fault_helpers import cmdline, descendants, foreground_signals,
 
 ray = pytest.importorskip("ray", reason="--backend ray needs the rlbench[ray] extra (CI installs it)")
 
-# under pytest-xdist, one Ray at a time, on one worker
-pytestmark = pytest.mark.xdist_group("ray")
+# under pytest-xdist, one Ray at a time (tests/conftest.py)
+pytestmark = pytest.mark.one_at_a_time("ray")
 
 SUITE = '''
 import os

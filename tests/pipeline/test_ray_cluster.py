@@ -21,8 +21,8 @@ pytest.importorskip("ray", reason="the Ray engine needs the rlbench[ray] extra (
 
 from tests.pipeline.pipeline_helpers import assert_learned
 
-# under pytest-xdist, one Ray at a time, on one worker
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # starts a 2-node Ray cluster and trains the pipeline on it
+# under pytest-xdist, one Ray at a time (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.one_at_a_time("ray")]  # starts a 2-node Ray cluster and trains the pipeline on it
 
 DRIVER = textwrap.dedent(
     """

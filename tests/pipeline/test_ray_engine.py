@@ -12,8 +12,8 @@ from rlbench.engines.base import PipelineConfig, PipelineError  # noqa: E402
 from rlbench.engines.ray_engine import run  # noqa: E402
 from tests.pipeline.pipeline_helpers import assert_learned  # noqa: E402
 
-# under pytest-xdist, one Ray at a time, on one worker
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # starts a local Ray and trains the pipeline on it
+# under pytest-xdist, one Ray at a time (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.one_at_a_time("ray")]  # starts a local Ray and trains the pipeline on it
 
 
 @pytest.fixture(scope="module")

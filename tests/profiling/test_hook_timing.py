@@ -13,9 +13,6 @@ import rlbench.suites.scripts.hook_time as hook_time
 import rlbench.profiling as profiling_pkg
 from rlbench.profiling import autohooks
 
-# under pytest-xdist, on one worker: the timing build of the hooks is compiled once
-pytestmark = pytest.mark.xdist_group("hook-timing")
-
 SCRIPT = """
 import gymnasium as gym
 import numpy as np
