@@ -31,12 +31,25 @@ def _sb3_logs_in_pytest_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 # Under pytest-xdist (`pytest -n logical`, the README's command) tests share the machine. A test marked `alone`
-# measures time where another test's load would blur the figure (a timing bisect, a page-load budget, the load probe):
-# it runs with no other test running. Every test holds a shared lock on a file in the controller's private folder, an
-# `alone` test the exclusive one; a turnstile lock keeps new shared holders out while an exclusive one waits, so the
-# `alone` test is not starved by the other workers' stream of tests. Tests marked `one_at_a_time(NAME)` (the tests
-# that start a Ray) also take NAME's exclusive lock first, so no two of them run at once.
+# measures time where another test's load would blur the figure (a timing bisect, a page-load budget, the load
+# probe), and so does a test that builds one of MEASURING_FIXTURES: it runs with no other test running. Every test
+# holds a shared lock on a file in the controller's private folder, an `alone` test the exclusive one; a turnstile
+# lock keeps new shared holders out while an exclusive one waits, so the `alone` test is not starved by the other
+# workers' stream of tests. Tests marked `one_at_a_time(NAME)` (the tests that start a Ray) also take NAME's
+# exclusive lock first, so no two of them run at once.
 _XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+
+MEASURING_FIXTURES = {"history_repo"}
+"""Fixtures that measure time while they are built (the history repository's `history run`s): a test that needs one
+runs `alone` until the fixture is built in its worker."""
+_built: set[str] = set()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest) -> Iterator[None]:
+    result = yield
+    _built.add(fixturedef.argname)
+    return result
 
 
 def _lock_file(name: str) -> str:
@@ -65,5 +78,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if not _XDIST_WORKER:
         return (yield)
     names = [str(m.args[0]) for m in item.iter_markers("one_at_a_time")]
-    with _held(names, exclusive=item.get_closest_marker("alone") is not None):
+    building = any(f in MEASURING_FIXTURES and f not in _built for f in getattr(item, "fixturenames", ()))
+    with _held(names, exclusive=building or item.get_closest_marker("alone") is not None):
         return (yield)

@@ -1,5 +1,6 @@
-"""The test suite's own scheduling under pytest-xdist (tests/conftest.py): an `alone` test runs with no other test
-running, and no two tests marked `one_at_a_time` with the same name overlap. Timing tests trust this."""
+"""The test suite's own scheduling under pytest-xdist (tests/conftest.py): an `alone` test, and the building of a
+fixture that measures time, run with no other test running, and no two tests marked `one_at_a_time` with the same
+name overlap. Timing tests trust this."""
 
 from __future__ import annotations
 
@@ -45,6 +46,16 @@ def test_alone():
 @pytest.mark.parametrize("i", range(3))
 def test_ray(i):
     spend(f"ray{i}")
+
+
+@pytest.fixture(scope="session")
+def history_repo():  # one of MEASURING_FIXTURES: built with nothing else running, once in each worker that needs it
+    spend(f"build{os.getpid()}")
+
+
+@pytest.mark.parametrize("i", range(2))
+def test_history(history_repo, i):
+    spend(f"history{i}")
 """
 
 
@@ -70,12 +81,14 @@ def test_alone_and_one_at_a_time_hold_under_xdist(tmp_path: Path) -> None:
         name, pid = f.name.rsplit("-", 1)
         start, end = map(float, f.read_text().split())
         spans[name] = (start, end, pid)
-    assert len(spans) == 10 and len({pid for *_, pid in spans.values()}) > 1  # the tests ran in several workers
+    builds = [n for n in spans if n.startswith("build")]
+    assert len(spans) == 12 + len(builds) and len({pid for *_, pid in spans.values()}) > 1  # in several workers
 
     def overlap(a: str, b: str) -> bool:
         return spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
 
-    assert not [n for n in spans if n != "alone" and overlap("alone", n)]
+    for lone in ["alone", *builds]:
+        assert not [n for n in spans if n != lone and overlap(lone, n)], lone
     rays = ["ray0", "ray1", "ray2"]
     assert not [(a, b) for a in rays for b in rays if a < b and overlap(a, b)]
     assert any(overlap(a, b) for a in spans for b in spans if a < b)  # others do run side by side
