@@ -26,6 +26,8 @@ module calls, which cost what torch's own ``__call__`` costs).
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import os
 import sys
 import threading
@@ -472,13 +474,86 @@ def _one(env: Any) -> int:
     return 1
 
 
+class PostImport(importlib.abc.MetaPathFinder):
+    """Patches watched modules as soon as they finish executing (and those already imported, at once, by
+    :meth:`watch`). ``patches`` maps a module's name to (an attribute it must have, ``patch(hooks, module)``); a patch
+    that raises is skipped with a one-line warning that starts with ``failing``."""
+
+    def __init__(self, h: Hooks, patches: dict[str, tuple[str, Callable[[Any, Any], None]]], failing: str) -> None:
+        self.h, self.patches, self.failing = h, patches, failing
+        self.done: set[str] = set()
+
+    def watch(self) -> PostImport:
+        """Patch the watched modules already imported; watch for the others (first on ``sys.meta_path``)."""
+        if any(name not in sys.modules for name in self.patches):
+            sys.meta_path.insert(0, self)
+            self.h.import_hooks.append(self)
+        for name in self.patches:
+            module = sys.modules.get(name)
+            if module is not None:
+                self.apply(name, module)
+        return self
+
+    def apply(self, name: str, module: Any) -> None:
+        attr, patch = self.patches[name]
+        if name in self.done or not hasattr(module, attr):
+            return
+        self.done.add(name)
+        try:
+            patch(self.h, module)
+        except Exception as exc:  # a library version we do not know: profile without it, and say so
+            print(f"rlbench: warning: {self.failing} {name} ({type(exc).__name__}: {exc})", file=sys.stderr)
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in self.patches or fullname in self.done:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+
+        def exec_and_patch(module: Any) -> None:
+            exec_module(module)
+            self.apply(fullname, module)
+
+        spec.loader = _Loader(loader, exec_and_patch)
+        return spec
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner: Any, exec_module: Callable[[Any], None]) -> None:
+        self.inner = inner
+        self._exec = exec_module
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._exec(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 class Hooks:
     """What :func:`install` changed, to undo it."""
 
     def __init__(self, a: Attributor) -> None:
         self.a = a
         self.restore: _Restore = []
-        self.import_hook: Any = None
+        self.import_hooks: list[PostImport] = []
 
     def wrap_env_class(self, cls: type, batch: Callable[[Any], int], delegates: tuple[type, ...] = ()) -> None:
         """Wrap ``step``/``reset`` defined in ``cls`` itself (inherited ones are wrapped where they are defined).
@@ -507,12 +582,12 @@ def all_subclasses(root: type) -> list[type]:
     return out
 
 
-def _install_gymnasium(h: Hooks) -> None:
-    try:
-        import gymnasium
-        from gymnasium.vector import VectorEnv, VectorWrapper
-    except ImportError:
-        return
+def _install_gymnasium(h: Hooks, gymnasium: Any) -> None:
+    """Hook every env class of gymnasium's, and each one defined later. Called when the script has imported
+    gymnasium (:func:`install`), not before: its import (~0.1 s) is the script's, and a script without gymnasium
+    does not pay it."""
+    from gymnasium.vector import VectorEnv, VectorWrapper
+
     delegates = (gymnasium.Wrapper, VectorWrapper)
     for root, batch in ((gymnasium.Env, _one), (VectorEnv, vector_batch)):
         for cls in all_subclasses(root):
@@ -793,7 +868,7 @@ def install(a: Attributor) -> Hooks:
     """
     h = Hooks(a)
     try:
-        _install_gymnasium(h)
+        PostImport(h, {"gymnasium": ("Env", _install_gymnasium)}, "no hooks for").watch()
         _install_torch(h)
         _install_threads(h)
     except BaseException:
@@ -804,9 +879,9 @@ def install(a: Attributor) -> Hooks:
 
 def uninstall(h: Hooks) -> None:
     """Restore everything :func:`install` replaced, in reverse order."""
-    if h.import_hook is not None:
-        h.import_hook.remove()
-        h.import_hook = None
+    for hook in h.import_hooks:
+        hook.remove()
+    h.import_hooks.clear()
     for owner, name, original, had in reversed(h.restore):
         if had:
             setattr(owner, name, original)

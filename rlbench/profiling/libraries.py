@@ -25,10 +25,7 @@ that never imports the library pays nothing.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import re
-import sys
 from collections.abc import Callable
 from functools import wraps
 from threading import get_ident
@@ -37,6 +34,7 @@ from typing import Any
 from rlbench.profiling.attribution import MERGE_GAP_S, TARGET_UPDATE, Attributor
 from rlbench.profiling.autohooks import (
     _MONOTONIC,
+    PostImport,
     _dressed,
     _fastevent,
     _perf_counter,
@@ -242,66 +240,6 @@ PATCHES: dict[str, tuple[str, Patcher]] = {
 }
 
 
-class _PostImport(importlib.abc.MetaPathFinder):
-    """Patches the watched modules as soon as they finish executing (and the ones already imported, at once)."""
-
-    def __init__(self, h: Any) -> None:
-        self.h = h
-        self.done: set[str] = set()
-
-    def apply(self, name: str, module: Any) -> None:
-        attr, patch = PATCHES[name]
-        if name in self.done or not hasattr(module, attr):
-            return
-        self.done.add(name)
-        try:
-            patch(self.h, module)
-        except Exception as exc:  # a library version we do not know: profile without its labels, and say so
-            print(f"rlbench: warning: no labels for {name} ({type(exc).__name__}: {exc})", file=sys.stderr)
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname not in PATCHES or fullname in self.done:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        exec_module = loader.exec_module
-
-        def exec_and_patch(module: Any) -> None:
-            exec_module(module)
-            self.apply(fullname, module)
-
-        spec.loader = _Loader(loader, exec_and_patch)
-        return spec
-
-    def remove(self) -> None:
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-
-
-class _Loader(importlib.abc.Loader):
-    def __init__(self, inner: Any, exec_module: Callable[[Any], None]) -> None:
-        self.inner = inner
-        self._exec = exec_module
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
-        return self.inner.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self._exec(module)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
 # --- replay buffers by shape --------------------------------------------------------------------------------------
 REPLAY_NAME = re.compile(r"replay|buffer|memory", re.IGNORECASE)
 REPLAY_WRITES = ("add", "push", "store", "extend", "insert")
@@ -349,13 +287,7 @@ def _install_class_watch(h: Any) -> None:
     replace_attr(h.restore, builtins, "__build_class__", build_class)
 
 
-def install_labels(h: Any) -> _PostImport:
+def install_labels(h: Any) -> PostImport:
     """Label the libraries already imported, and the others when they are; watch new classes for replay buffers."""
     _install_class_watch(h)
-    hook = _PostImport(h)
-    sys.meta_path.insert(0, hook)
-    for name in PATCHES:
-        module = sys.modules.get(name)
-        if module is not None:
-            hook.apply(name, module)
-    return hook
+    return PostImport(h, PATCHES, "no labels for").watch()

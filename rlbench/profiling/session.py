@@ -95,7 +95,7 @@ def install_hooks(a: Attributor, libraries: bool = True) -> Hooks:
     h = install(a)
     if libraries:
         try:
-            h.import_hook = install_labels(h)
+            install_labels(h)
         except BaseException:
             uninstall(h)
             raise

@@ -120,3 +120,39 @@ print("ok")
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("libraries", [True, False])
+def test_gymnasium_is_hooked_when_the_script_imports_it_and_never_imported_for_one_that_does_not(libraries: bool) -> None:
+    # its import (~0.1 s) was rlbench's before the script started: paid by scripts without gymnasium, and booked as the
+    # command's own work for those with it
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+import torch
+from rlbench.profiling.session import Session, Settings
+
+assert "gymnasium" not in sys.modules
+with Session(Settings(count_iteration=None, memory=False, libraries={libraries})):
+    torch.nn.Linear(2, 2)(torch.zeros(1, 2))
+assert "gymnasium" not in sys.modules
+with Session(Settings(count_iteration=None, memory=False, libraries={libraries})) as s:
+    import gymnasium as gym
+
+    class Env(gym.Env):  # defined after the import: hooked as it is defined
+        def step(self, action):
+            return 0, 0.0, False, False, {{}}
+
+    env = gym.make("CartPole-v1")  # gymnasium's own, imported by make
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(0)
+        Env().step(0)
+assert "__rlbench_wrapped__" not in vars(type(env.unwrapped))["step"].__dict__
+assert s.outcome.attribution.enters.get("env/step") == 6, s.outcome.attribution.enters
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
