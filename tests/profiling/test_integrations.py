@@ -124,8 +124,8 @@ print("ok")
 
 @pytest.mark.parametrize("libraries", [True, False])
 def test_gymnasium_is_hooked_when_the_script_imports_it_and_never_imported_for_one_that_does_not(libraries: bool) -> None:
-    # its import (~0.1 s) was rlbench's before the script started: paid by scripts without gymnasium, and booked as the
-    # command's own work for those with it
+    # its import (20-30 ms after torch's) was rlbench's before the script started: paid by scripts without gymnasium,
+    # and booked as the command's own work for those with it
     import subprocess
     import sys
 
