@@ -39,6 +39,23 @@ def _sb3_logs_in_pytest_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
 # exclusive lock first, so no two of them run at once.
 _XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 
+SAME_WORKER = {"tests/history/test_history_git.py": "history", "tests/history/test_site_browser.py": "history"}
+"""Test files whose tests all go to one worker, by group: those of the session's history repository, so that it is
+built once (about 30 s, alone). What xdist's `--dist loadgroup` would do with `xdist_group` marks, which pytest 9.2
+ignores (xdist 3.8 renames `item._nodeid`, a field pytest 9.2 no longer reads)."""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's scope scheduling with every test its own scope, but SAME_WORKER's files one scope per group."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return SAME_WORKER.get(nodeid.split("::", 1)[0], nodeid)
+
+    return Scheduling(config, log)
+
+
 MEASURING_FIXTURES = {"history_repo"}
 """Fixtures that measure time while they are built (the history repository's `history run`s): a test that needs one
 runs `alone` until the fixture is built in its worker."""
