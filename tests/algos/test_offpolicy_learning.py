@@ -75,6 +75,7 @@ def test_sac_learns_with_bf16_matmuls() -> None:
     assert np.median(evals) > random + 300, f"sac bf16: eval returns {[round(e) for e in evals]} vs random {random:.0f}"
 
 
+@pytest.mark.alone  # thread timing decides what it learns from (below); under pytest-xdist it once failed beside a test
 @pytest.mark.slow
 def test_sac_learns_the_same_through_the_async_collector() -> None:
     """Four env workers behind the slot transport feed SAC, and it learns; judged on 15 eval episodes of three seeds.
