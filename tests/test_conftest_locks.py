@@ -4,7 +4,6 @@ name overlap. Timing tests trust this."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.run.pytest_bench import OUTER_PYTEST_STATE
+from rlbench.run.pytest_bench import child_pytest_env
 
 pytest.importorskip("xdist")
 
@@ -66,7 +65,7 @@ def test_alone_and_one_at_a_time_hold_under_xdist(tmp_path: Path) -> None:
     shutil.copy(Path(__file__).parent / "conftest.py", project / "tests" / "conftest.py")
     (project / "tests" / "test_sched.py").write_text(textwrap.dedent(TESTS))
     (project / "pytest.ini").write_text("[pytest]\nmarkers =\n    alone: x\n    one_at_a_time(name): x\n")
-    env = {k: v for k, v in os.environ.items() if k not in OUTER_PYTEST_STATE} | {"INTERVALS": str(out)}
+    env = child_pytest_env({"INTERVALS": str(out)})
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "3", "-p", "no:cacheprovider", "-q", "tests"],
         cwd=project,

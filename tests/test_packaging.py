@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.run.pytest_bench import OUTER_PYTEST_STATE
+from rlbench.run.pytest_bench import child_pytest_env
 from tests.cli.cli_helpers import run_together
 
 if sys.version_info >= (3, 11):
@@ -114,7 +114,7 @@ def test_suites_run_from_a_fresh_checkout_with_an_install_and_an_editable_instal
     elsewhere.mkdir()
     # as from a user's shell: not inside this pytest (under pytest-xdist, a child pytest that sees the worker's
     # variables takes itself for a worker, and pytest-benchmark turns every benchmark off)
-    shell = {k: v for k, v in os.environ.items() if k not in OUTER_PYTEST_STATE}
+    shell = child_pytest_env()
     installed = {**shell, "PYTHONPATH": str(site)}
     editable = {k: v for k, v in shell.items() if k != "PYTHONPATH"}
     # no cache folder in the clone, and not hypothesis's plugin (it imports all of hypothesis at the end: ~1 s a run)

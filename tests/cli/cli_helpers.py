@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -28,8 +29,6 @@ def own_worktrees(repo: Path) -> list[str]:
     Another pytest-xdist worker's `rlbench ab` on the same checkout adds worktrees under its own folder meanwhile: a
     test that checks that its command left none behind looks only at its own.
     """
-    import tempfile
-
     out = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=repo, capture_output=True, text=True, check=True)
     mine = os.path.realpath(tempfile.gettempdir()) + os.sep
     paths = [line.split(" ", 1)[1] for line in out.stdout.splitlines() if line.startswith("worktree ")]
