@@ -45,6 +45,7 @@ built once (about 30 s, alone). What xdist's `--dist loadgroup` would do with `x
 ignores (xdist 3.8 renames `item._nodeid`, a field pytest 9.2 no longer reads)."""
 
 
+@pytest.hookimpl(optionalhook=True)  # `pytest -p no:xdist` runs the suite in one process without this hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """xdist's scope scheduling with every test its own scope, but SAME_WORKER's files one scope per group."""
     from xdist.scheduler import LoadScopeScheduling
