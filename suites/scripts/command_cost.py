@@ -97,14 +97,11 @@ def _noise_line(rows: list[tuple[float, bool]]) -> str:
     """What the machine's own noise lets these pairs decide."""
     spread = statistics.median(r[0] for r in rows)
     split = sum(r[1] for r in rows)
-    return (
-        f"The plain runs alone spread by {100 * spread:.1f}% (max over min, median over the scripts), so "
-        + (
-            f"the pairs of {split} of {len(rows)} scripts fall on both sides of 3%: those verdicts are the median's, "
-            "not a certainty."
-            if split
-            else "every script's pairs agree on its verdict."
-        )
+    return f"The plain runs alone spread by {100 * spread:.1f}% (max over min, median over the scripts), so " + (
+        f"the pairs of {split} of {len(rows)} scripts fall on both sides of 3%: those verdicts are the median's, "
+        "not a certainty."
+        if split
+        else "every script's pairs agree on its verdict."
     )
 
 
