@@ -188,9 +188,9 @@ def render(results: dict[str, Any]) -> str:
         "a target, a forward, a backward and an optimizer step per environment step) pay the most. "
         "`python -m rlbench.suites.scripts.overhead` measures the steady-state part alone (`--script`: the "
         "CleanRL-style PPO, DQN, SAC and TD3 scripts, hooks on and off in blocks of one run). The last column is the "
-        "same pairs' CPU seconds (user + system of every process of each side): a shared machine's steal and its "
-        "neighbours disturb it less than wall time, but it counts the command's own processes working beside the "
-        "script, which wall time does not when a core is free.",
+        "same pairs' CPU seconds (user + system of every process of each side): it leaves out time a virtual "
+        "machine's host gave to others (steal), but not neighbours that slow the caches, and it counts the command's "
+        "own processes working beside the script, which wall time hides when a core is free.",
         "",
     ]
     return "\n".join(lines)
