@@ -67,7 +67,10 @@ def test_update_roofline_reports_every_phase_against_the_machine(cli, tmp_path: 
     summary = json.loads(proc.stdout)
     phases = {p["phase"]: p for p in summary["phases"]}
     assert summary["machine"]["peak_gflops"] > 0 and summary["machine"]["dispatch_us"] > 0
-    assert phases["update/critic"]["mflop"] > 0 and phases["update/critic"]["bound"].endswith("-bound")
+    # which bound explains the critic's time depends on the machine and its load (test_roofline.py checks the rule):
+    # beside another test worker it came out "none of the three" in CI, so any of the verdicts is well-formed here
+    verdicts = ("compute-bound", "dispatch-bound", "memory-bound", "none of the three (Python, other)")
+    assert phases["update/critic"]["mflop"] > 0 and phases["update/critic"]["bound"] in verdicts
     text = (tmp_path / "r.md").read_text()
     needles = (
         "## This machine's limits",
@@ -79,6 +82,6 @@ def test_update_roofline_reports_every_phase_against_the_machine(cli, tmp_path: 
     )
     for needle in needles:
         assert needle in text, needle
-    assert "compute-bound" in text or "memory-bound" in text or "dispatch-bound" in text
+    assert any(v in text for v in verdicts)
     again = cli("report", "rec", "-o", "-")
     assert again.returncode == 0 and "## Each phase against them" in again.stdout
