@@ -494,16 +494,36 @@ env_iteration(Event *e)
     return e->role == ENV ? iteration_due(e) : 0;
 }
 
+/* attribution._pack: the exclusive times' values as C doubles, in the dict's key order (a new bytes object) */
+static PyObject *
+pack_excl(PyObject *excl)
+{
+    Py_ssize_t n = PyDict_GET_SIZE(excl), pos = 0, i = 0;
+    PyObject *snap = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
+    if (snap == NULL) return NULL;
+    double *out = (double *)PyBytes_AS_STRING(snap);
+    PyObject *key, *value;
+    while (i < n && PyDict_Next(excl, &pos, &key, &value)) {
+        double x = as_double(value);
+        if (x == -1.0 && PyErr_Occurred()) {
+            Py_DECREF(snap);
+            return NULL;
+        }
+        out[i++] = x;
+    }
+    return snap;
+}
+
 /* Attributor._new_iteration's common case (env_iteration said 1), once the time up to `now` is booked: the iteration's
- * start, its agent steps so far and a snapshot of the exclusive times (a plain dict of floats, untracked by the garbage
- * collector, as the Python comprehension builds it). No memory mark is due, nothing is counted, no profiler runs: the
- * extras stay off. (Attributor._cuda is read only by memory marks, whose iterations are Python's: it is set there.) */
+ * start, its agent steps so far and a snapshot of the exclusive times, packed (pack_excl: no dict, and no float shared
+ * with the running totals, which dict_add_double then keeps updating in place). No memory mark is due, nothing is
+ * counted, no profiler runs: the extras stay off. (Attributor._cuda is read only by memory marks, whose iterations are
+ * Python's: it is set there.) */
 static int
 start_iteration(Event *e, double now)
 {
-    PyObject *snap = PyDict_Copy(SLOT(e, S_EXCL)); /* a plain dict (the copy of a defaultdict's table) */
+    PyObject *snap = pack_excl(SLOT(e, S_EXCL));
     if (snap == NULL) return -1;
-    if (PyObject_GC_IsTracked(snap)) PyObject_GC_UnTrack(snap); /* str keys, float values: no cycle to find */
     PyObject *t = PyFloat_FromDouble(now);
     int r = t == NULL ? -1 : PyList_Append(SLOT(e, S_ITERATION_T), t);
     Py_XDECREF(t);

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import resource
 import threading
+from array import array
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,13 +66,39 @@ _RSS_UNIT = 1024  # ru_maxrss is in KiB on Linux
 MEMORY_ONLY = 2  # Attributor.extras when memory marks are the only extra on (see Attributor.refresh_extras)
 
 
-@dataclass
 class IterationMark:
-    """Where one detected iteration began."""
+    """Where one detected iteration began: its time, the agent steps before it, and the exclusive seconds per phase
+    up to it (``excl``).
 
-    t: float
-    steps: int
-    excl: dict[str, float]
+    A mark an :class:`Attributor` made holds that snapshot packed (``packed``: C doubles, the values of the first
+    ``len(packed) // 8`` of ``keys``, the running totals' keys at the end) and unpacks it when ``excl`` is first read:
+    a long off-policy run has one mark per env step, and a dict each would cost three times the memory.
+    """
+
+    __slots__ = ("_excl", "keys", "packed", "steps", "t")
+
+    def __init__(
+        self,
+        t: float,
+        steps: int,
+        excl: dict[str, float] | None = None,
+        *,
+        packed: bytes = b"",
+        keys: list[str] | None = None,
+    ) -> None:
+        if excl is None and len(packed) // 8 > len(keys or ()):
+            raise ValueError(f"an iteration snapshot holds {len(packed) // 8} phases, its keys only {len(keys or ())}")
+        self.t, self.steps, self.packed, self.keys = t, steps, packed, keys
+        self._excl = excl
+
+    @property
+    def excl(self) -> dict[str, float]:
+        if self._excl is None:
+            self._excl = dict(zip(self.keys or (), array("d", self.packed)))
+        return self._excl
+
+    def __repr__(self) -> str:
+        return f"IterationMark(t={self.t!r}, steps={self.steps!r}, excl={self.excl!r})"
 
 
 @dataclass
@@ -214,10 +241,13 @@ class Attributor:
         self.updated = False
         self.started: float | None = None
         # IterationMark's fields, one list each: one mark per env step (DQN) as a tracked object each would pile up
-        # in the old generations that every full garbage collection walks; floats, ints and the dicts below are not
+        # in the old generations that every full garbage collection walks; floats, ints and bytes are not.
+        # iteration_excl holds each snapshot of excl packed (_pack): its values as C doubles, in its key order. A dict
+        # copy per iteration (DQN: one per env step) would stream new memory through the caches all run long, and
+        # its shared floats would stop excl's being updated in place; finish() unpacks them once.
         self.iteration_t: list[float] = []
         self.iteration_steps: list[int] = []
-        self.iteration_excl: list[dict[str, float]] = []
+        self.iteration_excl: list[bytes] = []
         self.sync = sync
         self.trace: list[TraceEvent] | None = [] if trace_limit else None
         self.trace_limit = trace_limit
@@ -573,9 +603,7 @@ class Attributor:
         index = len(self.iteration_t)
         self.iteration_t.append(now)
         self.iteration_steps.append(self.steps)
-        # built item by item, the dict of floats is not tracked by the garbage collector (dict(self.excl), a copy of a
-        # tracked defaultdict, would be)
-        self.iteration_excl.append({k: v for k, v in self.excl.items()})
+        self.iteration_excl.append(_pack(self.excl))
         self.updated = False
         self.mem_on = self.memory and memory_marked(index)
         self._mem_left.clear()
@@ -634,7 +662,7 @@ class Attributor:
             enters=dict(self.enters),
             layers=dict(self.layers),
             steps=self.steps,
-            iterations=[IterationMark(*m) for m in zip(self.iteration_t, self.iteration_steps, self.iteration_excl)],
+            iterations=_marks(self.iteration_t, self.iteration_steps, self.iteration_excl, list(self.excl)),
             mem_bytes=dict(self.mem_bytes),
             cuda_peak_bytes=dict(self.cuda_peak_bytes),
             transitions=2 * (sum(self.enters.values()) - self.merges),  # each phase opened once is a push and a pop
@@ -652,6 +680,21 @@ class Attributor:
             other_threads=len(threads),
             foreign_phases=self.foreign_phases,
         )
+
+
+def _pack(excl: dict[str, float]) -> bytes:
+    """A snapshot of ``excl``: its values as C doubles, in its key order (``_fastevent.c``'s ``start_iteration`` packs
+    the same bytes)."""
+    return array("d", excl.values()).tobytes()
+
+
+def _marks(ts: list[float], steps: list[int], packed: list[bytes], keys: list[str]) -> list[IterationMark]:
+    """The iteration marks, their snapshots left packed against ``keys``, the running totals' keys at the end.
+
+    A snapshot of n values belongs to the first n keys: keys are only ever added to the totals once the first
+    iteration has cleared them (:meth:`Attributor._new_iteration`), and a dict keeps its insertion order.
+    """
+    return [IterationMark(t, n, packed=snap, keys=keys) for t, n, snap in zip(ts, steps, packed)]
 
 
 def _live_threads_cpu(main: int) -> dict[int, float]:

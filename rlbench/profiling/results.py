@@ -76,6 +76,33 @@ def _delta(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
     return {k: v - a.get(k, 0.0) for k, v in b.items() if v - a.get(k, 0.0) > 0}
 
 
+def snapshot_matrix(marks: list[IterationMark], final: dict[str, float]) -> tuple[list[str], np.ndarray]:
+    """Every mark's snapshot of the running totals, then ``final`` (the run's end), as the rows of one matrix whose
+    columns are the returned keys; a phase absent from a snapshot had 0 s there.
+
+    Marks an Attributor made hold their snapshots packed against the final totals' keys (:class:`IterationMark`):
+    those are read as one buffer, with no dict per mark. Any other marks go through their dicts.
+    """
+    import numpy as np
+
+    keys = list(final)
+    shared = marks[0].keys if marks else None
+    if shared is not None and shared == keys[: len(shared)] and all(m.keys is shared for m in marks):
+        lengths = np.fromiter((len(m.packed) // 8 for m in marks), np.intp, len(marks))
+        values = np.frombuffer(b"".join(m.packed for m in marks), float)
+        rows = np.repeat(np.arange(len(marks)), lengths)
+        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+        out = np.zeros((len(marks) + 1, len(keys)))
+        out[rows, np.arange(len(values)) - starts] = values
+        out[-1] = np.fromiter(final.values(), float, len(keys))
+        return keys, out
+    snapshots = [mark.excl for mark in marks] + [final]
+    keys += sorted(set().union(*(snap.keys() for snap in snapshots)) - final.keys())
+    zeros = [0.0] * len(keys)  # (one flat pass, no list per snapshot: a list each is 4x slower at this size)
+    flat = chain.from_iterable(map(snap.get, keys, zeros) for snap in snapshots)
+    return keys, np.fromiter(flat, float, len(snapshots) * len(keys)).reshape(-1, len(keys))
+
+
 def _chunks(samples: np.ndarray, limit: int) -> tuple[np.ndarray, int]:
     """At most ``limit`` rows: consecutive groups of ``k`` samples averaged (a tail shorter than ``k`` left out)."""
     k = max(1, math.ceil(len(samples) / limit))
@@ -136,11 +163,7 @@ def attribution_metrics(
     # only growth counts (a phase absent from a snapshot had 0 s). Phases are never removed from the attributor's
     # running totals, so the last snapshot (the run's end) holds every key (an Attribution built otherwise adds its
     # other keys after them).
-    snapshots = [mark.excl for mark in marks] + [r.excl]
-    keys = [*r.excl, *sorted(set().union(*(snap.keys() for snap in snapshots)) - r.excl.keys())]
-    zeros = [0.0] * len(keys)  # (one flat pass, no list per snapshot: a list each is 4x slower at this size)
-    flat = chain.from_iterable(map(snap.get, keys, zeros) for snap in snapshots)
-    cumulative = np.fromiter(flat, float, len(snapshots) * len(keys)).reshape(-1, len(keys))
+    keys, cumulative = snapshot_matrix(marks, r.excl)
     deltas = np.clip(cumulative[steady + 1] - cumulative[steady], 0.0, None) if len(steady) else np.zeros((0, len(keys)))
     totals = deltas.sum(axis=0)
     steady_excl = {k: float(v) for k, v in zip(keys, totals) if v > 0}
