@@ -92,6 +92,8 @@ def overhead_section(d: RunData, b: Breakdown) -> list[str]:
         return ["## What profiling cost", "", *cost] if cost else []
     ev = d.by_metric[PROFILE_EVENTS][0].meta
     full = d.med(PROFILE_EVENTS) - (ev.get("merges") or 0)
+    calls, repeats = ev.get("calls"), ev.get("repeats")  # (records from before they were kept say neither)
+    calibration = f"minimum of {repeats:g} × {calls:,.0f} calls" if calls and repeats else "the minimum of repeated loops"
     rows = [
         ["Phase opened and closed at top level", fmt(d.med(PROFILE_EVENT_US), 3) + " µs", fmt(full, 0)],
         ["Call continuing the phase it just left", fmt(ev.get("merge_us", math.nan), 3) + " µs", fmt(ev.get("merges"), 0)],
@@ -104,7 +106,7 @@ def overhead_section(d: RunData, b: Breakdown) -> list[str]:
         "## What profiling cost",
         "",
         "Each kind of hook event was timed in the same process right after the script finished (a hooked call "
-        "against a bare one, minimum of 3 × 4,000); the estimate is those costs times this run's events. It is a lower "
+        f"against a bare one, {calibration}); the estimate is those costs times this run's events. It is a lower "
         "bound: a nested call inside real code (a module's sub-modules, `Tensor.to` inside torch) costs more than the "
         "calibrated call, and the hooks' own time lands mostly in Python/other. Compare shares, not absolute times, "
         "with an unprofiled run.",

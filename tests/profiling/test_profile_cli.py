@@ -87,6 +87,11 @@ def test_profiles_an_unmodified_script_into_records_and_a_report(project: Path) 
     assert layers["time/env/step"] == "environment" and layers["time/train/backward"] == "update"
     report = (project / summary["report"]).read_text(encoding="utf-8")
     assert "`env/step`" in report and "What profiling cost" in report and "Operation counters" in report
+    # the hooks' costs say how they were calibrated, as the run measured them (the text once said 3 x 4,000 while the
+    # code ran 5 x 1,000)
+    events = next(r for r in records if r.metric == "profile/events")
+    assert events.meta["calls"] == 1000 and events.meta["repeats"] == 5
+    assert "a bare one, minimum of 5 × 1,000 calls)" in report
     # matrix-product FLOPs of the counted iteration, exactly: addmm (32x4 @ 4x16) + (32x16 @ 16x2) forward, the
     # three weight/input gradients backward, and 16 steps of the same two products on 2 envs for inference
     flops = {r.metric: r.samples[0] for r in records if r.metric.startswith("flops/")}
