@@ -244,7 +244,7 @@ class Attributor:
         # in the old generations that every full garbage collection walks; floats, ints and bytes are not.
         # iteration_excl holds each snapshot of excl packed (_pack): its values as C doubles, in its key order. A dict
         # copy per iteration (DQN: one per env step) would stream new memory through the caches all run long, and
-        # its shared floats would stop excl's being updated in place; finish() unpacks them once.
+        # its shared floats would stop excl's being updated in place. The marks finish() makes keep them packed.
         self.iteration_t: list[float] = []
         self.iteration_steps: list[int] = []
         self.iteration_excl: list[bytes] = []
