@@ -20,9 +20,10 @@
   (starting, writing records and the report) adds to the command's time but not to the script's;
 * **the hooks' cost in instructions**, where valgrind is installed: the script run plain and with a session under
   cachegrind at two budgets; the difference of the two budgets' instruction counts, per agent step, leaves out
-  imports, start-up and the session's fixed work. Instruction counts repeat run to run, so this figure does not
-  depend on a shared machine's noise (CPU time on one varied by ±5% between identical runs). The merge gap is
-  scaled to cachegrind's slowdown (:data:`GAP_SCALE`), and the merges are checked against a native run.
+  imports, start-up and the session's fixed work. Instruction counts repeat run to run (one thread, one hash seed),
+  so this figure does not depend on a shared machine's noise (CPU time on one varied by ±5% between identical runs).
+  The merge gap is scaled to cachegrind's slowdown (:data:`GAP_SCALE`), and the merges are checked against a native
+  run.
 
 Nothing here is hard-coded: the report is generated from what this run measured, on the machine it names.
 """
@@ -352,8 +353,10 @@ def _child(script: Path, args: list[str], hooked: bool, valgrind: bool) -> tuple
     cmd += [str(GAP_SCALE if valgrind else 1.0), str(script), *args]
     env = _env()
     # one thread everywhere: cachegrind counts every thread's instructions, and idle BLAS/OpenMP workers spinning
-    # would add counts that depend on timing, not on the work
-    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    # would add counts that depend on timing, not on the work. One hash seed: with a random one, string-keyed dict
+    # lookups probe differently each run, and 1,000 DQN steps' counts varied by tens of millions of instructions (so
+    # per step by tens of thousands, more than the hooks add); with it fixed, two runs differed by 2,765 in 11.5 billion
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0")
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     count, stats = None, {}
     for line in done.stderr.splitlines():

@@ -142,3 +142,22 @@ def test_the_accuracy_harness_goes_on_from_its_checkpoint(monkeypatch, tmp_path)
                     "fixed_cost"]  # fmt: skip
     assert [len(results[n]["accuracy"]) for n in names] == [2, 2]
     assert all({"command", "whole", "hooks"} <= set(results[n]) for n in names) and "_fixed" in results
+
+
+def test_the_instruction_counts_run_with_one_thread_and_one_hash_seed(monkeypatch) -> None:
+    # a random hash seed made two counts of one DQN build differ by tens of millions of instructions
+    seen: dict[str, object] = {}
+
+    class Done:
+        returncode = 0
+        stderr = "==1== I   refs:      11,455,915,116\n"
+
+    def run(cmd, **kwargs):
+        seen.update(cmd=cmd, env=kwargs["env"])
+        return Done()
+
+    monkeypatch.setattr(accuracy.subprocess, "run", run)
+    count, _ = accuracy._child(Path("script.py"), [], hooked=False, valgrind=True)
+    assert count == 11_455_915_116 and seen["cmd"][0] == "valgrind"
+    env = seen["env"]
+    assert env["PYTHONHASHSEED"] == "0" and env["OMP_NUM_THREADS"] == "1" and env["MKL_NUM_THREADS"] == "1"
