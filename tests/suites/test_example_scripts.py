@@ -95,7 +95,8 @@ HARNESSES = {
     "fault_examples",
     "command_cost",
     "hook_time",
-}  # not example scripts
+    "checkpoint",
+}  # not example scripts (checkpoint: the harnesses' saved numbers)
 
 
 def _script_files() -> list[Path]:
