@@ -785,8 +785,12 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
             f"{env['valgrind']}): each script plain and under a session at two budgets; the budgets' difference "
             "divided by the agent steps between them leaves out imports, start-up and the session's fixed work. "
             "Every thread pool is set to one thread (`OMP_NUM_THREADS`, `OPENBLAS_NUM_THREADS`, `MKL_NUM_THREADS`), so "
-            "no idle worker's spinning is counted. Instruction counts repeat from run to run, unlike CPU time on this "
-            "machine.",
+            "no idle worker's spinning is counted, and since `fd742d8` Python's hash seed is fixed (`PYTHONHASHSEED=0`; "
+            "with a random one, dict lookups probe differently in every run and the counts of one build varied by tens "
+            "of thousands of instructions a step). Instruction counts then repeat from run to run, unlike CPU time on "
+            "this machine. They are not time: a step of these scripts spends much of its time on cache misses and "
+            "mispredicted branches, which the hooks add more of, in share, than instructions (`docs/profiling.md` "
+            "gives the CleanRL-style DQN's counts under cachegrind's cache and branch simulation).",
             "",
             f"Under cachegrind the merge gap is scaled by {GAP_SCALE}, since the script runs that much slower there and "
             "fewer calls would otherwise merge; the last columns show the merge and transition counts per agent step "

@@ -6,8 +6,8 @@ The accuracy and command-cost harnesses run for one to three hours. Each keeps i
 is missing; the report's header then says over how many invocations the numbers were measured. A checkpoint is only
 continued by the same code on the same machine with the same settings: a clean checkout whose ``rlbench/``,
 ``suites/`` and ``pyproject.toml`` are those it was started with (a commit of docs or reports between keeps it), the
-same machine id, the same harness options. Anything else is refused with one line that says what to do (``--restart``
-starts again). When the report is written, the partial file is removed.
+same machine id, the same Python and package versions, the same harness options. Anything else is refused with one
+line that says what to do (``--restart`` starts again). When the report is written, the partial file is removed.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rlbench.results.fingerprint import machine_fingerprint
+from rlbench.results.fingerprint import machine_fingerprint, software_fingerprint
 
 HERE = Path(__file__).resolve().parent
 
@@ -55,8 +55,22 @@ def code_state(root: Path = HERE.parent.parent) -> dict[str, Any]:
 
 
 def identity(settings: dict[str, Any]) -> dict[str, Any]:
-    """What must match for a partial run to be continued: the code (of a clean checkout), the machine, the settings."""
-    return {**code_state(), "machine": machine_fingerprint().get("id"), "settings": settings}
+    """What must match for a partial run to be continued: the code (of a clean checkout), the machine, the software
+    (Python and the measured packages' versions), the settings."""
+    soft = software_fingerprint()
+    software = {"python": soft.get("python"), **soft.get("packages", {})}
+    for name in ("stable-baselines3", "torchrl", "tensordict"):
+        software[name] = _version(name)
+    return {**code_state(), "machine": machine_fingerprint().get("id"), "software": software, "settings": settings}
+
+
+def _version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def partial_path(report: Path) -> Path:
@@ -129,6 +143,12 @@ def _mismatch(saved: dict[str, Any], now: dict[str, Any]) -> str | None:
         return f"it was measured at commit {str(saved.get('commit'))[:10]}, and {changed} changed since"
     if saved.get("machine") != now.get("machine"):
         return f"it was measured on machine {saved.get('machine')}, this is {now.get('machine')}"
+    if saved.get("software") != now.get("software"):
+        before, after = saved.get("software") or {}, now.get("software") or {}
+        changed = [
+            f"{k} {before.get(k)} -> {after.get(k)}" for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)
+        ]
+        return f"it was measured with other software ({', '.join(changed)})"
     if saved.get("settings") != now.get("settings"):
         return f"it was measured with other options ({json.dumps(saved.get('settings'), sort_keys=True)})"
     return None

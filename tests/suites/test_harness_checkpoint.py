@@ -97,6 +97,11 @@ def test_a_partial_run_of_other_options_or_code_is_refused_and_restart_discards_
         ({**IDENT, "dirty": True, "settings": {}}, {**IDENT, "settings": {}}, "uncommitted changes"),
         ({**IDENT, "settings": {}}, {**IDENT, "machine": "m2", "settings": {}}, "machine m1, this is m2"),
         ({**IDENT, "settings": {"rounds": 2}}, {**IDENT, "settings": {"rounds": 3}}, "other options"),
+        (
+            {**IDENT, "software": {"torch": "2.12.0"}, "settings": {}},
+            {**IDENT, "software": {"torch": "2.13.0"}, "settings": {}},
+            "other software (torch 2.12.0 -> 2.13.0)",
+        ),
         ({**IDENT, "settings": {}}, {**IDENT, "code": None, "settings": {}}, "no git checkout"),
     ],
 )
