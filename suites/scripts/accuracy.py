@@ -919,7 +919,10 @@ def main(argv: list[str] | None = None) -> int:
         report.write_text(render(results, meta.get("rounds", args.rounds), meta.get("seconds", math.nan)), encoding="utf-8")
         print(f"report: {report}")
         return 0
+    from rlbench.profiling.autohooks import native_available
+
     settings = {"scripts": names, "rounds": args.rounds, "overhead_rounds": args.overhead_rounds, "load": args.load}
+    settings["compiled_hooks"] = native_available()  # the compiled hooks or the Python ones: other code
     try:
         cp = Checkpoint(partial_path(report), identity(settings), restart=args.restart)
     except CheckpointMismatch as exc:

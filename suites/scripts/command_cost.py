@@ -240,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         from rlbench.profiling.autohooks import native_available
 
         settings = {"scripts": names, "rounds": args.rounds, "trivial_rounds": args.trivial_rounds, "loads": args.loads}
+        settings["compiled_hooks"] = native_available()  # the compiled hooks or the Python ones: other code
         try:
             cp = Checkpoint(partial_path(report), identity(settings), restart=args.restart)
         except CheckpointMismatch as exc:
