@@ -47,13 +47,13 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.suites.scripts.checkpoint import (
+    PEER_PACKAGES,
     Checkpoint,
-    CheckpointMismatch,
-    identity,
     interrupted,
     invocations,
-    partial_path,
+    package_version,
     sigterm_as_interrupt,
+    start,
 )
 
 from rlbench.core.children import child_pythonpath
@@ -565,15 +565,6 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} ({min(values):.3f}–{max(values):.3f})"
 
 
-def _version(name: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def _install() -> str:
     """How rlbench is installed here: a profiled run's fixed cost includes importing it, which compiles every module
     from source where no bytecode is cached (a checkout run with ``PYTHONDONTWRITEBYTECODE=1``)."""
@@ -614,7 +605,7 @@ def environment() -> dict[str, Any]:
     """Where the numbers are measured: machine, software, how rlbench is installed, valgrind. Saved with them, so a
     report rendered again later (``--render``) still names the run's own."""
     soft = software_fingerprint()
-    pkgs = {**soft.get("packages", {}), **{n: _version(n) for n in ("stable-baselines3", "torchrl", "tensordict")}}
+    pkgs = {**soft.get("packages", {}), **{n: package_version(n) for n in PEER_PACKAGES}}
     return {
         "machine": machine_fingerprint(),
         "software": soft,
@@ -919,17 +910,10 @@ def main(argv: list[str] | None = None) -> int:
         report.write_text(render(results, meta.get("rounds", args.rounds), meta.get("seconds", math.nan)), encoding="utf-8")
         print(f"report: {report}")
         return 0
-    from rlbench.profiling.autohooks import native_available
-
     settings = {"scripts": names, "rounds": args.rounds, "overhead_rounds": args.overhead_rounds, "load": args.load}
-    settings["compiled_hooks"] = native_available()  # the compiled hooks or the Python ones: other code
-    try:
-        cp = Checkpoint(partial_path(report), identity(settings), restart=args.restart)
-    except CheckpointMismatch as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    cp = start(report, settings, args.restart)
+    if cp is None:
         return 2
-    if cp.kept:
-        print(f"going on from {cp.path}: {cp.kept} measurements kept", file=sys.stderr)
     t0 = time.perf_counter()
     try:
         with sigterm_as_interrupt(), sb3_logs_in_scratch():

@@ -59,12 +59,16 @@ def identity(settings: dict[str, Any]) -> dict[str, Any]:
     (Python and the measured packages' versions), the settings."""
     soft = software_fingerprint()
     software = {"python": soft.get("python"), **soft.get("packages", {})}
-    for name in ("stable-baselines3", "torchrl", "tensordict"):
-        software[name] = _version(name)
+    for name in PEER_PACKAGES:
+        software[name] = package_version(name)
     return {**code_state(), "machine": machine_fingerprint().get("id"), "software": software, "settings": settings}
 
 
-def _version(name: str) -> str | None:
+PEER_PACKAGES = ("stable-baselines3", "torchrl", "tensordict")
+"""Packages the suite's scripts import that the software fingerprint does not list."""
+
+
+def package_version(name: str) -> str | None:
     from importlib import metadata
 
     try:
@@ -121,12 +125,9 @@ class Checkpoint:
         tmp.write_text(json.dumps({"_checkpoint": meta, "results": self.data}), encoding="utf-8")
         os.replace(tmp, self.path)
 
-    def total_seconds(self, seconds: float) -> float:
-        return self.seconds_before + seconds
-
     def meta(self, seconds: float) -> dict[str, Any]:
         """What a report says about how its numbers were measured: in how many invocations, over how long, where."""
-        return {"invocations": self.invocations, "seconds": self.total_seconds(seconds), "commits": self.commits}
+        return {"invocations": self.invocations, "seconds": self.seconds_before + seconds, "commits": self.commits}
 
     def finish(self) -> None:
         """The report is written: the partial file has served."""
@@ -152,6 +153,22 @@ def _mismatch(saved: dict[str, Any], now: dict[str, Any]) -> str | None:
     if saved.get("settings") != now.get("settings"):
         return f"it was measured with other options ({json.dumps(saved.get('settings'), sort_keys=True)})"
     return None
+
+
+def start(report: Path, settings: dict[str, Any], restart: bool) -> Checkpoint | None:
+    """A harness's checkpoint beside ``report``, going on from a partial run where it may (and saying so); ``None``
+    after printing the one-line reason where it may not (the harness then exits 2). Which hooks run, compiled or
+    Python, is part of the settings: they are other code."""
+    from rlbench.profiling.autohooks import native_available
+
+    try:
+        cp = Checkpoint(partial_path(report), identity({**settings, "compiled_hooks": native_available()}), restart=restart)
+    except CheckpointMismatch as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+    if cp.kept:
+        print(f"going on from {cp.path}: {cp.kept} measurements kept", file=sys.stderr)
+    return cp
 
 
 @contextmanager

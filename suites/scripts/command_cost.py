@@ -21,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +36,7 @@ from rlbench.suites.scripts.accuracy import (
     run_plain,
     sb3_logs_in_scratch,
 )
-from rlbench.suites.scripts.checkpoint import (
-    Checkpoint,
-    CheckpointMismatch,
-    identity,
-    interrupted,
-    invocations,
-    partial_path,
-    sigterm_as_interrupt,
-)
+from rlbench.suites.scripts.checkpoint import interrupted, invocations, sigterm_as_interrupt, start
 
 # about 20 s of plain wall time per script on this machine kind (2 vCPU, one torch thread), imports included
 BUDGETS: dict[str, list[str]] = {
@@ -63,7 +56,12 @@ TARGET_FIXED_S = 0.3  # and at most 0.3 s to a trivial one
 
 
 def measure_state(
-    names: list[str], rounds: int, trivial_rounds: int, load: int, out: dict[str, Any] | None = None, save: Any = None
+    names: list[str],
+    rounds: int,
+    trivial_rounds: int,
+    load: int,
+    out: dict[str, Any] | None = None,
+    save: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Every script's pairs and the trivial script's, beside ``load`` CPU-busy processes. ``out`` holds what an earlier
     invocation measured (not measured again); ``save`` is called after each script."""
@@ -240,14 +238,9 @@ def main(argv: list[str] | None = None) -> int:
         from rlbench.profiling.autohooks import native_available
 
         settings = {"scripts": names, "rounds": args.rounds, "trivial_rounds": args.trivial_rounds, "loads": args.loads}
-        settings["compiled_hooks"] = native_available()  # the compiled hooks or the Python ones: other code
-        try:
-            cp = Checkpoint(partial_path(report), identity(settings), restart=args.restart)
-        except CheckpointMismatch as exc:
-            print(f"error: {exc}", file=sys.stderr)
+        cp = start(report, settings, args.restart)
+        if cp is None:
             return 2
-        if cp.kept:
-            print(f"going on from {cp.path}: {cp.kept} measurements kept", file=sys.stderr)
         t0 = time.perf_counter()
         try:
             with sigterm_as_interrupt(), sb3_logs_in_scratch():

@@ -29,7 +29,7 @@ def _fake_runs(monkeypatch: pytest.MonkeyPatch, interrupt_at: int | None) -> lis
 
     monkeypatch.setattr(command_cost, "run_plain", run("plain"))
     monkeypatch.setattr(command_cost, "run_command", run("command"))
-    monkeypatch.setattr(command_cost, "identity", lambda settings: {**IDENT, "settings": settings})
+    monkeypatch.setattr(checkpoint, "identity", lambda settings: {**IDENT, "settings": settings})
     monkeypatch.setattr(
         command_cost, "environment", lambda: {"machine": {"id": "m1"}, "software": {}, "packages": {}, "install": "x"}
     )
@@ -73,7 +73,7 @@ def test_a_partial_run_of_other_options_or_code_is_refused_and_restart_discards_
     assert len(err) == 1 and "other options" in err[0] and "--restart" in err[0]
     # other code
     monkeypatch.setattr(
-        command_cost, "identity", lambda s: {**IDENT, "code": {**IDENT["code"], "rlbench": "changed"}, "settings": s}
+        checkpoint, "identity", lambda s: {**IDENT, "code": {**IDENT["code"], "rlbench": "changed"}, "settings": s}
     )
     assert command_cost.main([*ARGS, "--report", str(report)]) == 2
     assert "rlbench changed since" in capsys.readouterr().err
