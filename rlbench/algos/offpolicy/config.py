@@ -35,7 +35,8 @@ class OffPolicyConfig:
         "critic layout: ensemble (stacked weights, one batched matmul per layer) or separate", default="ensemble"
     )
     polyak: str = option(
-        "target update: foreach (one torch._foreach_lerp_) or loop (per-tensor mul_/add_)",
+        "target update: foreach (one torch._foreach_lerp_), lerp (per-tensor lerp_), loop (per-tensor mul_/add_, as SB3) "
+        "or copy (per-tensor copy_ of a new tensor, as CleanRL)",
         choices=sorted(POLYAK),
         default="foreach",
     )

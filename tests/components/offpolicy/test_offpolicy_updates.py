@@ -14,7 +14,7 @@ from rlbench.components.nets.actors import DeterministicActor, NumpyActor, Squas
 from rlbench.components.nets.critics import EnsembleCritic, SeparateCritics, make_critic
 from rlbench.components.offpolicy import manual as offpolicy_manual
 from rlbench.components.offpolicy.ddpg import DDPGUpdate
-from rlbench.components.offpolicy.polyak import polyak_foreach, polyak_loop
+from rlbench.components.offpolicy.polyak import POLYAK
 from rlbench.components.offpolicy.sac import SACHyperparams, SACUpdate
 from rlbench.components.offpolicy.update import OffPolicyHyperparams, lambda_returns
 from rlbench.components.returns.td import td_lambda_reference
@@ -101,17 +101,17 @@ def test_make_critic_layouts_start_from_the_same_weights() -> None:
         make_critic("stacked", OBS, ACT, HIDDEN, 2)
 
 
-def test_polyak_variants_agree() -> None:
+@pytest.mark.parametrize("variant", sorted(POLYAK))
+def test_polyak_variants_equal_the_plain_formula(variant: str) -> None:
     torch.manual_seed(0)
-    src = [torch.randn(5, 4), torch.randn(7)]
-    a = [torch.randn(5, 4), torch.randn(7)]
-    b = [t.clone() for t in a]
-    expected = [(1 - 0.05) * t + 0.05 * s for t, s in zip(a, src)]
-    polyak_loop(a, src, 0.05)
-    polyak_foreach(b, src, 0.05)
-    for x, y, e in zip(a, b, expected):
-        torch.testing.assert_close(x, e)
-        torch.testing.assert_close(y, e)
+    src = [torch.randn(5, 4), torch.randn(7), torch.randn(3, 2, 2)]
+    targets = [torch.randn(5, 4), torch.randn(7), torch.randn(3, 2, 2)]
+    expected = [((1 - 0.05) * t.double() + 0.05 * s.double()).float() for t, s in zip(targets, src)]
+    before = [t.data_ptr() for t in targets]
+    POLYAK[variant](targets, src, 0.05)
+    for t, e in zip(targets, expected):
+        torch.testing.assert_close(t, e)
+    assert [t.data_ptr() for t in targets] == before  # in place: a module's parameters stay the same tensors
 
 
 def test_lambda_returns_match_the_td_lambda_reference() -> None:
