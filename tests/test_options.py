@@ -179,7 +179,7 @@ BUILT_IN_CHOICES = {
     },
     "sac-pendulum": {
         "critics": ("ensemble", "separate"),
-        "polyak": ("foreach", "loop"),
+        "polyak": ("copy", "foreach", "lerp", "loop"),
         "gradients": ("auto", "manual", "autograd"),
         "precision": ("auto", "fp32", "bf16"),
         "collector": ("sync", "async"),

@@ -147,10 +147,37 @@ def _update(d: RunData, b: Breakdown, phases: list[str], s: float, measured: dic
     tips += flag_tip(
         p, "polyak", lambda v: v == "loop", "`--polyak foreach` (one fused lerp over every target tensor)", measured
     )
+    tips += _target_update_tip(b, phases, s, p)
     tips.append("fewer, larger batches amortize per-op cost (a hyperparameter change: compare learning too)")
     if "what_if" in p:
         tips.append("measure each switch on this machine with `--what-if FIELD=VALUE`")
     return Finding("Training update", b.share(s), evidence, "; ".join(tips) + ".")
+
+
+TARGET_UPDATE_TIP_SHARE = 0.01  # a target update this share of steady time or more gets its own tip
+
+
+def _target_update_tip(b: Breakdown, phases: list[str], s: float, params: dict[str, Any]) -> list[str]:
+    """The one-call form of a Polyak update, for a profiled script whose target update takes a visible share.
+
+    rlbench's own off-policy benchmarks name their switch instead (``--polyak``, from :func:`flag_tip`).
+    """
+    if "polyak" in params:
+        return []
+    shown = [
+        x
+        for x in phases
+        if x.rsplit("/", 1)[-1] == "target_update" and b.share(b.leaf_s.get(x, 0.0)) >= TARGET_UPDATE_TIP_SHARE
+    ]
+    if not shown:
+        return []
+    share = b.share(sum(b.leaf_s.get(x, 0.0) for x in shown))
+    return [
+        f"the target-network update ({md_code(shown[0])}, {pct(share)}) as one "
+        "`torch._foreach_lerp_(target_params, online_params, tau)` under `torch.no_grad()` instead of a loop over "
+        "tensors (one call for all of them; a per-tensor `copy_`, `mul_`/`add_` or `lerp_` pays the per-op cost, "
+        "on a GPU a kernel launch, for each): `rlbench run target-update` times those forms on this machine"
+    ]
 
 
 def _advantage(d: RunData, b: Breakdown, phases: list[str], s: float, measured: dict[str, str]) -> Finding:

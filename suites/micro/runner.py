@@ -1,8 +1,8 @@
 """Micro-benchmark groups: pytest-benchmark suites run in a subprocess, their JSON turned into records.
 
-``rlbench run gae | buffers | envs | forward | estimators | update-ops | target-update`` runs one group, ``rlbench run micro`` all of
-them. Each group is a pytest-benchmark file in ``suites/micro/`` (installed as ``rlbench.suites.micro``, so it runs from any
-directory); every benchmark in it sets ``extra_info`` with ``group``, ``impl``, ``size`` (a label) and
+``rlbench run gae | buffers | envs | forward | estimators | update-ops | target-update`` runs one group, ``rlbench run
+micro`` all of them. Each group is a pytest-benchmark file in ``suites/micro/`` (installed as ``rlbench.suites.micro``,
+so it runs from any directory); every benchmark in it sets ``extra_info`` with ``group``, ``impl``, ``size`` (a label) and
 ``elements`` (a number for scaling plots). The subprocess keeps pytest and the timed code away from
 the CLI's own state; its ``--benchmark-json`` output (raw timings included) becomes one record per
 (group, impl, size), metric ``time/call`` in seconds (:mod:`rlbench.run.pytest_bench`, which also runs a user's own
@@ -33,7 +33,7 @@ GROUPS = {
     "forward": ("test_forward.py", "policy forward: separate vs fused, NumPy snapshot, no_grad vs inference_mode"),
     "estimators": ("test_estimators.py", "TD(lambda), group-relative advantages, token-level KL estimators"),
     "update-ops": ("test_update_ops.py", "PPO minibatch step and its ops that are slow at small shapes: torch's vs rlbench's"),
-    "target-update": ("test_target_update.py", "Polyak target update: CleanRL's copy, SB3's mul_/add_, lerp_, one _foreach_lerp_"),
+    "target-update": ("test_target_update.py", "Polyak target update: CleanRL's copy_, SB3's mul_/add_, lerp_, foreach lerp"),
 }
 USER_IMPLS_ENV = "RLBENCH_USER_IMPLS"
 USER_TIMEOUT_ENV = "RLBENCH_USER_TIMEOUT"  # seconds per benchmark of a user implementation (conftest.py enforces it)

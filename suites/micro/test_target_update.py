@@ -12,9 +12,9 @@ and ``foreach`` (one ``torch._foreach_lerp_`` over every tensor), on every devic
 
 Each case first checks its variant against the plain formula in float64 on a copy (the suite fails on a wrong
 variant, on any device), then times the update; on a GPU a timed call ends with a synchronization.
-Rows are named by variant, except ``copy``, the formula as written, which is the report's ``reference`` (its speed-up
-column divides by it). ``extra_info``: ``group="target-update"``, ``impl`` (``name`` or ``name@device``), ``variant``, ``size``, ``elements`` (parameters
-updated), ``tensors``, ``device``.
+Rows are named by variant, except ``copy``, the formula as written, which is the report's ``reference`` (its
+speed-up column divides by it). ``extra_info``: ``group="target-update"``, ``impl`` (``name`` or ``name@device``),
+``variant``, ``size``, ``elements`` (parameters updated), ``tensors``, ``device``.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 import torch
+from rlbench.suites.micro.devices import device_params, impl_label, timed_on
 
 from rlbench.components.offpolicy.polyak import POLYAK
-from rlbench.suites.micro.devices import device_params, impl_label, timed_on
 
 TAU = 0.005
 REFERENCE = "reference"  # the report's baseline row: the ``copy`` variant, the formula as CleanRL writes it

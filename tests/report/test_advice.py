@@ -264,3 +264,31 @@ def test_the_advice_reads_only_the_store_lines_that_can_hold_an_envs_micro_run(
     assert len(decoded) == len(micro) and not any("profile-" in w for w in decoded), decoded
     d = RunData.from_records(_user_env_run("m1"))
     assert "5.0× faster" in alternatives.measured(d, context)["environment"]
+
+
+def _profile_with_target_update(seconds: float, params: dict[str, Any] | None = None) -> list[Finding]:
+    """A profiled script (2 s steady) whose `train/target_update` took ``seconds`` of it."""
+    recs = _records("profile", {"command": "python td3.py"} if params is None else params)
+    extra = replace(
+        next(r for r in recs if r.metric == "time/update/forward"),
+        metric="time/train/target_update",
+        samples=[seconds],
+        meta={"events": 900, "layer": "update"},
+    )
+    d = RunData.from_records([*recs, extra])
+    return findings(d, breakdown(d))
+
+
+def test_a_visible_polyak_loop_is_told_the_one_call_form_and_the_benchmark_that_times_it() -> None:
+    update = next(f for f in _profile_with_target_update(0.1) if f.title == "Training update")
+    assert "`torch._foreach_lerp_(target_params, online_params, tau)`" in update.action
+    assert "`train/target_update`, 5.0%" in update.action
+    assert "target-update" in RUN.findall(update.action)
+    get_spec("target-update")  # the benchmark it sends the reader to exists
+
+
+def test_a_negligible_target_update_and_rlbenchs_own_runs_get_no_foreach_tip() -> None:
+    small = next(f for f in _profile_with_target_update(0.01) if f.title == "Training update")  # 0.5%
+    assert "_foreach_lerp_" not in small.action
+    own = next(f for f in _profile_with_target_update(0.1, SAC_RUNS[0]) if f.title == "Training update")
+    assert "_foreach_lerp_" not in own.action and "`--polyak foreach`" in own.action

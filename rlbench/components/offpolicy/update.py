@@ -92,7 +92,8 @@ class OffPolicyHyperparams:
         tau: Polyak coefficient of the target networks.
         actor_lr: Adam learning rate of the actor.
         critic_lr: Adam learning rate of the critic(s).
-        polyak: a key of :data:`~rlbench.components.offpolicy.polyak.POLYAK` (``"foreach"``, ``"lerp"``, ``"loop"``, ``"copy"``).
+        polyak: a key of :data:`~rlbench.components.offpolicy.polyak.POLYAK`: ``"foreach"``, ``"lerp"``, ``"loop"``
+            or ``"copy"``.
         td_lambda: Lambda of TD(lambda) targets when batches are crops ``(S, L)``; one-step targets for flat batches.
         precision: ``"fp32"``, ``"bf16"`` or ``"auto"`` (see :func:`resolve_precision`). bf16: matrix products in
             bfloat16 with fp32 accumulation; parameters, losses and Adam stay float32. With autograd every pass runs
