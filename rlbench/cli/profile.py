@@ -42,6 +42,7 @@ examples:
   rlbench profile --repeats 5 --seed 1 --seed-arg "--seed {seed}" --count-ops -- python train.py
   rlbench profile --trace trace.json --pyinstrument -- python -m mypkg.train
   rlbench profile --sync -- python train.py --cuda        (CUDA: book GPU work to the phase that queued it)
+  rlbench profile --repeats 4 --against-plain -- python train.py   (what profiling costs this script, measured)
 """
 
 
@@ -104,6 +105,13 @@ def build_profile_parser() -> Parser:
         help="count torch ops, syncs and copies per phase during the second iteration (noise-free figures to gate on, "
         "e.g. syncs/iteration:0%%); that iteration runs under a torch dispatch mode, slower, and is left out of the timings",
     )
+    p.add_argument(
+        "--against-plain",
+        action="store_true",
+        help="also run the command without rlbench once per repeat, alternating which goes first (ABBA), and report "
+        "what profiling cost as measured: each profiled process's wall against its plain run's (doubles the run time; "
+        "use --repeats 4 or more for a median worth quoting)",
+    )
     p.add_argument("--no-memory", action="store_true", help="do not record peak-RSS growth per phase")
     p.add_argument("--no-labels", action="store_true", help="do not label Stable-Baselines3 / TorchRL methods")
     return p
@@ -153,6 +161,7 @@ def profile_command(argv: list[str], t0: float) -> int:
             else None
         ),
         output="log" if args.quiet else ("stderr" if args.json else "inherit"),
+        against_plain=args.against_plain,
     )
     check_options(opts)
     from rlbench.profiling.launcher import run_profile
@@ -170,7 +179,7 @@ def profile_command(argv: list[str], t0: float) -> int:
         return 1
     from rlbench.report.kinds import render_run
 
-    cost = _CommandCost(t0, outcome.child_s, outcome.child_rlbench_s)
+    cost = _CommandCost(t0, outcome.child_s, outcome.child_rlbench_s, outcome.plain_s)
     try:
         # the profile report's one chart is a bar chart, drawn with Pillow in-process: no matplotlib worker to wait
         # for. The last repeat's process may still be exiting meanwhile (its results are saved): waited for after.
@@ -196,6 +205,12 @@ def profile_command(argv: list[str], t0: float) -> int:
             "hooks_share": cost.hooks_share,
         }
     )
+    if opts.against_plain:
+        from rlbench.report.data import RunData
+        from rlbench.report.profiled import against_plain
+
+        measured = against_plain(RunData.from_records(rendered.records))
+        summary["against_plain"] = measured if math.isfinite(measured) else None
     if args.json:
         print(json.dumps(summary, allow_nan=False, default=str))
     elif not args.quiet:
@@ -222,9 +237,10 @@ class _CommandCost:
     written, minus the script's own run in the child processes (their wall less rlbench's own work in them, which
     each child measures and returns)."""
 
-    def __init__(self, t0: float, children_s: float, children_rlbench_s: float) -> None:
+    def __init__(self, t0: float, children_s: float, children_rlbench_s: float, plain_s: float = 0.0) -> None:
         self.t0 = t0
         self.children_s = children_s
+        self.plain_s = plain_s  # --against-plain's plain runs: neither the command's work nor the profiled script's
         self.script_s = children_s - children_rlbench_s
         self.command_s = self.own_s = self.hooks_share = math.nan
 
@@ -232,13 +248,15 @@ class _CommandCost:
         """``render_run``'s ``finish``: measure now (the charts are drawn, the report is about to be written) and put
         the cost line where the report left its place."""
         from rlbench.report.data import RunData
-        from rlbench.report.profiled import COMMAND_COST_MARK, command_cost_line
+        from rlbench.report.profiled import COMMAND_COST_MARK, command_cost_line, plain_pairs, single_run_cost
         from rlbench.results.metrics import PROFILE_OVERHEAD_S
 
-        self.hooks_share = float(RunData.from_records(records).meta(PROFILE_OVERHEAD_S, "share", math.nan))
+        d = RunData.from_records(records)
+        self.hooks_share = float(d.meta(PROFILE_OVERHEAD_S, "share", math.nan))
         self.command_s = time.perf_counter() - self.t0
-        self.own_s = self.command_s - self.script_s
-        line = command_cost_line(self.own_s, self.command_s, self.script_s, self.hooks_share)
+        self.own_s = self.command_s - self.script_s - self.plain_s
+        measured = single_run_cost(plain_pairs(d), self.own_s)
+        line = command_cost_line(self.own_s, self.command_s, self.script_s, self.hooks_share, measured, self.plain_s)
         return text.replace(COMMAND_COST_MARK, line)
 
 
@@ -249,7 +267,7 @@ def _store_cost(writer: Any, outcome: Any, cost: _CommandCost) -> None:
 
     if not outcome.record_fields or not math.isfinite(cost.own_s):
         return
-    meta = {"command_s": cost.command_s, "script_s": cost.script_s, "children_s": cost.children_s}
+    meta = {"command_s": cost.command_s, "script_s": cost.script_s, "children_s": cost.children_s, "plain_s": cost.plain_s}
     metric = Metric(PROFILE_COMMAND_S, "s", "none", [cost.own_s], meta=meta)
     writer.write(metric_records([metric], **outcome.record_fields))
 

@@ -44,7 +44,7 @@ from rlbench.results.fingerprint import (
     software_fingerprint,
     with_gpus,
 )
-from rlbench.results.metrics import Metric, load_metrics
+from rlbench.results.metrics import PROFILE_CHILD_WALL_S, PROFILE_PLAIN_WALL_S, Metric, load_metrics
 from rlbench.results.records import definition_hash, metric_records
 from rlbench.results.store import RunWriter, utc_now
 
@@ -174,6 +174,9 @@ class Options:
         trace: Chrome trace path (repeat ``k`` > 0 gets ``-k`` before the suffix), or ``None``.
         pyinstrument: HTML path for pyinstrument's call tree (first repeat), or ``None``.
         output: ``"inherit"`` (the terminal), ``"stderr"`` (keep stdout for ``--json``) or ``"log"`` (a file per repeat).
+        against_plain: Pair every repeat with a run of the same command without rlbench, in the order profiled-plain,
+            plain-profiled, plain-profiled, profiled-plain (ABBA, repeating), each process timed from its start to
+            its exit (:func:`plain_first`).
     """
 
     repeats: int = 1
@@ -184,6 +187,13 @@ class Options:
     trace: Path | None = None
     pyinstrument: Path | None = None
     output: str = "inherit"
+    against_plain: bool = False
+
+
+def plain_first(k: int) -> bool:
+    """Whether pair ``k`` of ``--against-plain`` runs the plain command first: ABBA (profiled first in pairs 0 and 3
+    of every four), so that a drift of the machine in either direction weighs on both sides alike."""
+    return k % 4 in (1, 2)
 
 
 def seeded_args(args: list[str], seed_arg: str, seed: int) -> list[str]:
@@ -247,6 +257,8 @@ class ProfileOutcome:
     """A repeat ended early (Ctrl-C, SIGTERM, ``--timeout``) whose measurements up to then are saved (``meta.cut``)."""
     child_s: float = 0.0
     """Wall seconds the children ran, summed over repeats (from start to exit, as this process saw them)."""
+    plain_s: float = 0.0
+    """Wall seconds the plain runs of ``--against-plain`` took, summed (none of it is the command's own work)."""
     child_rlbench_s: float = 0.0
     """Of which rlbench's own work in the children, outside the script (each child measures its own)."""
     record_fields: dict[str, Any] = field(default_factory=dict)
@@ -310,9 +322,18 @@ def run_profile(
                 seed = opts.seed + k
                 if on_repeat is not None:
                     on_repeat(k, seed)
-                result = _run_repeat(target, opts, k, seed, Path(tmp), writer, outcome, fp, last=k == opts.repeats - 1)
+                plain_s = None
+                if opts.against_plain and plain_first(k):
+                    plain_s = _run_plain(target, opts, k, seed, writer, outcome)
+                    if plain_s is None:
+                        break
+                before = outcome.child_s
+                # --against-plain times each process to its exit: no last child left exiting while the report is written
+                last = k == opts.repeats - 1 and not opts.against_plain
+                result = _run_repeat(target, opts, k, seed, Path(tmp), writer, outcome, fp, last=last)
                 if result is None:
                     break
+                child_s = outcome.child_s - before
                 outcome.exiting = result.exiting
                 metrics, device = [*result.metrics, *load_metrics(result.load)], result.device
                 fields: dict[str, Any] = {
@@ -345,6 +366,12 @@ def run_profile(
                     raise result.interrupted
                 if result.cut:
                     break
+                if opts.against_plain:
+                    if plain_s is None:
+                        plain_s = _run_plain(target, opts, k, seed, writer, outcome)
+                        if plain_s is None:
+                            break
+                    _write_pair(writer, fields, k, plain_s, child_s)
         except KeyboardInterrupt as exc:
             outcome.interrupted = True
             outcome.exit_code = interrupt_exit_code(exc)
@@ -540,6 +567,59 @@ def _run_repeat(
         return None
     metrics = [metric_from_dict(d) for d in data["metrics"]]
     return _Repeat(metrics, load, str(data.get("device", "cpu")), cut, interrupted, data.get("gpus"), exiting)
+
+
+def _write_pair(writer: RunWriter, fields: dict[str, Any], k: int, plain_s: float, child_s: float) -> None:
+    """Repeat ``k``'s pair of ``--against-plain``: both processes' walls, as records of that repeat."""
+    meta = {"order": "plain first" if plain_first(k) else "profiled first"}
+    metrics = [
+        Metric(PROFILE_PLAIN_WALL_S, "s", "none", [plain_s], meta=meta),
+        Metric(PROFILE_CHILD_WALL_S, "s", "none", [child_s], meta=meta),
+    ]
+    with signals_deferred():
+        writer.write(metric_records(metrics, **fields))
+
+
+def _run_plain(target: Target, opts: Options, k: int, seed: int, writer: RunWriter, outcome: ProfileOutcome) -> float | None:
+    """Run repeat ``k``'s command without rlbench (``--against-plain``) and return its wall seconds, start to exit.
+
+    Its output goes where the repeat's goes (a log beside it with ``--quiet``). ``None``, with ``outcome.error`` set,
+    when it fails or runs past ``--timeout``; Ctrl-C and SIGTERM end it and its process group, then propagate.
+    """
+    args = seeded_args(target.args, opts.seed_arg, seed)
+    cmd = [target.python, *(["-m", target.target] if target.module else [target.target]), *args]
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")  # as the profiled child runs (child_env)
+    log = None
+    if opts.output == "log":
+        log_path = writer.store / f"{writer.run_id}-plain{k}.log"
+        outcome.logs.append(log_path)
+        log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed below, also on interruption
+    stdout = log if log is not None else (sys.stderr if opts.output == "stderr" else None)
+    where = f"the plain run beside repeat {k}" + (f" (seed {seed})" if opts.seed_arg else "")
+    started = time.perf_counter()
+    try:
+        proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=log, preexec_fn=own_group_dying_with_parent)
+        try:
+            proc.wait(timeout=opts.timeout)
+            wall = time.perf_counter() - started
+            end_stragglers(proc.pid)
+        except subprocess.TimeoutExpired:
+            end_group(proc, grace_s=5.0)
+            outcome.error = f"{where} ran past --timeout {opts.timeout:g} s and was ended"
+            return None
+        except BaseException:  # Ctrl-C, SIGTERM: the plain run ends with the command
+            end_group(proc, grace_s=5.0)
+            raise
+    finally:
+        outcome.plain_s += time.perf_counter() - started
+        if log is not None:
+            log.close()
+    if proc.returncode != 0:
+        how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited {proc.returncode}"
+        outcome.error = f"{where}: the script {how} without rlbench (its profiled repeat finished)"
+        return None
+    return wall
 
 
 @dataclass

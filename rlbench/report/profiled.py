@@ -8,6 +8,7 @@ recorded itself (``rlbench.record``).
 from __future__ import annotations
 
 import math
+import statistics
 
 from rlbench.report.data import RunData
 from rlbench.report.format import fmt, fmt_s, md_code, md_table, pct
@@ -20,12 +21,14 @@ from rlbench.results.metrics import (
     LIMITS,
     MACHINE,
     MEM,
+    PROFILE_CHILD_WALL_S,
     PROFILE_COMMAND_S,
     PROFILE_EVENT_US,
     PROFILE_EVENTS,
     PROFILE_EXCLUDED_S,
     PROFILE_OVERHEAD_S,
     PROFILE_PASSTHROUGH_US,
+    PROFILE_PLAIN_WALL_S,
     PROFILE_THREADS_S,
     TIME,
 )
@@ -58,8 +61,11 @@ COMMAND_COST_MARK = "<!-- rlbench profile: the command's measured cost -->"
 covers them); a re-rendered report reads it from the ``profile/command_s`` record instead."""
 
 
-def command_cost_line(own_s: float, command_s: float, script_s: float, hooks_share: float) -> str:
-    """The whole cost of profiling, in one line: the hooks' share of the run and the command's own seconds."""
+def command_cost_line(
+    own_s: float, command_s: float, script_s: float, hooks_share: float, measured: str = "", plain_s: float = 0.0
+) -> str:
+    """The whole cost of profiling, in one line: the hooks' share of the run and the command's own seconds; then
+    ``measured`` (:func:`single_run_cost`), where ``--against-plain`` measured it (its plain runs took ``plain_s``)."""
     if math.isfinite(hooks_share):
         hooks = f"hooks ≈ **{pct(hooks_share, 2)}** of the training wall time (lower bound)"
     else:
@@ -67,8 +73,10 @@ def command_cost_line(own_s: float, command_s: float, script_s: float, hooks_sha
     return (
         f"Profiling cost: {hooks}; start-up and the command's own work **{fmt_s(own_s)}** (measured in this run: "
         f"the whole command's wall from the CLI's start to the report written, {fmt_s(command_s)}, minus the script's "
-        f"own run in its process, {fmt_s(script_s)}; the rest is the CLI's start, rlbench's imports, hooks set-up and "
-        "results in the script's process, fingerprints, records, report and charts)."
+        f"own run in its process, {fmt_s(script_s)}"
+        + (f", and the plain runs, {fmt_s(plain_s)}" if plain_s > 0 else "")
+        + "; the rest is the CLI's start, rlbench's imports, hooks set-up and "
+        "results in the script's process, fingerprints, records, report and charts)." + measured
     )
 
 
@@ -78,16 +86,79 @@ def command_cost(d: RunData) -> list[str]:
     if d.has(PROFILE_COMMAND_S):
         m = d.by_metric[PROFILE_COMMAND_S][0].meta
         own = d.med(PROFILE_COMMAND_S)
-        return [command_cost_line(own, m.get("command_s", math.nan), m.get("script_s", math.nan), share)]
+        measured = single_run_cost(plain_pairs(d), own)
+        command_s, script_s, plain_s = (m.get(k, math.nan) for k in ("command_s", "script_s", "plain_s"))
+        plain_s = plain_s if math.isfinite(plain_s) else 0.0
+        return [command_cost_line(own, command_s, script_s, share, measured, plain_s)]
     if str(d.first.meta.get("command", "")).startswith("rlbench profile"):
         return [COMMAND_COST_MARK]
     return []
+
+
+def plain_pairs(d: RunData) -> list[tuple[int, str, float, float]]:
+    """``--against-plain``'s pairs: (repeat, order, plain seconds, profiled seconds), each process start to exit."""
+    if not (d.has(PROFILE_PLAIN_WALL_S) and d.has(PROFILE_CHILD_WALL_S)):
+        return []
+    profiled = {r.repeat: r.samples[0] for r in d.by_metric[PROFILE_CHILD_WALL_S] if r.samples}
+    return [
+        (r.repeat, str(r.meta.get("order", "")), r.samples[0], profiled[r.repeat])
+        for r in d.by_metric[PROFILE_PLAIN_WALL_S]
+        if r.samples and r.repeat in profiled and r.samples[0] > 0
+    ]
+
+
+def against_plain(d: RunData) -> float:
+    """The median over ``--against-plain``'s pairs of profiled over plain, minus 1 (NaN without pairs)."""
+    pairs = plain_pairs(d)
+    return statistics.median(p / q - 1 for _, _, q, p in pairs) if pairs else math.nan
+
+
+def plain_section(d: RunData) -> list[str]:
+    """What profiling cost as measured by ``--against-plain``: each profiled process against its plain run."""
+    pairs = plain_pairs(d)
+    if not pairs:
+        return []
+    rows = [[str(k), order, fmt(q, 2), fmt(p, 2), f"{100 * (p / q - 1):+.1f}%"] for k, order, q, p in pairs]
+    ratios = [p / q - 1 for _, _, q, p in pairs]
+    med = statistics.median(ratios)
+    lines = [
+        "### Measured against the plain script (`--against-plain`)",
+        "",
+        "Each repeat was paired with a run of the same command without rlbench, alternating which went first "
+        "(profiled-plain, plain-profiled, plain-profiled, profiled-plain, ...); each process is timed from its start "
+        "to its exit, on this machine, in this run. It holds what the estimate above cannot see: rlbench's start-up "
+        "and results in the script's process, and the hooks' effect on the script's own code (colder caches).",
+        "",
+        md_table(["Pair", "Order", "Plain (s)", "Profiled (s)", "Profiled against plain"], rows),
+        "",
+        f"Median over {len(pairs)} pair{'s' if len(pairs) != 1 else ''}: **{100 * med:+.1f}%** "
+        f"(from {100 * min(ratios):+.1f}% to {100 * max(ratios):+.1f}%).",
+    ]
+    if len(pairs) < 4:
+        lines[-1] += " Fewer than four pairs: the machine's noise can be larger than the cost; run `--repeats 4` or more."
+    return lines
+
+
+def single_run_cost(pairs: list[tuple[int, str, float, float]], own_s: float) -> str:
+    """What one ``rlbench profile`` of the script costs against its plain run, from the pairs' medians and the
+    command's own seconds (``""`` without pairs)."""
+    if not pairs or not math.isfinite(own_s):
+        return ""
+    plain = statistics.median(q for _, _, q, _ in pairs)
+    profiled = statistics.median(p for _, _, _, p in pairs)
+    return (
+        f" Measured against the plain script (below), one `rlbench profile` of it, its own work included, takes "
+        f"**{100 * ((profiled + own_s) / plain - 1):+.1f}%** longer than the plain run (medians of the pairs)."
+    )
 
 
 def overhead_section(d: RunData, b: Breakdown) -> list[str]:
     """What the hooks cost: events of each kind times their cost measured in the same run; and what the command
     cost around the script (measured by the command, :func:`command_cost`)."""
     cost = command_cost(d)
+    measured = plain_section(d)
+    if measured:
+        cost = [*cost, "", *measured] if cost else measured
     if not d.has(PROFILE_OVERHEAD_S):
         return ["## What profiling cost", "", *cost] if cost else []
     ev = d.by_metric[PROFILE_EVENTS][0].meta

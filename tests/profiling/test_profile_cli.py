@@ -381,3 +381,107 @@ def test_a_script_that_never_exits_after_its_run_is_ended_at_the_timeout_and_its
     assert time.monotonic() - t0 < 60 and not (tmp_path / "exited").exists()
     assert {r.metric for r in _records(tmp_path / "st")} >= {"wall_s", "profile/command_s"}
     assert list((tmp_path / "st").glob("*.md"))  # the report was written before the wait
+
+
+PAIRED = """
+import os, sys
+import torch
+net = torch.nn.Linear(4, 2)
+for _ in range(200):
+    with torch.no_grad():
+        net(torch.randn(8, 4))
+mode = "profiled" if "rlbench" in sys.modules else "plain"
+with open(os.environ["ORDER_FILE"], "a") as f:
+    f.write(mode + "\\n")
+if mode == "plain" and os.environ.get("FAIL_PLAIN"):
+    sys.exit(3)
+if mode == "plain" and os.environ.get("HANG_MARK"):
+    open(os.environ["HANG_MARK"], "w").write(str(os.getpid()))
+    import time
+    time.sleep(600)
+"""
+
+
+def test_against_plain_pairs_each_repeat_with_a_plain_run_abba_and_reports_the_measured_cost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "paired.py").write_text(PAIRED, encoding="utf-8")
+    order = tmp_path / "order.txt"
+    monkeypatch.setenv("ORDER_FILE", str(order))
+    options = ["profile", "--json", "--repeats", "4", "--against-plain", "--store", "st", "--report", "r.md", "--"]
+    proc = run_cli([*options, "python", "paired.py"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # ABBA: profiled first in pairs 0 and 3, plain first in pairs 1 and 2
+    pairs = ["profiled", "plain", "plain", "profiled", "plain", "profiled", "profiled", "plain"]
+    assert order.read_text(encoding="utf-8").split() == pairs
+    records = _records(tmp_path / "st")
+    plain = {r.repeat: r for r in records if r.metric == "profile/plain_wall_s"}
+    child = {r.repeat: r for r in records if r.metric == "profile/child_wall_s"}
+    assert set(plain) == set(child) == {0, 1, 2, 3}
+    assert [plain[k].meta["order"] for k in range(4)] == ["profiled first", "plain first", "plain first", "profiled first"]
+    assert all(plain[k].samples[0] > 0 and child[k].samples[0] > 0 for k in range(4))
+    summary = json.loads(proc.stdout)
+    ratios = sorted(child[k].samples[0] / plain[k].samples[0] - 1 for k in range(4))
+    assert summary["against_plain"] == pytest.approx((ratios[1] + ratios[2]) / 2)
+    report = (tmp_path / "r.md").read_text(encoding="utf-8")
+    assert "### Measured against the plain script (`--against-plain`)" in report
+    assert "Median over 4 pairs" in report and "Fewer than four pairs" not in report
+    assert "and the plain runs," in report and "longer than the plain run (medians of the pairs)" in report
+    # the command's own work leaves the plain runs out: it is far below one plain run here
+    own = next(r for r in records if r.metric == "profile/command_s")
+    assert 0 < own.samples[0] < min(p.samples[0] for p in plain.values())
+
+
+def test_a_failing_plain_run_is_one_line_and_the_profiled_repeat_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "paired.py").write_text(PAIRED, encoding="utf-8")
+    monkeypatch.setenv("ORDER_FILE", str(tmp_path / "order.txt"))
+    monkeypatch.setenv("FAIL_PLAIN", "1")
+    options = ["profile", "--quiet", "--against-plain", "--store", "st", "--"]
+    proc = run_cli([*options, "python", "paired.py"], cwd=tmp_path)
+    err = one_line_error(proc, code=1)
+    assert "the plain run beside repeat 0" in err and "exited 3 without rlbench" in err and "1 finished repeats saved" in err
+    records = _records(tmp_path / "st")
+    assert {r.repeat for r in records} == {0} and not any(r.metric == "profile/plain_wall_s" for r in records)
+    assert list((tmp_path / "st").glob("*-plain0.log"))  # the plain run's output is kept beside the repeat's
+
+
+def test_sigterm_during_a_plain_run_ends_it_and_keeps_the_profiled_repeat(tmp_path: Path) -> None:
+    (tmp_path / "paired.py").write_text(PAIRED, encoding="utf-8")
+    mark = tmp_path / "pid"
+    env = {**os.environ, "ORDER_FILE": str(tmp_path / "order.txt"), "HANG_MARK": str(mark)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlbench",
+            "profile",
+            "--quiet",
+            "--against-plain",
+            "--store",
+            "st",
+            "--",
+            "python",
+            "paired.py",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=foreground_signals,
+    )
+    deadline = time.monotonic() + 90
+    while not mark.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert mark.exists(), "the plain run never started"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "terminated (SIGTERM)" in err and "1 of 1 repeats saved" in err
+    records = _records(tmp_path / "st")
+    assert {r.repeat for r in records} == {0} and not any(r.metric == "profile/plain_wall_s" for r in records)
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(mark.read_text()), 0)  # the plain run ended with the command
