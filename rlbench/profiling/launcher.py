@@ -617,7 +617,7 @@ def _run_plain(target: Target, opts: Options, k: int, seed: int, writer: RunWrit
             log.close()
     if proc.returncode != 0:
         how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited {proc.returncode}"
-        outcome.error = f"{where}: the script {how} without rlbench (its profiled repeat finished)"
+        outcome.error = f"{where}: the script {how} when run without rlbench"
         return None
     return wall
 

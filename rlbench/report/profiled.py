@@ -140,15 +140,16 @@ def plain_section(d: RunData) -> list[str]:
 
 
 def single_run_cost(pairs: list[tuple[int, str, float, float]], own_s: float) -> str:
-    """What one ``rlbench profile`` of the script costs against its plain run, from the pairs' medians and the
-    command's own seconds (``""`` without pairs)."""
+    """The whole command against its plain runs: the profiled processes and the command's own seconds over the plain
+    runs' seconds, all summed (for one repeat, what one ``rlbench profile`` costs); ``""`` without pairs."""
     if not pairs or not math.isfinite(own_s):
         return ""
-    plain = statistics.median(q for _, _, q, _ in pairs)
-    profiled = statistics.median(p for _, _, _, p in pairs)
+    plain = sum(q for _, _, q, _ in pairs)
+    profiled = sum(p for _, _, _, p in pairs)
+    runs = f"its {len(pairs)} profiled runs" if len(pairs) > 1 else "its profiled run"
     return (
-        f" Measured against the plain script (below), one `rlbench profile` of it, its own work included, takes "
-        f"**{100 * ((profiled + own_s) / plain - 1):+.1f}%** longer than the plain run (medians of the pairs)."
+        f" Measured against the plain script (below), the whole command ({runs} and its own work) took "
+        f"**{100 * ((profiled + own_s) / plain - 1):+.1f}%** longer than the plain run{'s' if len(pairs) > 1 else ''}."
     )
 
 
