@@ -147,9 +147,10 @@ def single_run_cost(pairs: list[tuple[int, str, float, float]], own_s: float) ->
     plain = sum(q for _, _, q, _ in pairs)
     profiled = sum(p for _, _, _, p in pairs)
     runs = f"its {len(pairs)} profiled runs" if len(pairs) > 1 else "its profiled run"
+    theirs = "the plain runs' time" if len(pairs) > 1 else "the plain run's time"
     return (
         f" Measured against the plain script (below), the whole command ({runs} and its own work) took "
-        f"**{100 * ((profiled + own_s) / plain - 1):+.1f}%** longer than the plain run{'s' if len(pairs) > 1 else ''}."
+        f"**{100 * ((profiled + own_s) / plain - 1):+.1f}%** against {theirs}."
     )
 
 
