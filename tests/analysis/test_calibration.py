@@ -300,6 +300,9 @@ def test_real_smoke(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "cal.json").read_text(encoding="utf-8")) == data
     for name in ("ppo-cartpole", "gae"):
         (r,) = data["benchmarks"][name]["conditions"]["aa"]["results"]
-        assert r["verdict"] in ("PASS", "INCONCLUSIVE") and r["rounds"] == 5
+        # a well-formed verdict at the rounds asked for. Not "no FAIL": at a look of 5 rounds a quiet A/A comparison of
+        # ppo-cartpole FAILs about 1 in 10 (13836bf's calibration, why `ab --rounds auto` first looks at 10), and a
+        # fresh-clone CI run here saw one; the false-FAIL rate at the rounds ab uses is reports/gate-calibration.md's
+        assert r["verdict"] in ("PASS", "INCONCLUSIVE", "FAIL") and r["rounds"] == 5
     text = (tmp_path / "cal.md").read_text(encoding="utf-8")
     assert "## ppo-cartpole" in text and "## gae" in text and "| A/A (1 comparison) |" in text
