@@ -461,6 +461,18 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def _child_output(opts: Options, writer: RunWriter, outcome: ProfileOutcome, name: str) -> tuple[Any, Any, Any]:
+    """Where a child's output goes: ``(log, stdout, stderr)``. With ``--quiet`` both go to ``<run-id>-NAME.log`` in the
+    store (listed in ``outcome.logs``; the caller closes ``log``); else stdout to the terminal, or to stderr under
+    ``--json``, and stderr to the terminal."""
+    if opts.output != "log":
+        return None, (sys.stderr if opts.output == "stderr" else None), None
+    log_path = writer.store / f"{writer.run_id}-{name}.log"
+    outcome.logs.append(log_path)
+    log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - the caller closes it, also on interruption
+    return log, log, log
+
+
 def _run_repeat(
     target: Target,
     opts: Options,
@@ -488,13 +500,7 @@ def _run_repeat(
     )
     env = child_env()
     cmd = [target.python, "-m", "rlbench.profiling.bootstrap", str(spec_path)]
-    log = None
-    if opts.output == "log":
-        log_path = writer.store / f"{writer.run_id}-repeat{k}.log"
-        outcome.logs.append(log_path)
-        log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed below, also on interruption
-    stdout = log if log is not None else (sys.stderr if opts.output == "stderr" else None)
-    stderr = log if log is not None else None
+    log, stdout, stderr = _child_output(opts, writer, outcome, f"repeat{k}")
     probe = LoadProbe()
     where = f"repeat {k}" + (f" (seed {seed})" if opts.seed_arg else "")
     started = time.perf_counter()
@@ -590,16 +596,11 @@ def _run_plain(target: Target, opts: Options, k: int, seed: int, writer: RunWrit
     cmd = [target.python, *(["-m", target.target] if target.module else [target.target]), *args]
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")  # as the profiled child runs (child_env)
-    log = None
-    if opts.output == "log":
-        log_path = writer.store / f"{writer.run_id}-plain{k}.log"
-        outcome.logs.append(log_path)
-        log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed below, also on interruption
-    stdout = log if log is not None else (sys.stderr if opts.output == "stderr" else None)
+    log, stdout, stderr = _child_output(opts, writer, outcome, f"plain{k}")
     where = f"the plain run beside repeat {k}" + (f" (seed {seed})" if opts.seed_arg else "")
     started = time.perf_counter()
     try:
-        proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=log, preexec_fn=own_group_dying_with_parent)
+        proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, preexec_fn=own_group_dying_with_parent)
         try:
             proc.wait(timeout=opts.timeout)
             wall = time.perf_counter() - started

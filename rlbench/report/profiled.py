@@ -118,8 +118,8 @@ def plain_section(d: RunData) -> list[str]:
     pairs = plain_pairs(d)
     if not pairs:
         return []
-    rows = [[str(k), order, fmt(q, 2), fmt(p, 2), f"{100 * (p / q - 1):+.1f}%"] for k, order, q, p in pairs]
     ratios = [p / q - 1 for _, _, q, p in pairs]
+    rows = [[str(k), order, fmt(q, 2), fmt(p, 2), f"{100 * r:+.1f}%"] for (k, order, q, p), r in zip(pairs, ratios)]
     med = statistics.median(ratios)
     lines = [
         "### Measured against the plain script (`--against-plain`)",

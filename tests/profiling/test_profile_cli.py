@@ -190,45 +190,40 @@ def test_a_hung_script_is_ended_at_the_timeout(project: Path) -> None:
         os.kill(pid, 0)
 
 
-def test_ctrl_c_keeps_finished_repeats_and_ends_the_script(project: Path) -> None:
-    mark = project / "pid"
-    env = {**os.environ, "HANG_MARK": str(mark)}
+def _signal_once_marked(
+    args: list[str], cwd: Path, env: dict[str, str], mark: Path, sig: int, never: str
+) -> tuple[subprocess.Popen[str], str]:
+    """`rlbench profile --quiet --store st ARGS` from ``cwd``, sent ``sig`` once the script writes its pid to ``mark``;
+    the finished process and its stderr."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rlbench",
-            "profile",
-            "--quiet",
-            "--repeats",
-            "3",
-            "--store",
-            "st",
-            "--seed-arg",
-            "--seed {seed}",
-            "--",
-            "python",
-            "train.py",
-            "--iterations",
-            "3",
-            "--fail-at-seed",
-            "1",
-            "--how",
-            "hang",
-        ],
-        cwd=project,
+        [sys.executable, "-m", "rlbench", "profile", "--quiet", "--store", "st", *args],
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env={**os.environ, **env},
         preexec_fn=foreground_signals,
     )
     deadline = time.monotonic() + 90
     while not mark.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert mark.exists(), "the second repeat never started"
-    proc.send_signal(signal.SIGINT)
+    assert mark.exists(), never
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
+    return proc, err
+
+
+def test_ctrl_c_keeps_finished_repeats_and_ends_the_script(project: Path) -> None:
+    mark = project / "pid"
+    args = ["--repeats", "3", "--seed-arg", "--seed {seed}", "--", "python", "train.py", "--iterations", "3"]
+    proc, err = _signal_once_marked(
+        [*args, "--fail-at-seed", "1", "--how", "hang"],
+        project,
+        {"HANG_MARK": str(mark)},
+        mark,
+        signal.SIGINT,
+        "the second repeat never started",
+    )
     assert proc.returncode == 130, err
     assert "1 of 3 repeats saved, and repeat 1 as far as it ran, in" in err
     records = _records(project / "st")
@@ -455,34 +450,14 @@ def test_a_failing_plain_run_is_one_line_and_the_profiled_repeat_stays(
 def test_sigterm_during_a_plain_run_ends_it_and_keeps_the_profiled_repeat(tmp_path: Path) -> None:
     (tmp_path / "paired.py").write_text(PAIRED, encoding="utf-8")
     mark = tmp_path / "pid"
-    env = {**os.environ, "ORDER_FILE": str(tmp_path / "order.txt"), "HANG_MARK": str(mark)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rlbench",
-            "profile",
-            "--quiet",
-            "--against-plain",
-            "--store",
-            "st",
-            "--",
-            "python",
-            "paired.py",
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        preexec_fn=foreground_signals,
+    proc, err = _signal_once_marked(
+        ["--against-plain", "--", "python", "paired.py"],
+        tmp_path,
+        {"ORDER_FILE": str(tmp_path / "order.txt"), "HANG_MARK": str(mark)},
+        mark,
+        signal.SIGTERM,
+        "the plain run never started",
     )
-    deadline = time.monotonic() + 90
-    while not mark.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert mark.exists(), "the plain run never started"
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     assert "terminated (SIGTERM)" in err and "1 of 1 repeats saved" in err
     records = _records(tmp_path / "st")
