@@ -27,14 +27,16 @@ enum {
     S_UPDATED, S_STARTED, S_STACK, S_EXCL, S_ENTERS, S_PARENT, S_PASSTHROUGH, S_ENV_SELF, S_ENV_IDS, S_STEPS,
     S_MEM_LEFT, S_KINDS, S_FORWARD_NAMES, S_ENV_WIDTH, S_BLOCKS, S_BLOCK_T, S_ACT_RETURN, S_SEEN,
     S_PROFILER_ENABLED, S_SAVED_DEPTH, S_ITERATION_T, S_ITERATION_STEPS, S_ITERATION_EXCL, S_MEMORY, S_MEM_ON,
-    S_RF_ON, S_COUNT_ITERATION, S_LAYERS, S_PARAM_PTRS, S_PARAM_HINT, S_N
+    S_RF_ON, S_COUNT_ITERATION, S_LAYERS, S_PARAM_PTRS, S_PARAM_HINT, S_PAUSED, S_SAMPLE_EVERY, S_ITERATION_SAMPLED,
+    S_PAUSED_EXPLICIT, S_N
 };
 static const char *slot_names[S_N] = {
     "depth", "pending", "auto_name", "t_exit", "t", "merged", "merges", "slow", "extras",
     "updated", "started", "stack", "excl", "enters", "parent", "passthrough", "env_self", "env_ids", "steps",
     "_mem_left", "kinds", "forward_names", "env_width", "blocks", "block_t", "act_return", "seen_modules",
     "profiler_enabled", "saved_depth", "iteration_t", "iteration_steps", "iteration_excl", "memory", "mem_on",
-    "rf_on", "count_iteration", "layers", "param_ptrs", "param_hint",
+    "rf_on", "count_iteration", "layers", "param_ptrs", "param_hint", "paused", "sample_every", "iteration_sampled",
+    "paused_explicit",
 };
 /* Attributor.extras when memory marks are the only extra on (attribution.MEMORY_ONLY) */
 #define MEMORY_ONLY 2
@@ -43,6 +45,9 @@ static const char *slot_names[S_N] = {
 #define MEMORY_FIRST 2
 #define MEMORY_EVERY 32
 #define MEMORY_SPARSE 1024
+/* attribution.SAMPLE_FROM: iterations before this index are always attributed; from it on, one in
+ * Attributor.sample_every, chosen by sampled() (attribution.iteration_sampled says the same; a test compares them) */
+#define SAMPLE_FROM 512
 
 /* roles and phase kinds (attribution.py), skips (autohooks.py) */
 enum { ENV = 0, UPDATE = 1, INFER = 2, NEST = 3 };
@@ -259,6 +264,8 @@ skipped(Event *e, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 
 /* after the wrapped call and the bookkeeping that follows it: the call's own exception as it was, else `out`, unless
  * that bookkeeping raised */
+static int pause_stack(Event *e);
+
 static PyObject *
 call_outcome(PyObject *out, PyObject *type, PyObject *value, PyObject *tb)
 {
@@ -282,6 +289,9 @@ finish(Event *e, PyObject *out)
         TO_PYTHON(e);
         PyObject *r = PyObject_CallMethodNoArgs(e->a, str_exit);
         Py_XDECREF(r);
+    }
+    else if (SLOT(e, S_PAUSED) == Py_True) { /* the env step that began an iteration left unattributed */
+        if (pause_stack(e) < 0) PyErr_WriteUnraisable(e->a);
     }
     else {
         set_slot(e, S_DEPTH, Py_NewRef(zero));
@@ -494,6 +504,64 @@ env_iteration(Event *e)
     return e->role == ENV ? iteration_due(e) : 0;
 }
 
+/* attribution.iteration_sampled: whether iteration `index` is attributed, where one in `every` is from SAMPLE_FROM on
+ * (splitmix64 of the index: no state, the same answer wherever it is asked) */
+static int
+sampled_index(Py_ssize_t index, long every)
+{
+    if (every <= 1 || index < SAMPLE_FROM) return 1;
+    unsigned long long x = (unsigned long long)index + 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return (x ^ (x >> 31)) % (unsigned long long)every == 0;
+}
+
+/* whether the iteration an env step is starting may be left unattributed: sampling is on and the step opens the
+ * only phase (no label or rlbench.phase around it, no grad-mode block open, nothing saved, no extra but memory marks,
+ * which only the iterations Python starts take) */
+static int
+may_pause(Event *e)
+{
+    if (e->batch <= BATCH_NONE) return 0;
+    long every = PyLong_AsLong(SLOT(e, S_SAMPLE_EVERY));
+    if (every <= 1) return 0;
+    return PyList_GET_SIZE(SLOT(e, S_STACK)) == 1 && PyList_GET_SIZE(SLOT(e, S_SAVED_DEPTH)) == 0 &&
+           !truth(SLOT(e, S_BLOCKS)) && !truth(SLOT(e, S_PAUSED_EXPLICIT)) && !truth(SLOT(e, S_SLOW)) &&
+           (!truth(SLOT(e, S_EXTRAS)) || (PyLong_CheckExact(SLOT(e, S_EXTRAS)) &&
+                                           PyLong_AsLong(SLOT(e, S_EXTRAS)) == MEMORY_ONLY)); /* (marks: not due) */
+}
+
+/* the env step that paused attribution has returned: its phase leaves the stack unbooked (the iteration is not
+ * attributed: its time is the span between its mark and the next, Attributor.iteration_sampled says so) */
+static int
+pause_stack(Event *e)
+{
+    PyObject *stack = SLOT(e, S_STACK), *kinds = SLOT(e, S_KINDS);
+    if (PyList_SetSlice(stack, 0, PyList_GET_SIZE(stack), NULL) < 0 ||
+        PyList_SetSlice(kinds, 0, PyList_GET_SIZE(kinds), NULL) < 0)
+        return -1;
+    long merged = PyLong_AsLong(SLOT(e, S_MERGED));
+    if (merged) {
+        if (add_long(e, S_MERGES, merged) < 0) return -1;
+        set_slot(e, S_MERGED, Py_NewRef(zero));
+    }
+    set_slot(e, S_PARENT, Py_NewRef(str_empty));
+    set_slot(e, S_PENDING, Py_NewRef(Py_False));
+    set_slot(e, S_DEPTH, Py_NewRef(zero));
+    return 0;
+}
+
+/* attribution resumes at an iteration's first event (the stack is empty: pause_stack): the time since the pause is
+ * booked nowhere */
+static int
+resume(Event *e)
+{
+    double now = read_clock(e);
+    if (PyErr_Occurred()) return -1;
+    set_slot(e, S_PAUSED, Py_NewRef(Py_False));
+    return set_double(e, S_T, now);
+}
+
 /* attribution._pack: the exclusive times' values as C doubles, in the dict's key order (a new bytes object) */
 static PyObject *
 pack_excl(PyObject *excl)
@@ -524,13 +592,17 @@ start_iteration(Event *e, double now)
 {
     PyObject *snap = pack_excl(SLOT(e, S_EXCL));
     if (snap == NULL) return -1;
+    Py_ssize_t index = PyList_GET_SIZE(SLOT(e, S_ITERATION_T));
+    int pause = may_pause(e) && !sampled_index(index, PyLong_AsLong(SLOT(e, S_SAMPLE_EVERY)));
     PyObject *t = PyFloat_FromDouble(now);
     int r = t == NULL ? -1 : PyList_Append(SLOT(e, S_ITERATION_T), t);
     Py_XDECREF(t);
     if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_STEPS), SLOT(e, S_STEPS));
     if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_EXCL), snap);
+    if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_SAMPLED), pause ? Py_False : Py_True);
     Py_DECREF(snap);
     if (r < 0) return -1;
+    if (pause) set_slot(e, S_PAUSED, Py_NewRef(Py_True)); /* the step runs, then pause_stack (finish) */
     set_slot(e, S_UPDATED, Py_NewRef(Py_False));
     set_slot(e, S_MEM_ON, Py_NewRef(Py_False));
     set_slot(e, S_RF_ON, Py_NewRef(Py_False));
@@ -1181,15 +1253,86 @@ into_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     return finish(e, CALL_WRAPPED(e->fn, args, nargsf, kwnames)); /* depth 0, t_exit now, pending again */
 }
 
+/* after an env step: the agent steps it took (an iteration boundary it made snapshots the steps before it), and the
+ * width a module call's batch has when it is acting */
+static int
+count_steps(Event *e, PyObject *env)
+{
+    long steps = 1;
+    if (e->batch >= BATCH_VECTOR) {
+        PyObject *n = e->batch == BATCH_VECTOR ? PyObject_GetAttr(env, str_num_envs) : PyObject_CallOneArg(e->batch_fn, env);
+        if (n == NULL) return -1;
+        steps = PyLong_AsLong(n);
+        Py_DECREF(n);
+        if (steps == -1 && PyErr_Occurred()) return -1;
+    }
+    if (add_long(e, S_STEPS, steps) < 0) return -1;
+    if (PyLong_CheckExact(SLOT(e, S_ENV_WIDTH)) && PyLong_AsLong(SLOT(e, S_ENV_WIDTH)) == steps) return 0;
+    PyObject *width = PyLong_FromLong(steps); /* a module call on a batch this wide is acting */
+    if (width == NULL) return -1;
+    set_slot(e, S_ENV_WIDTH, width);
+    return 0;
+}
+
 #ifdef RLBENCH_HOOK_TIMING
 #define EVENT_CALL event_dispatch
 #else
 #define EVENT_CALL event_call
 #endif
 
+static PyObject *EVENT_CALL(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+/* a hooked call at top level while the iteration is not attributed (Attributor.paused): it passes through, and only
+ * what finds iterations runs: an update sets `updated`, an env step counts its agent steps and, after an update,
+ * starts the next iteration, unattributed (its mark reuses the snapshot of the pause: nothing was booked since) or,
+ * where sampled_index picks it or iteration_due needs Python, attributed again from its start. A collector's
+ * labelled rollout resumes attribution (labels never pause it). */
+static PyObject *
+paused_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (e->mark == LABEL_ITERATION) {
+        if (resume(e) < 0) return NULL;
+        return EVENT_CALL(e, args, nargsf, kwnames);
+    }
+    if (e->mark) return CALL_WRAPPED(e->fn, args, nargsf, kwnames); /* a grad-mode mark, a label, a copy */
+    if (e->model) return module_passthrough(e, args, nargsf, kwnames);
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (e->batch <= BATCH_NONE || nargs < 1) {
+        if (e->role == UPDATE) set_slot(e, S_UPDATED, Py_NewRef(Py_True));
+        return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
+    }
+    if (truth(SLOT(e, S_UPDATED))) { /* this env step starts an iteration */
+        PyObject *ts = SLOT(e, S_ITERATION_T), *snaps = SLOT(e, S_ITERATION_EXCL);
+        Py_ssize_t index = PyList_GET_SIZE(ts), k = PyList_GET_SIZE(snaps);
+        int due = sampled_index(index, PyLong_AsLong(SLOT(e, S_SAMPLE_EVERY))) ? 2 : iteration_due(e);
+        if (due < 0) return NULL;
+        if (k == 0) due = 2; /* (no snapshot to reuse: cannot happen, a pause takes one) */
+        else if (truth(SLOT(e, S_PAUSED_EXPLICIT))) due = 1; /* inside an rlbench.phase opened while paused */
+        if (due == 2) {
+            if (resume(e) < 0) return NULL;
+            return EVENT_CALL(e, args, nargsf, kwnames);
+        }
+        double now = read_clock(e);
+        if (PyErr_Occurred()) return NULL;
+        PyObject *t = PyFloat_FromDouble(now);
+        int r = t == NULL ? -1 : PyList_Append(ts, t);
+        Py_XDECREF(t);
+        if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_STEPS), SLOT(e, S_STEPS));
+        if (r == 0) r = PyList_Append(snaps, PyList_GET_ITEM(snaps, k - 1));
+        if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_SAMPLED), Py_False);
+        if (r < 0) return NULL;
+        set_slot(e, S_UPDATED, Py_NewRef(Py_False));
+    }
+    PyObject *out = CALL_WRAPPED(e->fn, args, nargsf, kwnames);
+    if (out != NULL && count_steps(e, args[0]) < 0) Py_CLEAR(out);
+    return out;
+}
+
 static PyObject *
 EVENT_CALL(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
+    if (SLOT(e, S_PAUSED) == Py_True && !truth(SLOT(e, S_DEPTH)) && PyThread_get_thread_ident() == e->thread)
+        return paused_call(e, args, nargsf, kwnames);
     if (e->mark == MARK_INTO) {
         if (truth(SLOT(e, S_DEPTH)) || PyThread_get_thread_ident() != e->thread)
             return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
@@ -1250,22 +1393,11 @@ EVENT_CALL(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     PyObject *out = timed(e, args, nargsf, kwnames);
     set_slot(e, S_ENV_SELF, Py_NewRef(Py_None));
     if (out == NULL || e->batch == BATCH_NONE) return out;
-    long steps = 1;
-    if (e->batch >= BATCH_VECTOR) { /* after the call: an iteration boundary it made snapshots the steps before it */
-        PyObject *n = e->batch == BATCH_VECTOR ? PyObject_GetAttr(env, str_num_envs) : PyObject_CallOneArg(e->batch_fn, env);
-        if (n == NULL) goto fail;
-        steps = PyLong_AsLong(n);
-        Py_DECREF(n);
-        if (steps == -1 && PyErr_Occurred()) goto fail;
+    if (count_steps(e, env) < 0) {
+        Py_DECREF(out);
+        return NULL;
     }
-    if (add_long(e, S_STEPS, steps) < 0) goto fail;
-    PyObject *width = PyLong_FromLong(steps); /* a module call on a batch this wide is acting */
-    if (width == NULL) goto fail;
-    set_slot(e, S_ENV_WIDTH, width);
     return out;
-fail:
-    Py_DECREF(out);
-    return NULL;
 passthrough:
     if (add_long(e, S_PASSTHROUGH, 1) < 0) return NULL;
     return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
@@ -1321,13 +1453,27 @@ timing_table(PyObject *self, PyObject *unused)
     return rows;
 }
 
-static PyMethodDef timing_methods[] = {
+#endif
+
+static PyObject *
+iteration_sampled(PyObject *self, PyObject *args)
+{
+    Py_ssize_t index;
+    long every;
+    if (!PyArg_ParseTuple(args, "nl", &index, &every)) return NULL;
+    return PyBool_FromLong(sampled_index(index, every));
+}
+
+static PyMethodDef module_methods[] = {
+    {"iteration_sampled", iteration_sampled, METH_VARARGS,
+     "iteration_sampled(index, every): whether the compiled hooks attribute iteration `index` (attribution.py's twin)."},
+#ifdef RLBENCH_HOOK_TIMING
     {"ticks", timing_ticks, METH_NOARGS, "The timing clock's count now (rdtsc on x86, else CLOCK_MONOTONIC ns)."},
     {"timing_table", timing_table, METH_NOARGS,
      "[(event, own ticks, calls, top-level calls, calls into the Python wrapper or attributor)] for every live Event."},
+#endif
     {NULL},
 };
-#endif
 
 static PyObject *
 event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -1544,9 +1690,7 @@ static struct PyModuleDef module = {
     .m_name = "rlbench.profiling._fastevent",
     .m_doc = "The profiler's hot path in C (see rlbench.profiling.autohooks; the Python wrappers are the reference).",
     .m_size = -1,
-#ifdef RLBENCH_HOOK_TIMING
-    .m_methods = timing_methods,
-#endif
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC
@@ -1578,6 +1722,7 @@ PyInit__fastevent(void)
         PyModule_AddIntConstant(m, "MEMORY_FIRST", MEMORY_FIRST) < 0 ||
         PyModule_AddIntConstant(m, "MEMORY_EVERY", MEMORY_EVERY) < 0 ||
         PyModule_AddIntConstant(m, "MEMORY_SPARSE", MEMORY_SPARSE) < 0 ||
+        PyModule_AddIntConstant(m, "SAMPLE_FROM", SAMPLE_FROM) < 0 ||
         PyModule_AddObjectRef(m, "Event", (PyObject *)&EventType) < 0 ||
 #ifdef RLBENCH_HOOK_TIMING
         PyModule_AddIntConstant(m, "HOOK_TIMING", 1) < 0 ||

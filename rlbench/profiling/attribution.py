@@ -55,6 +55,27 @@ MEMORY_FIRST, MEMORY_EVERY = 2, 32  # peak-RSS marks (a syscall each) in the fir
 MEMORY_SPARSE = 1024  # and from the 1,024th on in every 1,024th (an off-policy loop starts one per env step: its
 # marked iterations run in Python, ~0.3% of a DQN step when one in 32 was; growth between them is booked at the next)
 MEMORY_MARKS = 8  # around the first 8 occurrences of each top-level phase there (allocations happen the first times)
+SAMPLE_FROM = 512
+"""With sampling on (``Attributor(sample_every=k)``, k > 1), iterations from this index on are attributed one in k
+(:func:`iteration_sampled`); the others only have their start, agent steps and wall time recorded. An off-policy loop
+starts one per env step, and attributing each costs about 3% of its step; sampled, the hooks pass the rest through."""
+SAMPLE_EVERY = 8  # rlbench profile's default (Settings.sample_every): one iteration in 8 from SAMPLE_FROM on
+_MASK64 = (1 << 64) - 1
+
+
+def iteration_sampled(index: int, every: int) -> bool:
+    """Whether iteration ``index`` (0-based) is attributed when one in ``every`` is from :data:`SAMPLE_FROM` on.
+
+    A hash of the index (splitmix64), not a random draw: no state, the same answer in ``_fastevent.c``'s
+    ``sampled_index`` and here, and no period a training loop's own schedule (a target update every 500 steps, a log
+    line every 1,000) could fall in step with.
+    """
+    if every <= 1 or index < SAMPLE_FROM:
+        return True
+    x = (index + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (x ^ (x >> 31)) % every == 0
 
 
 def memory_marked(index: int) -> bool:
@@ -138,6 +159,8 @@ class Attribution:
     other_threads_cpu_s: float = 0.0  # CPU seconds Python threads other than the attributed one used meanwhile
     other_threads: int = 0  # how many such threads ran
     foreign_phases: int = 0  # rlbench.phase blocks opened from those threads (not attributed)
+    sampled: list[bool] = field(default_factory=list)  # per iteration, whether it was attributed ([]: every one)
+    sample_every: int = 1  # one iteration in this many attributed from SAMPLE_FROM on (1: every one)
 
 
 class Attributor:
@@ -178,6 +201,7 @@ class Attributor:
         "foreign_phases",
         "forward_names",
         "iteration_excl",
+        "iteration_sampled",
         "iteration_steps",
         "iteration_t",
         "kinds",
@@ -193,10 +217,13 @@ class Attributor:
         "param_ptrs",
         "parent",
         "passthrough",
+        "paused",
+        "paused_explicit",
         "pending",
         "profiler_enabled",
         "ranges",
         "rf_on",
+        "sample_every",
         "saved_depth",
         "seen_modules",
         "shadowed",
@@ -225,6 +252,7 @@ class Attributor:
         trace_limit: int = 0,
         count_iteration: int | None = 1,
         memory: bool = True,
+        sample_every: int = 1,
     ) -> None:
         self.stack: list[str] = []
         self.parent = ""  # the path under the top of the stack ("" at depth 0 or 1), kept by _push and _pop
@@ -248,6 +276,12 @@ class Attributor:
         self.iteration_t: list[float] = []
         self.iteration_steps: list[int] = []
         self.iteration_excl: list[bytes] = []
+        # whether each iteration was attributed: with sample_every > 1 the compiled hooks leave most iterations from
+        # SAMPLE_FROM on unattributed (paused: hooked calls pass through, only iterations and agent steps are found)
+        self.iteration_sampled: list[bool] = []
+        self.sample_every = sample_every
+        self.paused = False
+        self.paused_explicit = 0  # rlbench.phase blocks opened while paused (they open and close nothing)
         self.sync = sync
         self.trace: list[TraceEvent] | None = [] if trace_limit else None
         self.trace_limit = trace_limit
@@ -434,6 +468,8 @@ class Attributor:
             Whether an automatic phase is now open on top, so that :meth:`exit` has one to end (a transfer inside
             the sticky forward opens none).
         """
+        if self.paused:  # an unattributed iteration (a Python-only hook: load_state_dict): it passes through
+            return False
         if now is None:
             now = self._now()
         self.depth = 1
@@ -563,6 +599,9 @@ class Attributor:
     # --- explicit phases ------------------------------------------------------------------------------------------
     def open_explicit(self, name: str, layer: str, starts_iteration: bool = False) -> None:
         """Open an explicit phase (always opens; automatic phases inside it open again as its children)."""
+        if self.paused:  # an unattributed iteration: nothing opens (close_explicit closes nothing for it)
+            self.paused_explicit += 1
+            return
         now = self._now()
         self._settle()
         self._close_sticky(now)
@@ -581,6 +620,9 @@ class Attributor:
         action's conversion) ends with the label, whole: what followed the policy's last call is still acting, not
         the advantage that follows a rollout (:meth:`_close_acting`).
         """
+        if self.paused_explicit:  # opened while paused
+            self.paused_explicit -= 1
+            return
         now = self._now()
         self._settle()
         inside = self.stack[-2] if len(self.stack) > 1 and self.kinds[-1] == ACTING else ""
@@ -604,6 +646,7 @@ class Attributor:
         self.iteration_t.append(now)
         self.iteration_steps.append(self.steps)
         self.iteration_excl.append(_pack(self.excl))
+        self.iteration_sampled.append(True)  # (only the compiled hooks pause: start_iteration, for an env step)
         self.updated = False
         self.mem_on = self.memory and memory_marked(index)
         self._mem_left.clear()
@@ -638,6 +681,9 @@ class Attributor:
     def finish(self) -> Attribution:
         """Close every open phase, stop counting, and return what was measured."""
         now = self._now()
+        if self.paused:  # the last iteration was not attributed: nothing is booked since its start
+            self.paused = False
+            self.t = now
         self.slow = True  # a hooked call still running (the session ended inside it) must not leave a phase pending
         self._settle()
         while self.stack:
@@ -663,6 +709,8 @@ class Attributor:
             layers=dict(self.layers),
             steps=self.steps,
             iterations=_marks(self.iteration_t, self.iteration_steps, self.iteration_excl, list(self.excl)),
+            sampled=[] if all(self.iteration_sampled) else list(self.iteration_sampled),
+            sample_every=self.sample_every,
             mem_bytes=dict(self.mem_bytes),
             cuda_peak_bytes=dict(self.cuda_peak_bytes),
             transitions=2 * (sum(self.enters.values()) - self.merges),  # each phase opened once is a push and a pop

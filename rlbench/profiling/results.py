@@ -14,13 +14,14 @@ from collections.abc import Iterable
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
-from rlbench.profiling.attribution import Attribution, IterationMark
+from rlbench.profiling.attribution import SAMPLE_FROM, Attribution, IterationMark
 from rlbench.results.metrics import (
     CUDA_MEM,
     ENV_STEPS,
     ITERATIONS,
     LIMITS,
     MEM,
+    PROFILE_ATTRIBUTED,
     PROFILE_EVENT_US,
     PROFILE_EVENTS,
     PROFILE_EXCLUDED_S,
@@ -103,6 +104,16 @@ def snapshot_matrix(marks: list[IterationMark], final: dict[str, float]) -> tupl
     return keys, np.fromiter(flat, float, len(snapshots) * len(keys)).reshape(-1, len(keys))
 
 
+def _longest_unattributed(spans: np.ndarray, kept: np.ndarray) -> float:
+    """The longest unattributed span over the attributed spans' median (0 when every span was attributed)."""
+    import numpy as np
+
+    if kept.all() or not kept.any():
+        return 0.0
+    median = float(np.median(spans[kept]))
+    return float(spans[~kept].max() / median) if median > 0 else math.inf
+
+
 def _chunks(samples: np.ndarray, limit: int) -> tuple[np.ndarray, int]:
     """At most ``limit`` rows: consecutive groups of ``k`` samples averaged (a tail shorter than ``k`` left out)."""
     k = max(1, math.ceil(len(samples) / limit))
@@ -157,17 +168,27 @@ def attribution_metrics(
     if c is not None and len(steady) > 1 and steady[0] <= c < n:
         excluded_s = float(span_s[c])
         steady = steady[steady != c]
+    # sampling (Attributor.sample_every): the steady iterations attributed; the others booked nothing, and their wall
+    # time is shared out in the attributed ones' proportions (a ratio estimate: ``factor`` scales their seconds)
+    attributed = np.ones(n, dtype=bool)
+    if r.sampled:
+        attributed[: min(n, len(r.sampled))] = np.asarray(r.sampled[:n], dtype=bool)
+    kept = attributed[steady]
     # the unfinished tail (the last iteration and whatever ran after it) is not a sample
-    complete_rows = np.flatnonzero(steady != n - 1)
+    complete_rows = np.flatnonzero((steady != n - 1) & kept)
     # every iteration's seconds per phase, as one matrix: the rows are the iterations kept, the columns the phases;
     # only growth counts (a phase absent from a snapshot had 0 s). Phases are never removed from the attributor's
     # running totals, so the last snapshot (the run's end) holds every key (an Attribution built otherwise adds its
     # other keys after them).
     keys, cumulative = snapshot_matrix(marks, r.excl)
     deltas = np.clip(cumulative[steady + 1] - cumulative[steady], 0.0, None) if len(steady) else np.zeros((0, len(keys)))
-    totals = deltas.sum(axis=0)
-    steady_excl = {k: float(v) for k, v in zip(keys, totals) if v > 0}
     steady_s = float(span_s[steady].sum())
+    attributed_s = float(span_s[steady][kept].sum())
+    factor = steady_s / attributed_s if not kept.all() and attributed_s > 0 else 1.0
+    measured = deltas[kept].sum(axis=0)  # (an unattributed row's deltas are 0: nothing was booked)
+    totals = measured * factor
+    steady_excl = {k: float(v) for k, v in zip(keys, totals) if v > 0}
+    measured_incl = inclusive({k: float(v) for k, v in zip(keys, measured) if v > 0}, ordered_paths(r.layers))
     steady_steps = int(span_steps[steady].sum())
     warm_s = float(span_s[0]) if warm else 0.0
     warm_steps = int(span_steps[0]) if warm else 0
@@ -197,6 +218,18 @@ def attribution_metrics(
         Metric(ITERATIONS, "count", "none", [float(1 + len(steady) if warm else len(steady))], meta={"detected": n}),
         Metric(PROFILE_EXCLUDED_S, "s", "none", [excluded_s], meta={"counted_iteration": r.counted_iteration}),
     ]
+    if not kept.all():  # sampled: how many steady iterations were attributed, and what the rest took
+        meta = {
+            "steady": len(steady),
+            "every": r.sample_every,
+            "from": SAMPLE_FROM,
+            "attributed_s": attributed_s,
+            "steady_s": steady_s,
+            # the longest unattributed steady iteration against the attributed ones' median: a rare long one (an
+            # evaluation) is shared out in the others' proportions, not its own
+            "longest_unattributed_x": _longest_unattributed(span_s[steady], kept),
+        }
+        m.append(Metric(PROFILE_ATTRIBUTED, "count", "none", [float(kept.sum())], meta=meta))
     if startup_s is not None:
         m.append(Metric(STARTUP_S, "s", "lower", [startup_s]))
     if r.other_threads or r.foreign_phases:  # phases follow one thread: say what the others did meanwhile
@@ -212,9 +245,10 @@ def attribution_metrics(
     for p in paths:
         meta = {"events": r.enters.get(p, 0), "layer": _layer(r, p), "run_s": whole[p]}
         # calls are counted over the whole run only; where the phase ran in the steady state alone they are its
-        # steady-state calls exactly (per-call figures then divide steady seconds by steady calls)
-        if whole[p] - incl[p] <= 1e-9 * max(whole[p], 1.0):
-            meta["steady_events"] = r.enters.get(p, 0)
+        # steady-state calls exactly (per-call figures then divide steady seconds by steady calls); sampled, the
+        # calls of the attributed iterations, scaled as their seconds are
+        if whole[p] - measured_incl.get(p, 0.0) <= 1e-9 * max(whole[p], 1.0):
+            meta["steady_events"] = r.enters.get(p, 0) if factor == 1.0 else round(r.enters.get(p, 0) * factor)
         m.append(Metric(time_metric(p), "s", "lower", [incl[p]], meta=meta))
     samples, per_sample = _chunks(deltas[complete_rows], MAX_ITER_SAMPLES)
     if len(samples) and warm:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlbench.core.errors import MeasuredCodeFailed, StoreError, UsageError
-from rlbench.profiling.attribution import INFER, Attribution, Attributor, activate
+from rlbench.profiling.attribution import INFER, SAMPLE_EVERY, Attribution, Attributor, activate
 from rlbench.profiling.results import attribution_metrics
 from rlbench.results import metrics as vocabulary
 from rlbench.results.metrics import Metric
@@ -48,6 +48,10 @@ class Settings:
         count_iteration: Iteration counted with torch's dispatch mode (ops, syncs, copies per phase); ``None``: none.
         memory: Record peak-RSS growth per top-level phase.
         libraries: Label Stable-Baselines3's and TorchRL's methods when the script imports them.
+        sample_every: From the 512th iteration on (:data:`~rlbench.profiling.attribution.SAMPLE_FROM`), attribute one
+            iteration in this many, picked by a hash of its index; the others pass their hooked calls through and
+            record only their wall time and agent steps (``--all-iterations``: 1, every one). The compiled hooks do
+            it, for iterations an env step starts at top level (an off-policy loop's, one per env step).
     """
 
     sync: bool = False
@@ -55,6 +59,7 @@ class Settings:
     count_iteration: int | None = None
     memory: bool = True
     libraries: bool = True
+    sample_every: int = SAMPLE_EVERY
 
 
 @dataclass
@@ -134,7 +139,11 @@ class Session:
         try:
             s = self.settings
             self.attributor = Attributor(
-                sync=sync_function(s), trace_limit=s.trace_limit, count_iteration=s.count_iteration, memory=s.memory
+                sync=sync_function(s),
+                trace_limit=s.trace_limit,
+                count_iteration=s.count_iteration,
+                memory=s.memory,
+                sample_every=s.sample_every,
             )
             self.hooks = install_hooks(self.attributor, libraries=s.libraries)
             self.hooks_kind = "compiled" if native_available() else "python"

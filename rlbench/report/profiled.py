@@ -21,6 +21,7 @@ from rlbench.results.metrics import (
     LIMITS,
     MACHINE,
     MEM,
+    PROFILE_ATTRIBUTED,
     PROFILE_CHILD_WALL_S,
     PROFILE_COMMAND_S,
     PROFILE_EVENT_US,
@@ -311,6 +312,40 @@ def no_eval_note() -> list[str]:
         'direction="higher")` after its evaluation to see it here and have `rlbench gate` check that a faster '
         "change still learns.",
     ]
+
+
+LONG_UNATTRIBUTED_X = 5.0
+"""An unattributed iteration this many times the attributed ones' median is called out: its time was shared out in
+the others' proportions (an evaluation or a checkpoint every N steps is not what a training step is)."""
+
+
+def sampling_section(d: RunData) -> list[str]:
+    """Which steady iterations the profile attributed, when it sampled them (``--all-iterations`` turns it off)."""
+    if not d.has(PROFILE_ATTRIBUTED):
+        return []
+    meta = d.by_metric[PROFILE_ATTRIBUTED][0].meta
+    steady, every = int(meta.get("steady") or 0), int(meta.get("every") or 1)
+    attributed = int(d.by_metric[PROFILE_ATTRIBUTED][0].samples[0])
+    share = float(meta.get("attributed_s") or 0.0) / float(meta.get("steady_s") or math.nan)
+    lines = [
+        "## Sampled iterations",
+        "",
+        f"From iteration {fmt(meta.get('from'), 0)} on, one iteration in {every} was attributed, picked by a hash of "
+        "its index; in the others the hooks passed every call through and recorded only where the iteration began "
+        f"and its agent steps. **{attributed:,} of {steady:,} steady iterations** were attributed "
+        f"({pct(share, 1)} of the steady wall time, first repeat): the phase seconds above are theirs, scaled to "
+        "the whole steady state, so shares, per-step and per-call figures are theirs; the Events column counts "
+        "their calls. `--all-iterations` attributes every iteration, at the hooks' full cost.",
+    ]
+    longest = float(meta.get("longest_unattributed_x") or 0.0)
+    if longest >= LONG_UNATTRIBUTED_X:
+        lines += [
+            "",
+            f"**The longest unattributed iteration took {fmt(longest, 1)}× the attributed ones' median**: its time "
+            "is shared out in their proportions, though it was probably other work (an evaluation, a checkpoint). "
+            "Rerun with `--all-iterations` to see what it was.",
+        ]
+    return lines
 
 
 def threads_section(d: RunData) -> list[str]:

@@ -25,6 +25,7 @@ from rlbench.report.profiled import (
     memory_section,
     no_eval_note,
     overhead_section,
+    sampling_section,
     threads_section,
     user_metrics_section,
 )
@@ -309,6 +310,7 @@ def render(
             user_metrics_section(d),
             bottlenecks_section(findings(d, b, alternatives=alternatives.measured(d, context or []))),
             threads_section(d),
+            sampling_section(d),
             overhead_section(d, b),
             _counters(d),
             limits_section(d),

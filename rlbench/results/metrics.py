@@ -56,6 +56,8 @@ PROFILE_PASSTHROUGH_US = "profile/passthrough_us"  #: cost of one nested hooked 
 PROFILE_EVENTS = "profile/events"  #: phases opened (meta: ``passthrough``, the nested calls)
 PROFILE_EXCLUDED_S = "profile/excluded_s"  #: steady time left out: the iteration that ran under the op counter
 PROFILE_THREADS_S = "profile/other_threads_cpu_s"  #: CPU seconds other Python threads used (meta: threads, phases)
+#: steady iterations attributed when the profile sampled them (meta: steady, every, attributed_s, steady_s, ...)
+PROFILE_ATTRIBUTED = "profile/attributed_iterations"
 PROFILE_COMMAND_S = "profile/command_s"  #: ``rlbench profile``'s own wall outside the children (meta: whole, children)
 PROFILE_CHILD_WALL_S = "profile/child_wall_s"  #: ``--against-plain``: a profiled repeat's process, start to exit
 PROFILE_PLAIN_WALL_S = "profile/plain_wall_s"  #: ``--against-plain``: the same command unprofiled, start to exit

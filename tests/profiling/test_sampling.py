@@ -1,0 +1,195 @@
+"""Sampled iterations: from the 512th on, the compiled hooks attribute one iteration in ``sample_every`` and pass the
+others' calls through (rlbench/profiling/_fastevent.c's paused_call); the metrics scale the attributed ones."""
+
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import rlbench
+from rlbench.profiling import autohooks
+from rlbench.profiling.attribution import SAMPLE_FROM, iteration_sampled, memory_marked
+from rlbench.profiling.session import Session, Settings
+from tests.profiling.loops import SlowEnv, SlowNet, spin
+
+
+def test_the_compiled_hooks_pick_the_same_iterations_as_python():
+    from rlbench.profiling import _fastevent
+
+    assert _fastevent.SAMPLE_FROM == SAMPLE_FROM
+    for every in (1, 2, 8, 13):
+        for i in (*range(0, 2000, 7), 10**6, 2**40 + 3):
+            assert _fastevent.iteration_sampled(i, every) == iteration_sampled(i, every), (i, every)
+    assert all(iteration_sampled(i, 8) for i in range(SAMPLE_FROM))
+    assert all(iteration_sampled(i, 1) for i in range(SAMPLE_FROM, 5000))
+
+
+def test_one_in_k_is_picked_and_no_training_schedule_falls_in_step_with_it():
+    later = range(SAMPLE_FROM, SAMPLE_FROM + 80_000)
+    assert sum(iteration_sampled(i, 8) for i in later) / len(later) == pytest.approx(1 / 8, abs=0.005)
+    # a target update every 500 steps, a log line every 1,000, a train frequency of 4: each is sampled one time in 8
+    for period in (4, 10, 500, 1000):
+        picked = [iteration_sampled(i, 8) for i in range(SAMPLE_FROM, SAMPLE_FROM + 4000 * period, period)]
+        assert sum(picked) / len(picked) == pytest.approx(1 / 8, abs=0.02), period
+
+
+def _dqn_loop(iterations: int, eval_at: int | None = None, log_phase: bool = False) -> dict[str, float]:
+    """An off-policy loop that updates every env step (one iteration per step), each part a busy-wait of a known
+    time; at ``eval_at`` one iteration runs a 60 ms evaluation at top level. Returns the parts' seconds per step."""
+    envs = gym.vector.SyncVectorEnv([lambda: SlowEnv(150e-6)])
+    q, tq = SlowNet(100e-6), SlowNet(50e-6)
+    opt = torch.optim.SGD(q.parameters(), lr=1e-3)
+    envs.reset(seed=0)
+    batch = torch.zeros(32, 4)
+    for i in range(iterations):
+        envs.step(np.zeros(1, np.int64))
+        with torch.no_grad():
+            target = tq(batch).max(1)[0]
+        loss = (q(batch).max(1)[0] - target).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if log_phase:
+            with rlbench.phase("log"):
+                spin(20e-6)
+        if i % 100 == 0:
+            tq.load_state_dict(q.state_dict())
+        if i == eval_at:
+            spin(0.06)
+    envs.close()
+    return {"env/step": 150e-6, "train/target": 50e-6, "train/forward": 100e-6}
+
+
+def _profile(loop, every: int, python: bool = False, monkeypatch=None):
+    if monkeypatch is not None:
+        if python:
+            monkeypatch.setenv(autohooks.PURE_PYTHON_ENV, "1")
+        else:
+            monkeypatch.delenv(autohooks.PURE_PYTHON_ENV, raising=False)
+    with Session(Settings(count_iteration=None, memory=True, sample_every=every)) as s:
+        loop()
+    return s.outcome
+
+
+@pytest.mark.slow
+def test_a_long_off_policy_run_attributes_one_iteration_in_k_and_scales_them_to_the_steady_state(monkeypatch):
+    n = 1600
+    outcome = _profile(lambda: _dqn_loop(n, log_phase=True), 8, monkeypatch=monkeypatch)
+    r = outcome.attribution
+    assert len(r.iterations) == n and r.steps == n  # every iteration and agent step is found, attributed or not
+    # the hashed one in 8 and those with memory marks due (Python starts them, and a few after them: always attributed)
+    assert len(r.sampled) == n
+    assert all(r.sampled[i] for i in range(n) if iteration_sampled(i, 8) or memory_marked(i))
+    attributed = sum(r.sampled[1:])
+    assert SAMPLE_FROM - 1 + (n - SAMPLE_FROM) / 10 < attributed < SAMPLE_FROM + (n - SAMPLE_FROM) / 6
+    # the unattributed iterations booked nothing: their env steps were never entered
+    assert r.enters["env/step"] == sum(r.sampled)
+    m = {x.name: x for x in outcome.metrics()}
+    assert m["profile/attributed_iterations"].samples == [attributed]
+    meta = m["profile/attributed_iterations"].meta
+    assert meta["steady"] == n - 1 and meta["every"] == 8 and 0 < meta["attributed_s"] < meta["steady_s"]
+    # scaled: the top-level phases fill the steady state's wall time but for the loop's own Python, and each known
+    # part is near its busy-wait (unscaled, they would hold about a third of it: 668 of 1,599 iterations)
+    steady_s = m["train_s"].samples[0] - m["warmup_s"].samples[0]
+    total = sum(m[f"time/{p}"].samples[0] for p in ("env", "train", "log"))
+    assert 0.9 * steady_s < total <= steady_s
+    for phase, seconds in _dqn_loop(0).items():  # at least its busy-wait (and its module's work, the hooks')
+        assert m[f"time/{phase}"].samples[0] / (n - 1) >= seconds * 0.95, phase
+
+
+@pytest.mark.alone  # two runs' shares compared: another test's load on the machine shifts them between the runs
+@pytest.mark.slow
+def test_sampled_shares_match_the_shares_of_every_iteration_attributed(monkeypatch):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        sampled, every = _shares(monkeypatch, 8), _shares(monkeypatch, 1)
+    finally:
+        torch.set_num_threads(threads)
+    for phase in sampled:
+        assert sampled[phase] == pytest.approx(every[phase], abs=0.03), (phase, sampled, every)
+
+
+def _shares(monkeypatch, every: int) -> dict[str, float]:
+    """The steady-state shares of the known parts of :func:`_dqn_loop` under a session sampling one in ``every``."""
+    m = {x.name: x for x in _profile(lambda: _dqn_loop(1400), every, monkeypatch=monkeypatch).metrics()}
+    steady = m["train_s"].samples[0] - m["warmup_s"].samples[0]
+    return {p: m[f"time/{p}"].samples[0] / steady for p in ("env/step", "train/target", "train/forward")}
+
+
+@pytest.mark.slow
+def test_the_python_hooks_and_all_iterations_attribute_every_one(monkeypatch):
+    assert _profile(lambda: _dqn_loop(700), 8, python=True, monkeypatch=monkeypatch).attribution.sampled == []
+    outcome = _profile(lambda: _dqn_loop(700), 1, monkeypatch=monkeypatch)
+    assert outcome.attribution.sampled == []
+    assert "profile/attributed_iterations" not in {x.name for x in outcome.metrics()}
+
+
+@pytest.mark.slow
+def test_a_long_unattributed_iteration_is_called_out_in_the_report(monkeypatch, tmp_path):
+    from rlbench.report.data import RunData
+    from rlbench.report.profiled import sampling_section
+    from rlbench.results.records import metric_records
+
+    eval_at = next(i for i in range(SAMPLE_FROM + 50, 2000) if not iteration_sampled(i, 8))
+    outcome = _profile(lambda: _dqn_loop(eval_at + 100, eval_at=eval_at), 8, monkeypatch=monkeypatch)
+    assert outcome.attribution.sampled[eval_at] is False
+    records = metric_records(
+        outcome.metrics(),
+        run_id="r",
+        timestamp="2026-11-28T00:00:00+00:00",
+        benchmark="dqn.py",
+        params={"command": "dqn.py"},
+        definition_hash="h",
+        repeat=0,
+        seed=None,
+        device="cpu",
+        fingerprint={},
+        meta={"kind": "profile", "report": "profile"},
+    )
+    text = "\n".join(sampling_section(RunData.from_records(records)))
+    assert f"of {eval_at + 99:,} steady iterations** were attributed" in text
+    assert "The longest unattributed iteration took" in text and "--all-iterations" in text
+
+
+def test_a_session_that_ends_in_an_unattributed_iteration_books_nothing_after_its_start(monkeypatch):
+    t0 = time.perf_counter()
+    outcome = _profile(lambda: _dqn_loop(SAMPLE_FROM + 40), 8, monkeypatch=monkeypatch)
+    r = outcome.attribution
+    assert not r.sampled or len(r.sampled) == len(r.iterations)
+    assert all(v >= 0 for v in r.excl.values())
+    assert sum(r.excl.values()) <= time.perf_counter() - t0
+
+
+def test_the_attributed_iterations_are_scaled_to_the_steady_state_calls_included():
+    """One warm-up and 100 steady iterations of 0.1 s each, one in four attributed: each attributed one books
+    env/step 0.02 s and a transfer (one call, 0.01 s, in no warm-up); the unattributed ones book nothing."""
+    from rlbench.profiling.attribution import Attribution, IterationMark
+    from rlbench.profiling.results import attribution_metrics
+
+    marks, excl, sampled = [IterationMark(0.0, 0, {})], {"env/step": 0.05}, [True]
+    for i in range(100):
+        marks.append(IterationMark(1.0 + 0.1 * i, 1 + i, dict(excl)))
+        sampled.append(i % 4 == 0)
+        if i % 4 == 0:
+            excl["env/step"] += 0.02
+            excl["transfer"] = excl.get("transfer", 0.0) + 0.01
+    r = Attribution(
+        started=0.0, ended=11.0, excl=excl, enters={"env/step": 26, "transfer": 25},
+        layers={"env/step": "environment", "transfer": "transfer"}, steps=101, iterations=marks, mem_bytes={},
+        cuda_peak_bytes={}, transitions=0, passthrough=0, merges=0, mem_marks=0, counted_iteration=None,
+        sampled=sampled, sample_every=4,
+    )  # fmt: skip
+    m = {x.name: x for x in attribution_metrics(r)}
+    assert m["profile/attributed_iterations"].samples == [25.0]
+    assert m["profile/attributed_iterations"].meta["steady"] == 100
+    assert m["time/env/step"].samples[0] == pytest.approx(2.0)  # 25 x 0.02 s, over a quarter of the steady time
+    assert m["time/transfer"].samples[0] == pytest.approx(1.0)
+    assert m["time/transfer"].meta["steady_events"] == 100  # its 25 calls, scaled as its seconds are
+    assert m["time/transfer"].meta["run_s"] == pytest.approx(0.25)  # the run's measured seconds, unscaled
+    assert len(m["iter_time/env/step"].samples) == 25  # the per-iteration series holds attributed iterations only
+    assert m["iter_time/env/step"].samples[0] == pytest.approx(0.02)
