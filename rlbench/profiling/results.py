@@ -104,14 +104,26 @@ def snapshot_matrix(marks: list[IterationMark], final: dict[str, float]) -> tupl
     return keys, np.fromiter(flat, float, len(snapshots) * len(keys)).reshape(-1, len(keys))
 
 
-def _longest_unattributed(spans: np.ndarray, kept: np.ndarray) -> float:
-    """The longest unattributed span over the attributed spans' median (0 when every span was attributed)."""
+LONG_X = 5.0
+"""A steady iteration this many times the attributed iterations' median is a long one (see :func:`_long_iterations`)."""
+
+
+def _long_iterations(spans: np.ndarray, kept: np.ndarray) -> dict[str, float]:
+    """The longest unattributed span over the attributed spans' median, and the share of each side's seconds (the
+    unattributed and the attributed spans) that spans over :data:`LONG_X` times that median hold."""
     import numpy as np
 
     if kept.all() or not kept.any():
-        return 0.0
-    median = float(np.median(spans[kept]))
-    return float(spans[~kept].max() / median) if median > 0 else math.inf
+        return {}
+    median = float(np.sort(spans[kept])[int(kept.sum()) // 2])  # (np.median imports numpy.ma: 10 ms)
+    if median <= 0:
+        return {}
+    long = spans > LONG_X * median
+    share = {}
+    for side, rows in (("unattributed", ~kept), ("attributed", kept)):
+        total = float(spans[rows].sum())
+        share[f"{side}_long_share"] = float(spans[rows & long].sum()) / total if total > 0 else 0.0
+    return {"longest_unattributed_x": float(spans[~kept].max()) / median, "long_x": LONG_X, **share}
 
 
 def _chunks(samples: np.ndarray, limit: int) -> tuple[np.ndarray, int]:
@@ -225,9 +237,10 @@ def attribution_metrics(
             "from": SAMPLE_FROM,
             "attributed_s": attributed_s,
             "steady_s": steady_s,
-            # the longest unattributed steady iteration against the attributed ones' median: a rare long one (an
-            # evaluation) is shared out in the others' proportions, not its own
-            "longest_unattributed_x": _longest_unattributed(span_s[steady], kept),
+            # rare long iterations (an evaluation every N steps) are shared out in the attributed ones' proportions
+            # if none of them was attributed: how much of each side's time was in iterations over LONG_X times the
+            # attributed median (a GC pause or a log line makes a few on both sides)
+            **_long_iterations(span_s[steady], kept),
         }
         m.append(Metric(PROFILE_ATTRIBUTED, "count", "none", [float(kept.sum())], meta=meta))
     if startup_s is not None:
@@ -243,7 +256,9 @@ def attribution_metrics(
         m.append(Metric(time_metric(WARMUP), "s", "lower", [warm_s], meta=meta))
     whole = inclusive(r.excl, paths)  # over all of training: warm-up and the counted iteration included
     for p in paths:
-        meta = {"events": r.enters.get(p, 0), "layer": _layer(r, p), "run_s": whole[p]}
+        # run_s: over the whole run (warm-up and the counted iteration included); sampled, its steady part scaled
+        run_s = whole[p] + incl[p] - measured_incl.get(p, 0.0)
+        meta = {"events": r.enters.get(p, 0), "layer": _layer(r, p), "run_s": run_s}
         # calls are counted over the whole run only; where the phase ran in the steady state alone they are its
         # steady-state calls exactly (per-call figures then divide steady seconds by steady calls); sampled, the
         # calls of the attributed iterations, scaled as their seconds are

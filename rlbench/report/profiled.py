@@ -314,9 +314,9 @@ def no_eval_note() -> list[str]:
     ]
 
 
-LONG_UNATTRIBUTED_X = 5.0
-"""An unattributed iteration this many times the attributed ones' median is called out: its time was shared out in
-the others' proportions (an evaluation or a checkpoint every N steps is not what a training step is)."""
+LONG_EXCESS = 0.02
+"""Unattributed iterations called out when long ones (over ``long_x`` times the attributed median) hold this much
+more of their time than long ones hold of the attributed iterations' time: work no attributed iteration saw."""
 
 
 def sampling_section(d: RunData) -> list[str]:
@@ -337,13 +337,15 @@ def sampling_section(d: RunData) -> list[str]:
         "the whole steady state, so shares, per-step and per-call figures are theirs; the Events column counts "
         "their calls. `--all-iterations` attributes every iteration, at the hooks' full cost.",
     ]
-    longest = float(meta.get("longest_unattributed_x") or 0.0)
-    if longest >= LONG_UNATTRIBUTED_X:
+    unattributed_long, attributed_long = meta.get("unattributed_long_share"), meta.get("attributed_long_share")
+    if unattributed_long is not None and attributed_long is not None and unattributed_long - attributed_long >= LONG_EXCESS:
         lines += [
             "",
-            f"**The longest unattributed iteration took {fmt(longest, 1)}× the attributed ones' median**: its time "
-            "is shared out in their proportions, though it was probably other work (an evaluation, a checkpoint). "
-            "Rerun with `--all-iterations` to see what it was.",
+            f"**Iterations over {fmt(meta.get('long_x'), 0)}× the attributed ones' median held "
+            f"{pct(unattributed_long, 1)} of the unattributed time, against {pct(attributed_long, 1)} of the "
+            f"attributed**; the longest took {fmt(meta.get('longest_unattributed_x'), 1)}× that median. That time is "
+            "shared out in the attributed iterations' proportions, though it was probably other work (an evaluation, a "
+            "checkpoint). Rerun with `--all-iterations` to see what it was.",
         ]
     return lines
 

@@ -75,16 +75,20 @@ def toggled_copy(directory: Path, script: str = "cleanrl") -> Path:
 CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
 
 
-def measure(config: str, steps: int, script: str = "cleanrl", clock: str = "cpu") -> dict[str, list[float]]:
+def measure(
+    config: str, steps: int, script: str = "cleanrl", clock: str = "cpu", sample_every: int = 1
+) -> dict[str, list[float]]:
     """Seconds of each steady block of loop passes, by side (``on``: hooks installed): the main thread's CPU time, or
-    wall time (``clock="wall"``: what a user waits for, torch's other threads and the machine's steal included)."""
+    wall time (``clock="wall"``: what a user waits for, torch's other threads and the machine's steal included).
+    ``sample_every``: the attributor's (one iteration in so many attributed from its 512th on, as ``rlbench
+    profile`` does; 1: every one)."""
     from rlbench.profiling.attribution import Attributor, activate
     from rlbench.profiling.autohooks import uninstall
     from rlbench.profiling.session import install_hooks
 
     state: dict[str, Any] = {"hooks": None, "t": None, "side": None}
     times: dict[str, list[float]] = {"on": [], "off": []}
-    attributor = Attributor(count_iteration=None)
+    attributor = Attributor(count_iteration=None, sample_every=sample_every)
 
     loop = LOOPS[script]
     now = CLOCKS[clock]
@@ -126,6 +130,8 @@ def measure(config: str, steps: int, script: str = "cleanrl", clock: str = "cpu"
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rlbench.profiling.attribution import SAMPLE_EVERY, SAMPLE_FROM
+
     p = argparse.ArgumentParser(prog="python -m rlbench.suites.scripts.overhead", description=__doc__.splitlines()[0])
     p.add_argument("--script", choices=sorted(LOOPS), default="cleanrl", help="which script (default: cleanrl, PPO)")
     p.add_argument(
@@ -142,10 +148,19 @@ def main(argv: list[str] | None = None) -> int:
         help="cpu (default): the main thread's CPU time, which a shared machine's steal does not move; wall: wall time, "
         "which also counts torch's other threads and waiting",
     )
+    p.add_argument(
+        "--sample-every",
+        type=int,
+        default=SAMPLE_EVERY,
+        metavar="K",
+        help=f"attribute one iteration in K from the {SAMPLE_FROM}th on, as rlbench profile does (default: "
+        f"{SAMPLE_EVERY}; 1: every one, as --all-iterations). The on-blocks share one attributor, so iterations count "
+        "across them",
+    )
     p.add_argument("--json", action="store_true", help="print the raw per-block times as JSON")
     args = p.parse_args(argv)
     steps = args.steps or {"cleanrl": 98_304, "cleanrl_dqn": 16_000}.get(args.script, 4_000)
-    results = {c: measure(c, steps, args.script, args.clock) for c in args.configs}
+    results = {c: measure(c, steps, args.script, args.clock, args.sample_every) for c in args.configs}
     if args.json:
         print(json.dumps(results))
         return 0

@@ -130,30 +130,38 @@ def test_the_python_hooks_and_all_iterations_attribute_every_one(monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_long_unattributed_iteration_is_called_out_in_the_report(monkeypatch, tmp_path):
+def test_a_long_unattributed_iteration_is_called_out_in_the_report(monkeypatch):
     from rlbench.report.data import RunData
     from rlbench.report.profiled import sampling_section
     from rlbench.results.records import metric_records
 
     eval_at = next(i for i in range(SAMPLE_FROM + 50, 2000) if not iteration_sampled(i, 8))
-    outcome = _profile(lambda: _dqn_loop(eval_at + 100, eval_at=eval_at), 8, monkeypatch=monkeypatch)
-    assert outcome.attribution.sampled[eval_at] is False
-    records = metric_records(
-        outcome.metrics(),
-        run_id="r",
-        timestamp="2026-11-28T00:00:00+00:00",
-        benchmark="dqn.py",
-        params={"command": "dqn.py"},
-        definition_hash="h",
-        repeat=0,
-        seed=None,
-        device="cpu",
-        fingerprint={},
-        meta={"kind": "profile", "report": "profile"},
-    )
-    text = "\n".join(sampling_section(RunData.from_records(records)))
-    assert f"of {eval_at + 99:,} steady iterations** were attributed" in text
-    assert "The longest unattributed iteration took" in text and "--all-iterations" in text
+
+    def section(eval_at: int | None) -> tuple[str, dict]:
+        outcome = _profile(lambda: _dqn_loop(n, eval_at=eval_at), 8, monkeypatch=monkeypatch)
+        records = metric_records(
+            outcome.metrics(),
+            run_id="r",
+            timestamp="2026-11-28T00:00:00+00:00",
+            benchmark="dqn.py",
+            params={"command": "dqn.py"},
+            definition_hash="h",
+            repeat=0,
+            seed=None,
+            device="cpu",
+            fingerprint={},
+            meta={"kind": "profile", "report": "profile"},
+        )
+        meta = next(r.meta for r in records if r.metric == "profile/attributed_iterations")
+        return "\n".join(sampling_section(RunData.from_records(records))), meta
+
+    n = eval_at + 100
+    text, meta = section(eval_at)
+    assert f"of {n - 1:,} steady iterations** were attributed" in text
+    assert "of the unattributed time, against" in text and "--all-iterations" in text
+    assert meta["longest_unattributed_x"] > 20 and meta["unattributed_long_share"] > meta["attributed_long_share"] + 0.02
+    text, _ = section(None)  # the same loop without the evaluation: nothing to call out
+    assert "steady iterations** were attributed" in text and "of the unattributed time" not in text
 
 
 def test_a_session_that_ends_in_an_unattributed_iteration_books_nothing_after_its_start(monkeypatch):
@@ -190,6 +198,7 @@ def test_the_attributed_iterations_are_scaled_to_the_steady_state_calls_included
     assert m["time/env/step"].samples[0] == pytest.approx(2.0)  # 25 x 0.02 s, over a quarter of the steady time
     assert m["time/transfer"].samples[0] == pytest.approx(1.0)
     assert m["time/transfer"].meta["steady_events"] == 100  # its 25 calls, scaled as its seconds are
-    assert m["time/transfer"].meta["run_s"] == pytest.approx(0.25)  # the run's measured seconds, unscaled
+    assert m["time/transfer"].meta["run_s"] == pytest.approx(1.0)  # over the whole run, its steady part scaled
+    assert m["time/env/step"].meta["run_s"] == pytest.approx(2.05)  # the warm-up's 0.05 s as measured
     assert len(m["iter_time/env/step"].samples) == 25  # the per-iteration series holds attributed iterations only
     assert m["iter_time/env/step"].samples[0] == pytest.approx(0.02)
