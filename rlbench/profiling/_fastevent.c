@@ -46,7 +46,7 @@ static const char *slot_names[S_N] = {
 #define MEMORY_EVERY 32
 #define MEMORY_SPARSE 1024
 /* attribution.SAMPLE_FROM: iterations before this index are always attributed; from it on, one in
- * Attributor.sample_every, chosen by sampled() (attribution.iteration_sampled says the same; a test compares them) */
+ * Attributor.sample_every, chosen by sampled_index() (attribution.iteration_sampled is its twin; a test compares them) */
 #define SAMPLE_FROM 512
 
 /* roles and phase kinds (attribution.py), skips (autohooks.py) */

@@ -180,8 +180,10 @@ def attribution_metrics(
     if c is not None and len(steady) > 1 and steady[0] <= c < n:
         excluded_s = float(span_s[c])
         steady = steady[steady != c]
-    # sampling (Attributor.sample_every): the steady iterations attributed; the others booked nothing, and their wall
-    # time is shared out in the attributed ones' proportions (a ratio estimate: ``factor`` scales their seconds)
+    # sampling (Attributor.sample_every): the steady iterations attributed; the others booked nothing. Iterations
+    # before SAMPLE_FROM are all attributed and stand for themselves; from it on, the attributed ones' seconds are
+    # scaled to all of those iterations' wall time (a ratio estimate within that stratum: a loop whose mix changes
+    # over the run, epsilon-greedy acting that grows, is not estimated from its first iterations' mix)
     attributed = np.ones(n, dtype=bool)
     if r.sampled:
         attributed[: min(n, len(r.sampled))] = np.asarray(r.sampled[:n], dtype=bool)
@@ -196,9 +198,14 @@ def attribution_metrics(
     deltas = np.clip(cumulative[steady + 1] - cumulative[steady], 0.0, None) if len(steady) else np.zeros((0, len(keys)))
     steady_s = float(span_s[steady].sum())
     attributed_s = float(span_s[steady][kept].sum())
-    factor = steady_s / attributed_s if not kept.all() and attributed_s > 0 else 1.0
+    weights = np.ones(len(steady))
+    if not kept.all():
+        late = steady >= SAMPLE_FROM
+        late_attributed_s = float(span_s[steady][late & kept].sum())
+        if late_attributed_s > 0:
+            weights[late] = float(span_s[steady][late].sum()) / late_attributed_s
     measured = deltas[kept].sum(axis=0)  # (an unattributed row's deltas are 0: nothing was booked)
-    totals = measured * factor
+    totals = (deltas[kept] * weights[kept][:, None]).sum(axis=0)
     steady_excl = {k: float(v) for k, v in zip(keys, totals) if v > 0}
     measured_incl = inclusive({k: float(v) for k, v in zip(keys, measured) if v > 0}, ordered_paths(r.layers))
     steady_steps = int(span_steps[steady].sum())
@@ -263,7 +270,9 @@ def attribution_metrics(
         # steady-state calls exactly (per-call figures then divide steady seconds by steady calls); sampled, the
         # calls of the attributed iterations, scaled as their seconds are
         if whole[p] - measured_incl.get(p, 0.0) <= 1e-9 * max(whole[p], 1.0):
-            meta["steady_events"] = r.enters.get(p, 0) if factor == 1.0 else round(r.enters.get(p, 0) * factor)
+            seen = measured_incl.get(p, 0.0)
+            scale = incl[p] / seen if seen > 0 and kept.any() and not kept.all() else 1.0
+            meta["steady_events"] = round(r.enters.get(p, 0) * scale)
         m.append(Metric(time_metric(p), "s", "lower", [incl[p]], meta=meta))
     samples, per_sample = _chunks(deltas[complete_rows], MAX_ITER_SAMPLES)
     if len(samples) and warm:
