@@ -516,16 +516,17 @@ sampled_index(Py_ssize_t index, long every)
     return (x ^ (x >> 31)) % (unsigned long long)every == 0;
 }
 
-/* whether the iteration an env step is starting may be left unattributed: sampling is on and the step opens the
- * only phase (no label or rlbench.phase around it, no grad-mode block open, nothing saved, no extra but memory marks,
- * which only the iterations Python starts take) */
+/* whether the iteration an env step or a collector's label is starting may be left unattributed: sampling is on and
+ * the step or the label opens the only phase (no label or rlbench.phase around it, no grad-mode block open, no depth
+ * saved but the label's own, no extra but memory marks, which only the iterations Python starts take) */
 static int
 may_pause(Event *e)
 {
-    if (e->batch <= BATCH_NONE) return 0;
+    Py_ssize_t saved = e->mark == LABEL_ITERATION ? 1 : 0;
+    if (e->mark != LABEL_ITERATION && e->batch <= BATCH_NONE) return 0;
     long every = PyLong_AsLong(SLOT(e, S_SAMPLE_EVERY));
     if (every <= 1) return 0;
-    return PyList_GET_SIZE(SLOT(e, S_STACK)) == 1 && PyList_GET_SIZE(SLOT(e, S_SAVED_DEPTH)) == 0 &&
+    return PyList_GET_SIZE(SLOT(e, S_STACK)) == 1 && PyList_GET_SIZE(SLOT(e, S_SAVED_DEPTH)) == saved &&
            !truth(SLOT(e, S_BLOCKS)) && !truth(SLOT(e, S_PAUSED_EXPLICIT)) && !truth(SLOT(e, S_SLOW)) &&
            (!truth(SLOT(e, S_EXTRAS)) || (PyLong_CheckExact(SLOT(e, S_EXTRAS)) &&
                                            PyLong_AsLong(SLOT(e, S_EXTRAS)) == MEMORY_ONLY)); /* (marks: not due) */
@@ -1152,6 +1153,17 @@ label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     PyObject *out = CALL_WRAPPED(e->fn, args, nargsf, kwnames);
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
+    if (SLOT(e, S_PAUSED) == Py_True) { /* this rollout began an iteration left unattributed: its label leaves the
+                                        * stack unbooked, and the depth saved at its start comes back */
+        PyObject *saved = SLOT(e, S_SAVED_DEPTH);
+        Py_ssize_t k = PyList_GET_SIZE(saved);
+        PyObject *depth = Py_NewRef(k > 0 ? PyList_GET_ITEM(saved, k - 1) : zero);
+        if (pause_stack(e) < 0 || (k > 0 && PyList_SetSlice(saved, k - 1, k, NULL) < 0))
+            PyErr_WriteUnraisable(e->a);
+        set_slot(e, S_DEPTH, depth);
+        if (type != NULL) PyErr_Restore(type, value, tb);
+        return out;
+    }
     /* close_explicit: fast when the explicit phase is on top with nothing pending, or under one pending phase */
     int closed = 0;
     now = read_clock(e);
@@ -1287,12 +1299,39 @@ static PyObject *EVENT_CALL(Event *e, PyObject *const *args, size_t nargsf, PyOb
  * starts the next iteration, unattributed (its mark reuses the snapshot of the pause: nothing was booked since) or,
  * where sampled_index picks it or iteration_due needs Python, attributed again from its start. A collector's
  * labelled rollout resumes attribution (labels never pause it). */
+/* while paused, an env step or a collector's rollout after an update starts an iteration: 1 when it stays
+ * unattributed (its mark is appended, reusing the pause's snapshot: nothing was booked since), 0 when attribution
+ * resumes (sampled_index picks it, or iteration_due needs Python: the caller runs the event as usual), -1 error */
+static int
+paused_iteration(Event *e)
+{
+    PyObject *ts = SLOT(e, S_ITERATION_T), *snaps = SLOT(e, S_ITERATION_EXCL);
+    Py_ssize_t index = PyList_GET_SIZE(ts), k = PyList_GET_SIZE(snaps);
+    int due = sampled_index(index, PyLong_AsLong(SLOT(e, S_SAMPLE_EVERY))) ? 2 : iteration_due(e);
+    if (due < 0) return -1;
+    if (k == 0) due = 2; /* (no snapshot to reuse: cannot happen, a pause takes one) */
+    else if (truth(SLOT(e, S_PAUSED_EXPLICIT))) due = 1; /* inside an rlbench.phase opened while paused */
+    if (due == 2) return resume(e) < 0 ? -1 : 0;
+    double now = read_clock(e);
+    if (PyErr_Occurred()) return -1;
+    PyObject *t = PyFloat_FromDouble(now);
+    int r = t == NULL ? -1 : PyList_Append(ts, t);
+    Py_XDECREF(t);
+    if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_STEPS), SLOT(e, S_STEPS));
+    if (r == 0) r = PyList_Append(snaps, PyList_GET_ITEM(snaps, k - 1));
+    if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_SAMPLED), Py_False);
+    if (r < 0) return -1;
+    set_slot(e, S_UPDATED, Py_NewRef(Py_False));
+    return 1;
+}
+
 static PyObject *
 paused_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    if (e->mark == LABEL_ITERATION) {
-        if (resume(e) < 0) return NULL;
-        return EVENT_CALL(e, args, nargsf, kwnames);
+    if (e->mark == LABEL_ITERATION) { /* a collector's rollout: inside one (its iterator calling it), it passes */
+        int unattributed = truth(SLOT(e, S_UPDATED)) ? paused_iteration(e) : 1;
+        if (unattributed < 0) return NULL;
+        return unattributed ? CALL_WRAPPED(e->fn, args, nargsf, kwnames) : EVENT_CALL(e, args, nargsf, kwnames);
     }
     if (e->mark) return CALL_WRAPPED(e->fn, args, nargsf, kwnames); /* a grad-mode mark, a label, a copy */
     if (e->model) return module_passthrough(e, args, nargsf, kwnames);
@@ -1302,26 +1341,9 @@ paused_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
     }
     if (truth(SLOT(e, S_UPDATED))) { /* this env step starts an iteration */
-        PyObject *ts = SLOT(e, S_ITERATION_T), *snaps = SLOT(e, S_ITERATION_EXCL);
-        Py_ssize_t index = PyList_GET_SIZE(ts), k = PyList_GET_SIZE(snaps);
-        int due = sampled_index(index, PyLong_AsLong(SLOT(e, S_SAMPLE_EVERY))) ? 2 : iteration_due(e);
-        if (due < 0) return NULL;
-        if (k == 0) due = 2; /* (no snapshot to reuse: cannot happen, a pause takes one) */
-        else if (truth(SLOT(e, S_PAUSED_EXPLICIT))) due = 1; /* inside an rlbench.phase opened while paused */
-        if (due == 2) {
-            if (resume(e) < 0) return NULL;
-            return EVENT_CALL(e, args, nargsf, kwnames);
-        }
-        double now = read_clock(e);
-        if (PyErr_Occurred()) return NULL;
-        PyObject *t = PyFloat_FromDouble(now);
-        int r = t == NULL ? -1 : PyList_Append(ts, t);
-        Py_XDECREF(t);
-        if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_STEPS), SLOT(e, S_STEPS));
-        if (r == 0) r = PyList_Append(snaps, PyList_GET_ITEM(snaps, k - 1));
-        if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_SAMPLED), Py_False);
-        if (r < 0) return NULL;
-        set_slot(e, S_UPDATED, Py_NewRef(Py_False));
+        int unattributed = paused_iteration(e);
+        if (unattributed < 0) return NULL;
+        if (!unattributed) return EVENT_CALL(e, args, nargsf, kwnames);
     }
     PyObject *out = CALL_WRAPPED(e->fn, args, nargsf, kwnames);
     if (out != NULL && count_steps(e, args[0]) < 0) Py_CLEAR(out);
