@@ -199,8 +199,8 @@ def attribution_metrics(
     steady_s = float(span_s[steady].sum())
     attributed_s = float(span_s[steady][kept].sum())
     weights = np.ones(len(steady))
+    late = steady >= SAMPLE_FROM
     if not kept.all():
-        late = steady >= SAMPLE_FROM
         late_attributed_s = float(span_s[steady][late & kept].sum())
         if late_attributed_s > 0:
             weights[late] = float(span_s[steady][late].sum()) / late_attributed_s
@@ -245,9 +245,9 @@ def attribution_metrics(
             "attributed_s": attributed_s,
             "steady_s": steady_s,
             # rare long iterations (an evaluation every N steps) are shared out in the attributed ones' proportions
-            # if none of them was attributed: how much of each side's time was in iterations over LONG_X times the
-            # attributed median (a GC pause or a log line makes a few on both sides)
-            **_long_iterations(span_s[steady], kept),
+            # if none of them was attributed: how much of each side's time, from SAMPLE_FROM on, was in iterations
+            # over LONG_X times the attributed median (a GC pause or a log line makes a few on both sides)
+            **_long_iterations(span_s[steady][late], kept[late]),
         }
         m.append(Metric(PROFILE_ATTRIBUTED, "count", "none", [float(kept.sum())], meta=meta))
     if startup_s is not None:

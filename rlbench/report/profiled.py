@@ -333,9 +333,10 @@ def sampling_section(d: RunData) -> list[str]:
         f"From iteration {fmt(meta.get('from'), 0)} on, one iteration in {every} was attributed, picked by a hash of "
         "its index; in the others the hooks passed every call through and recorded only where the iteration began "
         f"and its agent steps. **{attributed:,} of {steady:,} steady iterations** were attributed "
-        f"({pct(share, 1)} of the steady wall time, first repeat): the phase seconds above are theirs, scaled to "
-        "the whole steady state, so shares, per-step and per-call figures are theirs; the Events column counts "
-        "their calls. `--all-iterations` attributes every iteration, at the hooks' full cost.",
+        f"({pct(share, 1)} of the steady wall time, first repeat). The phase seconds above are the first "
+        f"{fmt(meta.get('from'), 0)} iterations' as measured and the later attributed ones' scaled to all the later "
+        "iterations' wall time, so per-step and per-call figures are the attributed iterations'; the Events column "
+        "counts their calls. `--all-iterations` attributes every iteration, at the hooks' full cost.",
     ]
     unattributed_long, attributed_long = meta.get("unattributed_long_share"), meta.get("attributed_long_share")
     if unattributed_long is not None and attributed_long is not None and unattributed_long - attributed_long >= LONG_EXCESS:
