@@ -646,7 +646,7 @@ class Attributor:
         self.iteration_t.append(now)
         self.iteration_steps.append(self.steps)
         self.iteration_excl.append(_pack(self.excl))
-        self.iteration_sampled.append(True)  # (only the compiled hooks pause: start_iteration, for an env step)
+        self.iteration_sampled.append(True)  # (only the compiled hooks pause, at an env step or a collector's label)
         self.updated = False
         self.mem_on = self.memory and memory_marked(index)
         self._mem_left.clear()

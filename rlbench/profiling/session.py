@@ -51,7 +51,8 @@ class Settings:
         sample_every: From the 512th iteration on (:data:`~rlbench.profiling.attribution.SAMPLE_FROM`), attribute one
             iteration in this many, picked by a hash of its index; the others pass their hooked calls through and
             record only their wall time and agent steps (``--all-iterations``: 1, every one). The compiled hooks do
-            it, for iterations an env step starts at top level (an off-policy loop's, one per env step).
+            it, for iterations an env step or a collector's labelled rollout starts at top level (an off-policy
+            loop's, one per env step).
     """
 
     sync: bool = False
