@@ -118,8 +118,8 @@ def build_profile_parser() -> Parser:
         action="store_true",
         help="attribute every training iteration: by default, from the 512th on, one in 8 is (picked by a hash of its "
         "index; the others' hooked calls pass straight through and only their wall time and agent steps are kept). An "
-        "off-policy loop starts an iteration per env step: attributing them all cost about 3%% of its steady state here, "
-        "sampling 1.3-2%%",
+        "off-policy loop starts an iteration per env step: attributing them all cost a CleanRL-style DQN about 3%% of its "
+        "steady state on rlbench's 2-vCPU test machine, sampled 1.3-2%% (docs/profiling.md)",
     )
     p.add_argument("--no-memory", action="store_true", help="do not record peak-RSS growth per phase")
     p.add_argument("--no-labels", action="store_true", help="do not label Stable-Baselines3 / TorchRL methods")
