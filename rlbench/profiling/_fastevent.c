@@ -588,6 +588,20 @@ pack_excl(PyObject *excl)
  * with the running totals, which dict_add_double then keeps updating in place). No memory mark is due, nothing is
  * counted, no profiler runs: the extras stay off. (Attributor._cuda is read only by memory marks, whose iterations are
  * Python's: it is set there.) */
+/* an iteration's mark (Attributor._new_iteration's lists): its start, the agent steps before it, the snapshot `snap`
+ * (not stolen) and whether it is attributed */
+static int
+append_mark(Event *e, double now, PyObject *snap, int attributed)
+{
+    PyObject *t = PyFloat_FromDouble(now);
+    int r = t == NULL ? -1 : PyList_Append(SLOT(e, S_ITERATION_T), t);
+    Py_XDECREF(t);
+    if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_STEPS), SLOT(e, S_STEPS));
+    if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_EXCL), snap);
+    if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_SAMPLED), attributed ? Py_True : Py_False);
+    return r;
+}
+
 static int
 start_iteration(Event *e, double now)
 {
@@ -595,12 +609,7 @@ start_iteration(Event *e, double now)
     if (snap == NULL) return -1;
     Py_ssize_t index = PyList_GET_SIZE(SLOT(e, S_ITERATION_T));
     int pause = may_pause(e) && !sampled_index(index, PyLong_AsLong(SLOT(e, S_SAMPLE_EVERY)));
-    PyObject *t = PyFloat_FromDouble(now);
-    int r = t == NULL ? -1 : PyList_Append(SLOT(e, S_ITERATION_T), t);
-    Py_XDECREF(t);
-    if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_STEPS), SLOT(e, S_STEPS));
-    if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_EXCL), snap);
-    if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_SAMPLED), pause ? Py_False : Py_True);
+    int r = append_mark(e, now, snap, !pause);
     Py_DECREF(snap);
     if (r < 0) return -1;
     if (pause) set_slot(e, S_PAUSED, Py_NewRef(Py_True)); /* the step runs, then pause_stack (finish) */
@@ -1305,22 +1314,15 @@ static PyObject *EVENT_CALL(Event *e, PyObject *const *args, size_t nargsf, PyOb
 static int
 paused_iteration(Event *e)
 {
-    PyObject *ts = SLOT(e, S_ITERATION_T), *snaps = SLOT(e, S_ITERATION_EXCL);
-    Py_ssize_t index = PyList_GET_SIZE(ts), k = PyList_GET_SIZE(snaps);
+    PyObject *snaps = SLOT(e, S_ITERATION_EXCL);
+    Py_ssize_t index = PyList_GET_SIZE(SLOT(e, S_ITERATION_T)), k = PyList_GET_SIZE(snaps);
     int due = sampled_index(index, PyLong_AsLong(SLOT(e, S_SAMPLE_EVERY))) ? 2 : iteration_due(e);
     if (due < 0) return -1;
     if (k == 0) due = 2; /* (no snapshot to reuse: cannot happen, a pause takes one) */
     else if (truth(SLOT(e, S_PAUSED_EXPLICIT))) due = 1; /* inside an rlbench.phase opened while paused */
     if (due == 2) return resume(e) < 0 ? -1 : 0;
     double now = read_clock(e);
-    if (PyErr_Occurred()) return -1;
-    PyObject *t = PyFloat_FromDouble(now);
-    int r = t == NULL ? -1 : PyList_Append(ts, t);
-    Py_XDECREF(t);
-    if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_STEPS), SLOT(e, S_STEPS));
-    if (r == 0) r = PyList_Append(snaps, PyList_GET_ITEM(snaps, k - 1));
-    if (r == 0) r = PyList_Append(SLOT(e, S_ITERATION_SAMPLED), Py_False);
-    if (r < 0) return -1;
+    if (PyErr_Occurred() || append_mark(e, now, PyList_GET_ITEM(snaps, k - 1), 0) < 0) return -1;
     set_slot(e, S_UPDATED, Py_NewRef(Py_False));
     return 1;
 }

@@ -207,13 +207,13 @@ def attribution_metrics(
     measured = deltas[kept].sum(axis=0)  # (an unattributed row's deltas are 0: nothing was booked)
     totals = (deltas[kept] * weights[kept][:, None]).sum(axis=0)
     steady_excl = {k: float(v) for k, v in zip(keys, totals) if v > 0}
-    measured_incl = inclusive({k: float(v) for k, v in zip(keys, measured) if v > 0}, ordered_paths(r.layers))
+    paths = ordered_paths(r.layers)
+    measured_incl = inclusive({k: float(v) for k, v in zip(keys, measured) if v > 0}, paths)
     steady_steps = int(span_steps[steady].sum())
     warm_s = float(span_s[0]) if warm else 0.0
     warm_steps = int(span_steps[0]) if warm else 0
     train_s = warm_s + steady_s
     steps = warm_steps + steady_steps
-    paths = ordered_paths(r.layers)
     incl = inclusive(steady_excl, paths)
     m = [
         Metric(
