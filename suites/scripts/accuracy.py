@@ -57,9 +57,11 @@ from rlbench.suites.scripts.checkpoint import (
 )
 
 from rlbench.core.children import child_pythonpath
+from rlbench.profiling.attribution import SAMPLE_FROM
 from rlbench.profiling.launcher import Target, child_env, write_child_spec
 from rlbench.profiling.session import Settings
 from rlbench.results.fingerprint import machine_fingerprint, software_fingerprint
+from rlbench.results.metrics import PROFILE_ATTRIBUTED
 from rlbench.results.store import read_records
 
 HERE = Path(__file__).resolve().parent
@@ -480,6 +482,15 @@ def run_accuracy(hand: Path, args: list[str], tmp: Path, mapping: dict[str, list
     hand_share = {k: handed["phases"].get(k, 0.0) / loop for k in mapping}
     counts = {r.metric: r.samples[0] for r in records if r.metric.split("/")[0] in ("ops", "syncs", "copies")}
     overhead = next((r.meta.get("share") for r in records if r.metric == "profile/overhead_s"), None)
+    # the profile's defaults sample iterations from SAMPLE_FROM on: how many steady ones it attributed (None: all)
+    sampled = next(
+        (
+            {"attributed": int(r.samples[0]), "steady": r.meta["steady"], "every": r.meta["every"]}
+            for r in records
+            if r.metric == PROFILE_ATTRIBUTED
+        ),
+        None,
+    )
     return {
         "auto": auto,
         "hand": hand_share,
@@ -487,6 +498,7 @@ def run_accuracy(hand: Path, args: list[str], tmp: Path, mapping: dict[str, list
         "hand_other": 1 - sum(hand_share[k] for k in top),
         "counts": counts,
         "estimated_overhead": overhead,
+        "sampled": sampled,
         "loop_s": handed["loop_s"],
         "wall_s": wall,
     }
@@ -680,7 +692,7 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
             f"| Python/other (rest) | {_pct(statistics.median(other_h))} | {_pct(statistics.median(other_a))} | "
             f"{100 * worst:.2f} pp |"
         )
-        lines.append("")
+        lines += ["", _sampled_line(acc), ""]
     lines += [
         f"Largest difference over every row (Python/other included), script and round: **{100 * worst_all:.2f} pp**, "
         f"in {worst_row} (target: ±3 pp).",
@@ -820,6 +832,24 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
             f"{'yes' if same else '**no**'} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _sampled_line(acc: list[dict[str, Any]]) -> str:
+    """What the profile attributed in these rounds: with its defaults, one steady iteration in ``every`` from the
+    ``SAMPLE_FROM``-th on, the rest scaled from them (``docs/profiling.md``); runs saved before sampling say nothing."""
+    if any("sampled" not in a for a in acc):
+        return "Profiled before `rlbench profile` sampled iterations: every iteration attributed."
+    sampled = [a["sampled"] for a in acc if a["sampled"]]
+    if not sampled:
+        return "Every iteration attributed in every round (too few iterations for sampling to start)."
+    shares = [s["attributed"] / s["steady"] for s in sampled]
+    first = sampled[0]
+    return (
+        f"Sampled iterations in {len(sampled)} of {len(acc)} rounds: one in {first['every']} attributed from the "
+        f"{SAMPLE_FROM}th on, {first['attributed']:,} of {first['steady']:,} steady iterations in the first "
+        f"({100 * min(shares):.1f}–{100 * max(shares):.1f}% of them over the rounds); the automatic shares scale them "
+        "to the rest."
+    )
 
 
 def _scripts(results: dict[str, Any]) -> list[str]:

@@ -229,6 +229,21 @@ def test_accuracy_harness_covers_every_script() -> None:
         assert accuracy.INSTRUCTION_BUDGETS[name][0] == cfg["args"][0] == accuracy.OVERHEAD_ARGS[name][0], name
 
 
+def test_accuracy_report_says_what_the_profile_sampled() -> None:
+    from rlbench.suites.scripts import accuracy
+
+    def rounds(*sampled):
+        return [{"sampled": s} for s in sampled]
+
+    line = accuracy._sampled_line(
+        rounds({"attributed": 400, "steady": 3000, "every": 8}, {"attributed": 390, "steady": 3000, "every": 8})
+    )
+    assert "in 2 of 2 rounds" in line and "one in 8" in line and "400 of 3,000" in line and "13.0–13.3%" in line
+    assert "512th" in line
+    assert accuracy._sampled_line(rounds(None, None)).startswith("Every iteration attributed in every round")
+    assert "before `rlbench profile` sampled" in accuracy._sampled_line([{}])  # a report saved before sampling
+
+
 @pytest.mark.slow
 def test_overhead_harness_interleaves_hooked_and_plain_iterations() -> None:
     from rlbench.suites.scripts.overhead import measure
