@@ -38,6 +38,9 @@ from rlbench.suites.scripts.accuracy import (
 )
 from rlbench.suites.scripts.checkpoint import interrupted, invocations, sigterm_as_interrupt, start
 
+from rlbench.profiling.attribution import SAMPLE_FROM
+from rlbench.profiling.session import Settings
+
 # about 20 s of plain wall time per script on this machine kind (2 vCPU, one torch thread), imports included
 BUDGETS: dict[str, list[str]] = {
     "cleanrl": ["--total-timesteps", "150000"],
@@ -107,6 +110,19 @@ def _straddles(share: list[float]) -> bool:
     return min(share) <= TARGET_SHARE < max(share)
 
 
+def _sampling_note(meta: dict[str, Any]) -> str:
+    """How the profiled runs attributed iterations: saved since ``rlbench profile`` samples them (its default)."""
+    every = meta.get("sample_every")
+    if every is None:
+        return ""
+    if every == 1:
+        return ", attributing every iteration"
+    return (
+        f", with the command's default sampling: from the {SAMPLE_FROM}th iteration on one in {every} is attributed "
+        "and the others pass through the hooks (`docs/profiling.md`)"
+    )
+
+
 def _noise_line(rows: list[tuple[float, bool]]) -> str:
     """What the machine's own noise lets these pairs decide."""
     spread = statistics.median(r[0] for r in rows)
@@ -134,7 +150,8 @@ def render(results: dict[str, Any]) -> str:
         f"- Software: Python {soft.get('python')}, torch {pkgs.get('torch')}, gymnasium {pkgs.get('gymnasium')}, "
         f"stable-baselines3 {pkgs.get('stable-baselines3')}, torchrl {pkgs.get('torchrl')}",
         f"- rlbench imported from {env['install']}; the profiled hooks were the "
-        f"{'compiled ones (`rlbench/profiling/_fastevent.c`)' if meta.get('compiled') else 'Python wrappers'}",
+        f"{'compiled ones (`rlbench/profiling/_fastevent.c`)' if meta.get('compiled') else 'Python wrappers'}"
+        + _sampling_note(meta),
         "- Each side is a fresh process, timed from spawn to exit: `python SCRIPT ARGS` and "
         "`rlbench profile --quiet -- python SCRIPT ARGS` (starting the CLI, the profiled child, installing the hooks, "
         "fingerprints, records and the markdown report), alternating, the order reversed every round. Added: each "
@@ -253,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         results["_meta"] = {
             "environment": environment(),
             "compiled": native_available(),
+            "sample_every": Settings().sample_every,  # rlbench profile's default, what every profiled run here used
             **cp.meta(time.perf_counter() - t0),
         }
         report.with_suffix(".json").write_text(json.dumps(results, indent=1), encoding="utf-8")

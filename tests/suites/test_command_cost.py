@@ -59,6 +59,15 @@ def test_the_report_says_which_verdicts_the_machines_noise_leaves_open() -> None
     assert "every script's pairs agree on its verdict" in loaded
 
 
+def test_the_report_says_how_the_profiled_runs_sampled_iterations() -> None:
+    results = _results()
+    assert "sampling" not in command_cost.render(results)  # saved before the harness recorded it: nothing claimed
+    results["_meta"]["sample_every"] = 8
+    assert "default sampling: from the 512th iteration on one in 8 is attributed" in command_cost.render(results)
+    results["_meta"]["sample_every"] = 1
+    assert "attributing every iteration" in command_cost.render(results)
+
+
 def test_every_accuracy_script_has_a_twenty_second_budget() -> None:
     assert set(command_cost.BUDGETS) == set(accuracy.SCRIPTS)
 
