@@ -57,7 +57,7 @@ from rlbench.suites.scripts.checkpoint import (
 )
 
 from rlbench.core.children import child_pythonpath
-from rlbench.profiling.attribution import SAMPLE_FROM
+from rlbench.profiling.attribution import SAMPLE_EVERY, SAMPLE_FROM
 from rlbench.profiling.launcher import Target, child_env, write_child_spec
 from rlbench.profiling.session import Settings
 from rlbench.results.fingerprint import machine_fingerprint, software_fingerprint
@@ -758,7 +758,8 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
         "the same sessions with the Python wrappers they stand for (`RLBENCH_PURE_PYTHON_HOOKS=1`, what an install "
         "without a C compiler gets), in the same rounds. The sum of the parts estimates a whole run from the hooks' "
         "ratio, measured on shorter runs in CPU time, and the fixed cost; the whole-run table above measures the same "
-        "thing directly, and where the two differ, the direct measurement is the one the target applies to.",
+        "thing directly, and where the two differ, the direct measurement is the one the target applies to."
+        + _sampling_parts(results),
         "",
         "| Script (budget) | Plain CPU s, median (min–max) | Profiled CPU s | Hooks' overhead, paired median (min–max) | "
         "Estimated by the profiler itself | Sum of the parts at the accuracy budget (hooks + fixed cost) | "
@@ -849,6 +850,18 @@ def _sampled_line(acc: list[dict[str, Any]]) -> str:
         f"{SAMPLE_FROM}th on, {first['attributed']:,} of {first['steady']:,} steady iterations in the first "
         f"({100 * min(shares):.1f}–{100 * max(shares):.1f}% of them over the rounds); the automatic shares scale them "
         "to the rest."
+    )
+
+
+def _sampling_parts(results: dict[str, Any]) -> str:
+    """Whether the sessions measured here sampled iterations (saved since the harness records it)."""
+    rounds = [a for n, r in results.items() if not n.startswith("_") for a in r.get("accuracy", [])]
+    if not rounds or any("sampled" not in a for a in rounds):
+        return ""
+    return (
+        f" Every session here runs with `rlbench profile`'s defaults: from the {SAMPLE_FROM}th iteration on, one in "
+        f"{SAMPLE_EVERY} is attributed and the others pass through the hooks, so a budget with fewer iterations (the "
+        "hooks' and instructions' shorter ones) samples a smaller part of its run than the accuracy budget does."
     )
 
 

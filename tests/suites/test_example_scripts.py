@@ -242,6 +242,8 @@ def test_accuracy_report_says_what_the_profile_sampled() -> None:
     assert "512th" in line
     assert accuracy._sampled_line(rounds(None, None)).startswith("Every iteration attributed in every round")
     assert "before `rlbench profile` sampled" in accuracy._sampled_line([{}])  # a report saved before sampling
+    assert "one in 8 is attributed" in accuracy._sampling_parts({"dqn": {"accuracy": rounds(None)}, "_meta": {}})
+    assert accuracy._sampling_parts({"dqn": {"accuracy": [{}]}}) == ""
 
 
 @pytest.mark.slow
