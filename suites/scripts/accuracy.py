@@ -842,7 +842,10 @@ def _sampled_line(acc: list[dict[str, Any]]) -> str:
         return "Profiled before `rlbench profile` sampled iterations: every iteration attributed."
     sampled = [a["sampled"] for a in acc if a["sampled"]]
     if not sampled:
-        return "Every iteration attributed in every round (too few iterations for sampling to start)."
+        return (
+            f"Every iteration attributed in every round: sampling starts at the {SAMPLE_FROM}th iteration, and leaves "
+            "out only iterations an env step or a collector's labelled rollout starts (`docs/profiling.md`)."
+        )
     shares = [s["attributed"] / s["steady"] for s in sampled]
     first = sampled[0]
     return (

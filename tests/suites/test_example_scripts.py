@@ -240,7 +240,8 @@ def test_accuracy_report_says_what_the_profile_sampled() -> None:
     )
     assert "in 2 of 2 rounds" in line and "one in 8" in line and "400 of 3,000" in line and "13.0–13.3%" in line
     assert "512th" in line
-    assert accuracy._sampled_line(rounds(None, None)).startswith("Every iteration attributed in every round")
+    unsampled = accuracy._sampled_line(rounds(None, None))
+    assert unsampled.startswith("Every iteration attributed in every round: sampling starts at the 512th")
     assert "before `rlbench profile` sampled" in accuracy._sampled_line([{}])  # a report saved before sampling
     assert "one in 8 is attributed" in accuracy._sampling_parts({"dqn": {"accuracy": rounds(None)}, "_meta": {}})
     assert accuracy._sampling_parts({"dqn": {"accuracy": [{}]}}) == ""
