@@ -837,7 +837,8 @@ def render(results: dict[str, Any], rounds: int, seconds: float) -> str:
 
 def _sampled_line(acc: list[dict[str, Any]]) -> str:
     """What the profile attributed in these rounds: with its defaults, one steady iteration in ``every`` from the
-    ``SAMPLE_FROM``-th on, the rest scaled from them (``docs/profiling.md``); runs saved before sampling say nothing."""
+    ``SAMPLE_FROM``-th on, the rest scaled from them (``docs/profiling.md``); runs saved before the harness recorded it
+    were profiled before sampling existed, every iteration attributed."""
     if any("sampled" not in a for a in acc):
         return "Profiled before `rlbench profile` sampled iterations: every iteration attributed."
     sampled = [a["sampled"] for a in acc if a["sampled"]]
