@@ -223,7 +223,7 @@ SCRIPTS: dict[str, dict[str, Any]] = {
 SEED = 1
 
 
-def _env() -> dict[str, str]:
+def script_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = child_pythonpath()
     return env
@@ -245,7 +245,7 @@ def _timed(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
 
 def run_plain(script: Path, args: list[str]) -> dict[str, float]:
     """``python script args`` as a user runs it."""
-    return _timed([sys.executable, str(script), *args], _env())
+    return _timed([sys.executable, str(script), *args], script_env())
 
 
 def run_profiled(script: Path, args: list[str], tmp: Path) -> dict[str, float]:
@@ -353,7 +353,7 @@ def _child(script: Path, args: list[str], hooked: bool, valgrind: bool) -> tuple
     cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"] if valgrind else []
     cmd += [sys.executable, "-m", "rlbench.suites.scripts.accuracy", "--child", "hooked" if hooked else "plain"]
     cmd += [str(GAP_SCALE if valgrind else 1.0), str(script), *args]
-    env = _env()
+    env = script_env()
     # one thread everywhere: cachegrind counts every thread's instructions, and idle BLAS/OpenMP workers spinning
     # would add counts that depend on timing, not on the work. One hash seed: with a random one, string-keyed dict
     # lookups probe differently each run, and 1,000 DQN steps' counts varied by tens of millions of instructions (so
@@ -397,10 +397,15 @@ def instructions(name: str) -> dict[str, Any]:
     return {"budgets": [low, high], "counts": counts, **per, "counted": per_step(done[3][1]), "native": per_step(native)}
 
 
+def command_argv(script: Path, args: list[str], tmp: Path) -> list[str]:
+    """``rlbench profile --quiet -- python script args``, its records in ``tmp``'s store."""
+    cmd = [sys.executable, "-m", "rlbench", "profile", "--quiet", "--store", str(tmp / "store"), "--", "python"]
+    return [*cmd, str(script), *args]
+
+
 def run_command(script: Path, args: list[str], tmp: Path) -> dict[str, float]:
     """The whole ``rlbench profile --quiet -- python script args`` command, as a user runs it."""
-    cmd = [sys.executable, "-m", "rlbench", "profile", "--quiet", "--store", str(tmp / "store"), "--", "python"]
-    return _timed([*cmd, str(script), *args], _env())
+    return _timed(command_argv(script, args, tmp), script_env())
 
 
 def fixed_cost(tmp: Path, rounds: int) -> dict[str, list[float]]:
@@ -466,7 +471,7 @@ def _alternating(runs: dict[str, Callable[[], dict[str, float]]], rounds: int) -
 def run_accuracy(hand: Path, args: list[str], tmp: Path, mapping: dict[str, list[str]], top: list[str]) -> dict[str, Any]:
     """Hand copy under ``rlbench profile``: hand shares, automatic shares, and op counts, from the same run."""
     out, store = tmp / "hand.json", tmp / "store"
-    env = _env()
+    env = script_env()
     env["RLBENCH_HAND_OUT"] = str(out)
     cmd = [sys.executable, "-m", "rlbench", "profile", "--quiet", "--count-ops", "--store", str(store), "--", "python"]
     cmd += [str(hand), *args]
