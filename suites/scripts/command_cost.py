@@ -8,8 +8,9 @@ machine (``--loads 0 1``: quiet, then beside one CPU-busy process), and in alter
 * **a trivial script** that only imports torch and gymnasium, the same two ways: the command's fixed cost (starting
   the CLI and the profiled child, installing the hooks, fingerprints, writing records and the report).
 
-``--side-by-side`` adds a state in which each pair's two runs start at the same moment, one per core: a virtual
-machine whose speed drifts by several percent from one 20 s run to the next slows both alike.
+``--side-by-side`` adds a state in which each pair's two runs start at the same moment, one per core: a slow spell of
+the whole host then slows both alike (a core slower than the other does not: on this project's 2-vCPU machines the
+pairs spread about as widely that way, ``docs/profiling.md``).
 
 The report gives every pair's added seconds and added share (paired medians, min–max) against the issue's targets
 (at most +3% on a 20 s script, at most +0.3 s on a trivial one), says where the pairs fall on both sides of 3% (the
@@ -285,8 +286,9 @@ def render(results: dict[str, Any]) -> str:
         if state == TOGETHER:
             lines += [
                 "Each pair's two runs start at the same moment and run at once, one per core, the start order reversed "
-                "every round: a slow spell of the host hits both runs of a pair alike, and "
-                "each run is the other's load (a training script, where the loaded state has `while True: pass`). "
+                "every round: a slow spell of the whole host hits both runs of a pair alike (a core slower than the other "
+                "slows only the run on it), and each run is the other's load (a training script, where the loaded "
+                "state has `while True: pass`). "
                 "Each side's CPU seconds are its own process tree's (`os.wait4`). The side that ends first leaves the "
                 "other the machine to itself for the rest of its run, which narrows the difference by a little.",
                 "",
