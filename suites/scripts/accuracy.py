@@ -243,9 +243,14 @@ def _timed(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
     return {"wall": wall, "cpu": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)}
 
 
+def plain_argv(script: Path, args: list[str]) -> list[str]:
+    """``python script args``, as a user runs it."""
+    return [sys.executable, str(script), *args]
+
+
 def run_plain(script: Path, args: list[str]) -> dict[str, float]:
     """``python script args`` as a user runs it."""
-    return _timed([sys.executable, str(script), *args], script_env())
+    return _timed(plain_argv(script, args), script_env())
 
 
 def run_profiled(script: Path, args: list[str], tmp: Path) -> dict[str, float]:
@@ -397,9 +402,9 @@ def instructions(name: str) -> dict[str, Any]:
     return {"budgets": [low, high], "counts": counts, **per, "counted": per_step(done[3][1]), "native": per_step(native)}
 
 
-def command_argv(script: Path, args: list[str], tmp: Path) -> list[str]:
-    """``rlbench profile --quiet -- python script args``, its records in ``tmp``'s store."""
-    cmd = [sys.executable, "-m", "rlbench", "profile", "--quiet", "--store", str(tmp / "store"), "--", "python"]
+def command_argv(script: Path, args: list[str], tmp: Path, *options: str) -> list[str]:
+    """``rlbench profile --quiet [options] -- python script args``, its records in ``tmp``'s store."""
+    cmd = [sys.executable, "-m", "rlbench", "profile", "--quiet", *options, "--store", str(tmp / "store"), "--", "python"]
     return [*cmd, str(script), *args]
 
 
@@ -473,8 +478,7 @@ def run_accuracy(hand: Path, args: list[str], tmp: Path, mapping: dict[str, list
     out, store = tmp / "hand.json", tmp / "store"
     env = script_env()
     env["RLBENCH_HAND_OUT"] = str(out)
-    cmd = [sys.executable, "-m", "rlbench", "profile", "--quiet", "--count-ops", "--store", str(store), "--", "python"]
-    cmd += [str(hand), *args]
+    cmd = command_argv(hand, args, tmp, "--count-ops")
     subprocess.run(cmd, check=True, capture_output=True, env=env)
     handed = json.loads(out.read_text(encoding="utf-8"))
     records = read_records(store)

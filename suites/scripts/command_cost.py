@@ -42,6 +42,7 @@ from rlbench.suites.scripts.accuracy import (
     busy_load,
     command_argv,
     environment,
+    plain_argv,
     run_command,
     run_plain,
     sb3_logs_in_scratch,
@@ -133,7 +134,7 @@ def _together(cmds: dict[str, list[str]], rounds: int, tmp: Path) -> dict[str, l
 def _pair_runs(script: Path, args: list[str], rounds: int, tmp: Path, together: bool) -> dict[str, list[dict[str, float]]]:
     """``rounds`` pairs of the plain script and the whole command: alternating, or side by side."""
     if together:
-        cmds = {"plain": [sys.executable, str(script), *args], "command": command_argv(script, args, tmp)}
+        cmds = {"plain": plain_argv(script, args), "command": command_argv(script, args, tmp)}
         return _together(cmds, rounds, tmp)
     runs = {"plain": lambda: run_plain(script, args), "command": lambda: run_command(script, args, tmp)}
     return _alternating(runs, rounds)
