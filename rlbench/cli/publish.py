@@ -44,8 +44,9 @@ def build_publish_parser() -> Parser:
         "--plotly",
         choices=("bundle", "cdn"),
         default="bundle",
-        help="bundle: copy plotly.js (4.7 MB) into the site's assets/, so it opens offline (default); cdn: link the "
-        "same plotly.js version on cdn.plot.ly instead, for a site kept in a repository (viewing needs the network)",
+        help="bundle: copy plotly.js (its basic bundle, 1.2 MB) into the site's assets/, so it opens offline (default); "
+        "cdn: link the same bundle and version on cdn.plot.ly instead, for a site kept in a repository (viewing needs "
+        "the network)",
     )
     p.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     return p

@@ -12,9 +12,10 @@ Pages, all written into one output folder:
 * ``regressions.html``: every detected step (:func:`rlbench.analysis.steps.detect_all`) with its commit range (last
   good -> first bad, linked through ``--commit-url``), size and 95% interval, the phases that stepped with it, and
   the ``rlbench ab`` / ``rlbench bisect`` commands that confirm it.
-* ``assets/``: ``plotly.min.js`` (copied once from the installed plotly package), ``site.js`` and ``site.css``. With
-  ``plotly="cdn"`` the chart pages load plotly.js (the version the installed plotly bundles) from its CDN instead and
-  the 4.7 MB copy is not written: for a site kept in a repository; viewing it then needs the network.
+* ``assets/``: ``plotly-basic.min.js`` (plotly.js's basic partial bundle: scatter and bar traces, all the site draws;
+  shipped in ``site_assets/`` beside its licence), ``site.js`` and ``site.css``. With ``plotly="cdn"`` the chart pages
+  load the same bundle and version from plotly's CDN instead and the 1.2 MB copy is not written: for a site kept in a
+  repository; viewing it then needs the network.
 
 Per-commit intervals: the distribution-free 95% interval of the median (order statistics of the binomial) where a
 commit has 6 or more samples, else the range of its samples (fewer samples cannot give 95%); the hover says which.
@@ -60,7 +61,8 @@ from rlbench.results.metrics import COUNTERS, EVAL_RETURN, TIME
 from rlbench.results.outputs import write_output
 
 ASSETS = "assets"
-PLOTLY_JS = "plotly.min.js"
+PLOTLY_JS = "plotly-basic.min.js"  #: plotly.js's basic partial bundle (npm: plotly.js-basic-dist-min), in site_assets/
+STALE_ASSETS = ("plotly.min.js",)  #: what earlier versions wrote into assets/ and a republish removes
 SITE_JS = "site.js"
 SITE_CSS = "site.css"
 BENCH_PREFIX = "bench-"
@@ -852,27 +854,29 @@ def sparkline(values: Sequence[float | None], direction: str = "none", width: in
 
 
 # --- writing --------------------------------------------------------------------------------------------------------
-def _plotly_js() -> Path:
-    try:
-        import plotly
-    except ImportError:  # pragma: no cover - plotly is a dependency
-        raise UsageError("rlbench publish needs plotly (pip install plotly)") from None
-    path = Path(plotly.__file__).resolve().parent / "package_data" / PLOTLY_JS
-    if not path.is_file():
-        raise UsageError(f"the installed plotly has no {PLOTLY_JS} at {str(path)!r}; reinstall plotly")
-    return path
+def _plotly_js() -> bytes:
+    """The plotly.js bundle the site ships (a package resource: no network, no other package)."""
+    return _asset(PLOTLY_JS)
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("rlbench.report").joinpath("site_assets", name).read_bytes()
+
+
+def plotly_version() -> str:
+    """The version of the shipped bundle, from its licence header (``plotly.js (basic - minified) v4.1.1``)."""
+    m = re.search(rb"plotly\.js \(basic - minified\) v(\d[\w.+-]*)", _plotly_js()[:300])
+    if m is None:  # pragma: no cover - the bundle is part of the package
+        raise DataError(f"site_assets/{PLOTLY_JS} has no plotly.js basic bundle header; reinstall rlbench")
+    return m.group(1).decode()
 
 
 PLOTLY_CHOICES = ("bundle", "cdn")
 
 
 def plotly_cdn_url() -> str:
-    """The CDN address of the plotly.js the installed plotly package bundles (the same code as ``bundle``)."""
-    try:
-        from plotly.offline import get_plotlyjs_version
-    except ImportError:  # pragma: no cover - plotly is a dependency
-        raise UsageError("rlbench publish needs plotly (pip install plotly)") from None
-    return f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js"
+    """The CDN address of the shipped bundle's version (the same code as ``bundle``)."""
+    return f"https://cdn.plot.ly/plotly-basic-{plotly_version()}.min.js"
 
 
 def check_site_dir(out: str | os.PathLike[str]) -> Path:
@@ -932,17 +936,12 @@ def write_site(
     summary = SiteSummary(out=root)
     own_assets = (SITE_JS, SITE_CSS)
     if plotly == "bundle":
-        plotly_src = _plotly_js()
-        plotly_dst = root / ASSETS / PLOTLY_JS
-        if not (
-            plotly_dst.is_file()
-            and plotly_dst.stat().st_size == plotly_src.stat().st_size
-            and plotly_dst.read_bytes() == plotly_src.read_bytes()
-        ):
-            write_output(plotly_dst, plotly_src.read_bytes(), "-o")
+        plotly_js, plotly_dst = _plotly_js(), root / ASSETS / PLOTLY_JS
+        if not (plotly_dst.is_file() and plotly_dst.stat().st_size == len(plotly_js) and plotly_dst.read_bytes() == plotly_js):
+            write_output(plotly_dst, plotly_js, "-o")  # (unchanged on a republish: not written again)
         own_assets = (PLOTLY_JS, *own_assets)
     for name in (SITE_JS, SITE_CSS):
-        write_output(root / ASSETS / name, resources.files("rlbench.report").joinpath("site_assets", name).read_bytes(), "-o")
+        write_output(root / ASSETS / name, _asset(name), "-o")
     summary.assets = [f"{ASSETS}/{n}" for n in own_assets]
 
     def put(rel: str, text: str) -> None:
@@ -962,6 +961,8 @@ def write_site(
         for rel in previous:
             if isinstance(rel, str) and rel.startswith(BENCH_PREFIX) and "/" not in rel and rel not in summary.pages:
                 (root / rel).unlink(missing_ok=True)
+        for name in STALE_ASSETS:  # an earlier version's copy of the full plotly.js, which no page loads any more
+            (root / ASSETS / name).unlink(missing_ok=True)
     summary.machines = [v.id for v in views]
     summary.benchmarks = list(site.pages)
     summary.series = sum(len(v.series) for v in views)

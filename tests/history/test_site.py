@@ -67,8 +67,8 @@ def test_pages_and_assets_written_once(site: Path, synthetic: Synthetic) -> None
     names = sorted(p.name for p in site.iterdir())
     assert {"index.html", "regressions.html", "assets", "rlbench-site.json"} <= set(names)
     assert len(list(site.glob("bench-*.html"))) == 2  # toy and the hostile-named benchmark
-    plotly = site / "assets" / "plotly.min.js"
-    assert plotly.stat().st_size > 1_000_000
+    plotly = site / "assets" / "plotly-basic.min.js"
+    assert plotly.read_bytes() == site_mod._plotly_js() and plotly.stat().st_size > 1_000_000
     # plotly ships once: every page references it, none inlines it (each page is far smaller than plotly)
     for page in site.glob("*.html"):
         text = page.read_text(encoding="utf-8")
@@ -77,18 +77,18 @@ def test_pages_and_assets_written_once(site: Path, synthetic: Synthetic) -> None
         for src in re.findall(r'<script src="([^"]+)"', text) + re.findall(r'<link rel="stylesheet" href="([^"]+)"', text):
             assert (site / src).is_file(), (page.name, src)
     bench = bench_page(site, "toy").read_text(encoding="utf-8")
-    assert '<script src="assets/plotly.min.js"></script>' in bench
-    assert "plotly.min.js" not in (site / "index.html").read_text(encoding="utf-8")  # the index draws SVG only
+    assert '<script src="assets/plotly-basic.min.js"></script>' in bench
+    assert "plotly" not in (site / "index.html").read_text(encoding="utf-8")  # the index draws SVG only
 
 
 def test_cdn_plotly_links_the_bundled_version_and_writes_no_copy(synthetic: Synthetic, tmp_path: Path) -> None:
     out = tmp_path / "site"
     summary = write_site(synthetic.store, out, plotly="cdn")
-    assert not (out / "assets" / "plotly.min.js").exists()
+    assert not (out / "assets" / "plotly-basic.min.js").exists()
     assert summary.assets == ["assets/site.js", "assets/site.css"]
-    bundled = (Path(site_mod._plotly_js()).read_text(encoding="utf-8")[:200]).split("plotly.js v", 1)[1].split()[0]
+    bundled = site_mod._plotly_js()[:300].decode().split("plotly.js (basic - minified) v", 1)[1].split()[0]
     bench = bench_page(out, "toy").read_text(encoding="utf-8")
-    assert f'<script src="https://cdn.plot.ly/plotly-{bundled}.min.js"></script>' in bench
+    assert f'<script src="https://cdn.plot.ly/plotly-basic-{bundled}.min.js"></script>' in bench
     assert '<script src="assets/site.js"></script>' in bench
     with pytest.raises(site_mod.UsageError, match="--plotly must be one of bundle, cdn"):
         write_site(synthetic.store, tmp_path / "other", plotly="inline")
@@ -217,11 +217,14 @@ def test_republish_prunes_old_pages_and_keeps_other_files(synthetic: Synthetic, 
     write_site(synthetic.store, out)
     stale = out / "bench-gone.html"
     stale.write_text("old")
+    old_plotly = out / "assets" / "plotly.min.js"  # the full plotly.js that earlier versions copied
+    old_plotly.write_text("old")
     marker = json.loads((out / "rlbench-site.json").read_text())
     marker["pages"].append("bench-gone.html")
     (out / "rlbench-site.json").write_text(json.dumps(marker))
     summary = write_site(synthetic.store, out)
     assert not stale.exists() and (out / "CNAME").is_file() and (out / ".git").is_dir()
+    assert not old_plotly.exists() and (out / "assets" / "plotly-basic.min.js").is_file()
     assert summary.pages[:2] == ["index.html", "regressions.html"] and len(summary.pages) == 4
 
 
@@ -316,7 +319,7 @@ def test_site_module_imports_no_heavy_layers() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]"
-    assert site_mod.PLOTLY_JS == "plotly.min.js"
+    assert site_mod.PLOTLY_JS == "plotly-basic.min.js"
 
 
 def test_empty_history_store_is_refused(tmp_path: Path) -> None:
