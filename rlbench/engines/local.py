@@ -20,6 +20,7 @@ import multiprocessing as mp
 import os
 import pickle
 import queue
+import secrets
 import shutil
 import signal
 import socket
@@ -89,7 +90,9 @@ class ShmBoard:
     """The learner's side of ``shm``: a shared block, a version and a sequence counter (odd while writing)."""
 
     def __init__(self, ctx: Any, nbytes: int) -> None:
-        self.shm = shared_memory.SharedMemory(create=True, size=max(nbytes, 1))
+        # named for the process that owns it (as torch names its own segments), so a leaked one says whose it is
+        name = f"rlbench_{os.getpid()}_{secrets.token_hex(6)}"
+        self.shm = shared_memory.SharedMemory(name=name, create=True, size=max(nbytes, 1))
         self.seq = ctx.Value("q", 0, lock=False)
         self.version = ctx.Value("q", 0, lock=False)
         self.published = ctx.Value("d", 0.0, lock=False)

@@ -61,7 +61,8 @@ def test_history_holds_every_commit_with_gaps_for_absent_and_failed(history_repo
     absent, failed = gaps[(shas["absent"], "tiny")], gaps[(shas["failed"], "tiny")]
     assert absent.status == "absent" and "unknown benchmark 'tiny'" in absent.message
     assert failed.status == "failed" and "broken on purpose" in failed.message and "/tmp" not in failed.message
-    assert gaps[(shas["absent"], "train.py")].status == "absent"  # the coarse profile history: no train.py yet
+    no_train = gaps[(shas["absent"], "train.py")]
+    assert no_train.status == "absent", no_train.message  # the coarse profile history: no train.py yet
     assert len(gaps) == 3
     assert worktrees(repo) == worktrees(repo)[:1]
 
