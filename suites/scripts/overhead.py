@@ -1,12 +1,14 @@
-"""Where ``rlbench profile``'s overhead comes from, in the steady state of a CleanRL-style script.
+"""Where ``rlbench profile``'s overhead comes from, in the steady state of a training script.
 
 ``python -m rlbench.suites.scripts.overhead`` runs a copy of ``cleanrl_ppo.py`` (``--script``: or of the DQN, SAC or
 TD3 script) in this process with one line added at the top of its main loop, which installs or removes the hooks
-before a block of loop passes starts (a PPO iteration of 512 steps; ``--block`` env steps of an off-policy loop, after
-its replay prefill), in the pattern on, off, off, on (ABBA) after the warm-up. Each block's CPU time (``--clock wall``:
-wall time) goes to its side; the ratio of the medians is the hooks' steady-state cost, with the machine's drift
-cancelled by the interleaving. It
-leaves out what the whole command adds once (starting it, the first iterations, the records and the report), which
+before a block of loop passes starts (a PPO iteration of 512 steps; a block of env steps of an off-policy loop, after
+its replay prefill), in the pattern on, off, off, on (ABBA) after the warm-up. Stable-Baselines3's DQN and SAC
+(``sb3_dqn``, ``sb3_sac``) run their own loop inside ``learn()``: there a callback does the same at its env steps
+(both train after every step, so each block starts with the next rollout call, labelled when the hooks are on).
+Each block's CPU time (``--clock wall``: wall time) goes to its side; the ratio of the medians is the hooks'
+steady-state cost, with the machine's drift cancelled by the interleaving. It leaves out what the whole command adds
+once (starting it, the first iterations, the records and the report), which
 ``python -m rlbench.suites.scripts.command_cost`` measures with the rest. Three configurations, each in its own run:
 
 * ``full``: the hooks as ``rlbench profile`` installs them;
@@ -41,22 +43,28 @@ CONFIGS = ("full", "wrappers", "none")
 
 @dataclass(frozen=True)
 class Loop:
-    """A script's main loop: its line, its variable, the passes in a block and the first pass measured."""
+    """A script's main loop: its line, its variable, the passes in a block and the first pass measured.
+
+    ``var`` None: the line is a Stable-Baselines3 ``learn()`` call, given a callback that toggles at its env steps."""
 
     file: str
     line: str
-    var: str
+    var: str | None
     block: int
     start: int
 
 
 _OFF_POLICY = "    for global_step in range(args.total_timesteps):\n"
+_LEARN = "    model.learn(total_timesteps=args.total_timesteps)\n"
 LOOPS = {
     "cleanrl": Loop("cleanrl_ppo.py", "    for iteration in range(1, args.num_iterations + 1):\n", "iteration", 1, 4),
     # after the replay prefill (learning starts at step 500) and 500 steps of updates
     "cleanrl_dqn": Loop("cleanrl_dqn.py", _OFF_POLICY, "global_step", 250, 1000),
     "cleanrl_sac": Loop("cleanrl_sac.py", _OFF_POLICY, "global_step", 100, 1000),
     "cleanrl_td3": Loop("cleanrl_td3.py", _OFF_POLICY, "global_step", 150, 1000),
+    # learning starts at step 500 in both
+    "sb3_dqn": Loop("sb3_dqn.py", _LEARN, None, 250, 1000),
+    "sb3_sac": Loop("sb3_sac.py", _LEARN, None, 100, 1000),
 }
 
 
@@ -67,21 +75,41 @@ def toggled_copy(directory: Path, script: str = "cleanrl") -> Path:
     if loop.line not in src:
         raise RuntimeError(f"{loop.file} has no main loop to hook")
     out = directory / f"{script}_toggled.py"
-    call = f"        __import__('builtins').RLBENCH_TOGGLE({loop.var})\n"
-    out.write_text(src.replace(loop.line, loop.line + call, 1), encoding="utf-8")
+    if loop.var is None:  # SB3: the same call, with a callback
+        new = loop.line.replace(")\n", ", callback=__import__('builtins').RLBENCH_CALLBACK)\n")
+    else:
+        new = loop.line + f"        __import__('builtins').RLBENCH_TOGGLE({loop.var})\n"
+    out.write_text(src.replace(loop.line, new, 1), encoding="utf-8")
     return out
+
+
+def sb3_callback(toggle: Any) -> Any:
+    """A Stable-Baselines3 callback that calls ``toggle(num_timesteps)`` after every env step."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Toggle(BaseCallback):
+        def _on_step(self) -> bool:
+            toggle(self.num_timesteps)
+            return True
+
+    return Toggle()
 
 
 CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
 
 
 def measure(
-    config: str, steps: int, script: str = "cleanrl", clock: str = "cpu", sample_every: int = 1
+    config: str,
+    steps: int,
+    script: str = "cleanrl",
+    clock: str = "cpu",
+    sample_every: int = 1,
+    phases: dict[str, float] | None = None,
 ) -> dict[str, list[float]]:
     """Seconds of each steady block of loop passes, by side (``on``: hooks installed): the main thread's CPU time, or
     wall time (``clock="wall"``: what a user waits for, torch's other threads and the machine's steal included).
     ``sample_every``: the attributor's (one iteration in so many attributed from its 512th on, as ``rlbench
-    profile`` does; 1: every one)."""
+    profile`` does; 1: every one). ``phases``, if given, receives the seconds the on-blocks booked per phase."""
     from rlbench.profiling.attribution import Attributor, activate
     from rlbench.profiling.autohooks import uninstall
     from rlbench.profiling.session import install_hooks
@@ -115,6 +143,8 @@ def measure(
     with tempfile.TemporaryDirectory() as tmp:
         path = toggled_copy(Path(tmp), script)
         builtins.RLBENCH_TOGGLE = toggle  # type: ignore[attr-defined]
+        if loop.var is None:
+            builtins.RLBENCH_CALLBACK = sb3_callback(toggle)  # type: ignore[attr-defined]
         saved = list(sys.argv)
         sys.argv = [str(path), "--total-timesteps", str(steps)]
         try:
@@ -126,6 +156,9 @@ def measure(
                 uninstall(state["hooks"])
             activate(None)
             del builtins.RLBENCH_TOGGLE  # type: ignore[attr-defined]
+            builtins.__dict__.pop("RLBENCH_CALLBACK", None)
+    if phases is not None:
+        phases.update(attributor.excl)
     return times
 
 
@@ -138,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         "--steps",
         type=int,
         default=None,
-        help="agent steps per run (default: 98,304 for PPO, 512 per iteration; 16,000 for DQN, 4,000 for SAC and TD3)",
+        help="agent steps per run (default: 98,304 for PPO, 512 per iteration; 16,000 for the DQNs, 4,000 for SAC and TD3)",
     )
     p.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS), help="configurations to run")
     p.add_argument(
@@ -159,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--json", action="store_true", help="print the raw per-block times as JSON")
     args = p.parse_args(argv)
-    steps = args.steps or {"cleanrl": 98_304, "cleanrl_dqn": 16_000}.get(args.script, 4_000)
+    steps = args.steps or {"cleanrl": 98_304, "cleanrl_dqn": 16_000, "sb3_dqn": 16_000}.get(args.script, 4_000)
     results = {c: measure(c, steps, args.script, args.clock, args.sample_every) for c in args.configs}
     if args.json:
         print(json.dumps(results))
@@ -168,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         on, off = statistics.median(t["on"]), statistics.median(t["off"])
         print(
             f"{args.script} {config:9s} blocks on/off {len(t['on'])}/{len(t['off'])}: median {on * 1e3:.2f} / "
-            f"{off * 1e3:.2f} ms ({args.clock}), overhead {100 * (on / off - 1):+.1f}%"
+            f"{off * 1e3:.2f} ms ({args.clock}), overhead {100 * (on / off - 1):+.1f}%; the off-blocks alone spread "
+            f"{min(t['off']) * 1e3:.0f}–{max(t['off']) * 1e3:.0f} ms (compare the `none` line: the harness's floor)"
         )
     return 0
 

@@ -258,3 +258,18 @@ def test_overhead_harness_interleaves_hooked_and_plain_iterations() -> None:
     times = measure("full", 2000, "cleanrl_dqn", clock="wall")  # wall time: torch's other threads and waits count
     assert len(times["on"]) == 1 and len(times["off"]) == 2
     assert all(t > 0 for t in times["on"] + times["off"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["sb3_dqn", "sb3_sac"])
+def test_overhead_harness_toggles_the_hooks_inside_sb3_learn(script: str) -> None:
+    from rlbench.suites.scripts.overhead import measure
+
+    # SB3's own loop: a callback toggles at env steps 1,000 (on), 1,250 or 1,100 (off), ...
+    phases: dict[str, float] = {}
+    times = measure("full", 1300 if script == "sb3_dqn" else 1150, script, phases=phases)
+    assert len(times["on"]) == 1 and len(times["off"]) == 0
+    # the on-block was profiled as under `rlbench profile`: SB3's labels (installed mid-learn) and the hooks
+    for phase in ("collect/env/step", "collect/replay/add", "train/replay/sample", "train/backward", "train/optimizer"):
+        assert phases.get(phase, 0.0) > 0, (phase, phases)
+    assert phases.get("train/target", 0.0) > 0  # DQN's TD target, SAC's target Q under no_grad
