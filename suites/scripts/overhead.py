@@ -28,6 +28,7 @@ import builtins
 import contextlib
 import io
 import json
+import math
 import runpy
 import statistics
 import sys
@@ -162,6 +163,26 @@ def measure(
     return times
 
 
+def quad_ratios(times: dict[str, list[float]]) -> list[float]:
+    """Per ABBA quad (on, off, off, on), its on-blocks' seconds over its off-blocks': a slow spell of the machine that
+    lasts a quad (seconds) moves both sides of it, where it moves only one side of a median over the whole run."""
+    on, off = times["on"], times["off"]
+    return [(on[2 * i] + on[2 * i + 1]) / (off[2 * i] + off[2 * i + 1]) for i in range(min(len(on), len(off)) // 2)]
+
+
+def median_interval(values: list[float]) -> tuple[float, float, float, bool]:
+    """The median and the distribution-free 95% interval of the median (order statistics of the binomial), with
+    whether it is 95% (6 or more values); fewer give their range."""
+    xs, n = sorted(values), len(values)
+    mid = statistics.median(xs)
+    if n < 6:
+        return mid, xs[0], xs[-1], False
+    k = 0  # the largest k with P(Binomial(n, 1/2) <= k) <= 2.5%: the interval is [x(k+1), x(n-k)]
+    while sum(math.comb(n, j) for j in range(k + 2)) / 2**n <= 0.025:
+        k += 1
+    return mid, xs[k], xs[n - 1 - k], True
+
+
 def main(argv: list[str] | None = None) -> int:
     from rlbench.profiling.attribution import SAMPLE_EVERY, SAMPLE_FROM
 
@@ -199,10 +220,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for config, t in results.items():
         on, off = statistics.median(t["on"]), statistics.median(t["off"])
+        ratios = quad_ratios(t)
+        quads = ""
+        if ratios:
+            mid, lo, hi, sure = median_interval(ratios)
+            quads = (
+                f"; per ABBA quad (its two on-blocks over its two off-blocks, {len(ratios)} quads) "
+                f"{100 * (mid - 1):+.1f}%, {'95% interval' if sure else 'range'} {100 * (lo - 1):+.1f}…{100 * (hi - 1):+.1f}%"
+            )
         print(
             f"{args.script} {config:9s} blocks on/off {len(t['on'])}/{len(t['off'])}: median {on * 1e3:.2f} / "
-            f"{off * 1e3:.2f} ms ({args.clock}), overhead {100 * (on / off - 1):+.1f}%; the off-blocks alone spread "
-            f"{min(t['off']) * 1e3:.0f}–{max(t['off']) * 1e3:.0f} ms (compare the `none` line: the harness's floor)"
+            f"{off * 1e3:.2f} ms ({args.clock}), overhead {100 * (on / off - 1):+.1f}%{quads}; the off-blocks alone "
+            f"spread {min(t['off']) * 1e3:.0f}–{max(t['off']) * 1e3:.0f} ms (compare the `none` line: the harness's floor)"
         )
     return 0
 
