@@ -45,6 +45,7 @@ from typing import Any
 
 from rlbench.analysis.steps import Step, detect_all
 from rlbench.core.errors import DataError, UsageError
+from rlbench.core.intervals import median_interval
 from rlbench.results.history import (
     COMMITS,
     GAPS,
@@ -137,36 +138,6 @@ def _value_text(v: Any) -> str:
 
 def _params_key(params: dict[str, Any]) -> str:
     return params_json(params)
-
-
-def median_interval(samples: Sequence[float]) -> tuple[float, float, float, int, bool]:
-    """Median, interval low and high, sample count, and whether the interval is a 95% one.
-
-    With 6 or more finite samples the interval is the distribution-free 95% interval of the median (order statistics
-    ``x[k-1] .. x[n-k]`` with the largest ``k`` that keeps ``P(Binomial(n, 1/2) < k) <= 2.5%``); with fewer it is the
-    range of the samples, which cannot reach 95% (``False``).
-    """
-    xs = sorted(float(v) for v in samples if v is not None and math.isfinite(v))
-    n = len(xs)
-    if n == 0:
-        return math.nan, math.nan, math.nan, 0, False
-    mid = xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
-    if n < 6:
-        return mid, xs[0], xs[-1], n, False
-    k = _median_rank(n)
-    return mid, xs[k - 1], xs[n - k], n, True
-
-
-def _median_rank(n: int) -> int:
-    """The largest k >= 1 with P(Binomial(n, 1/2) <= k - 1) <= 0.025 (normal approximation beyond 300 samples)."""
-    if n > 300:
-        return max(1, math.floor(n / 2 - 0.98 * math.sqrt(n)))
-    total, cdf, k = 2.0**n, 0.0, 0
-    while True:
-        cdf += math.comb(n, k) / total
-        if cdf > 0.025:
-            return max(1, k)
-        k += 1
 
 
 def metric_group(s: Series) -> str:

@@ -28,7 +28,6 @@ import builtins
 import contextlib
 import io
 import json
-import math
 import runpy
 import statistics
 import sys
@@ -37,6 +36,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rlbench.core.intervals import median_interval
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = ("full", "wrappers", "none")
@@ -170,19 +171,6 @@ def quad_ratios(times: dict[str, list[float]]) -> list[float]:
     return [(on[2 * i] + on[2 * i + 1]) / (off[2 * i] + off[2 * i + 1]) for i in range(min(len(on), len(off)) // 2)]
 
 
-def median_interval(values: list[float]) -> tuple[float, float, float, bool]:
-    """The median and the distribution-free 95% interval of the median (order statistics of the binomial), with
-    whether it is 95% (6 or more values); fewer give their range."""
-    xs, n = sorted(values), len(values)
-    mid = statistics.median(xs)
-    if n < 6:
-        return mid, xs[0], xs[-1], False
-    k = 0  # the largest k with P(Binomial(n, 1/2) <= k) <= 2.5%: the interval is [x(k+1), x(n-k)]
-    while sum(math.comb(n, j) for j in range(k + 2)) / 2**n <= 0.025:
-        k += 1
-    return mid, xs[k], xs[n - 1 - k], True
-
-
 def main(argv: list[str] | None = None) -> int:
     from rlbench.profiling.attribution import SAMPLE_EVERY, SAMPLE_FROM
 
@@ -223,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         ratios = quad_ratios(t)
         quads = ""
         if ratios:
-            mid, lo, hi, sure = median_interval(ratios)
+            mid, lo, hi, _, sure = median_interval(ratios)
             quads = (
                 f"; per ABBA quad (its two on-blocks over its two off-blocks, {len(ratios)} quads) "
                 f"{100 * (mid - 1):+.1f}%, {'95% interval' if sure else 'range'} {100 * (lo - 1):+.1f}…{100 * (hi - 1):+.1f}%"
