@@ -13,6 +13,7 @@ by seed, so slow drifts of a shared machine cancel out instead of passing for re
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shlex
@@ -21,7 +22,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,12 +191,13 @@ class Worktrees:
         self._trees: dict[str, Path] = {}
 
     def __enter__(self) -> Worktrees:
-        _remove_orphans(self.top)
+        with worktree_lock(self.top):
+            _remove_orphans(self.top)
         self.work = Path(tempfile.mkdtemp(prefix=f"rlbench-{self.kind}-{os.getpid()}-"))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        with signals_deferred():  # a second Ctrl-C or SIGTERM must not leave worktrees registered in the user's repo
+        with signals_deferred(), worktree_lock(self.top):  # a second Ctrl-C or SIGTERM must not leave worktrees registered
             for tree in self._trees.values():
                 if tree.exists():
                     _remove_tree(self.top, tree)
@@ -213,7 +216,8 @@ class Worktrees:
         rev = rev or sha[:12]
         tree = self.work / name
         self._trees[name] = tree
-        _git(["worktree", "add", "--detach", str(tree), sha], self.top)
+        with worktree_lock(self.top):
+            _git(["worktree", "add", "--detach", str(tree), sha], self.top)
         _init_submodules(tree, self.top, rev)
         if (tree / "rlbench" / "__init__.py").is_file():  # rlbench's own repository: run that revision's rlbench
             return Checkout(rev, sha, tree, _import_path(tree, self.work / f"meta-{name}"), self.work)
@@ -231,10 +235,37 @@ class Worktrees:
         if tree is None:
             return
         with signals_deferred():
-            _remove_tree(self.top, tree)
+            with worktree_lock(self.top):
+                _remove_tree(self.top, tree)
             shutil.rmtree(tree, ignore_errors=True)
             if self.work is not None:
                 shutil.rmtree(self.work / f"meta-{name}", ignore_errors=True)
+
+
+_GIT_DIRS: dict[Path, Path] = {}
+
+
+@contextmanager
+def worktree_lock(top: Path) -> Iterator[None]:
+    """The repository's lock for rlbench's ``git worktree`` commands, held for one command.
+
+    ``git worktree add``, ``remove``, ``list`` and ``prune`` read every worktree's administrative files, which another
+    of them may be writing or deleting: two rlbench commands making worktrees in one repository at once (an ``ab`` and
+    a ``history run``, two CI jobs on one checkout) broke each other's (``fatal: failed to read
+    .git/worktrees/<id>/commondir``). An exclusive ``flock`` on ``rlbench-worktrees.lock`` in the repository's git
+    directory, beside git's own lock files; the kernel releases it with a process that dies holding it.
+    """
+    path = _GIT_DIRS.get(top)
+    if path is None:  # (asked once: the exit of a Ctrl-C'd run must not fail on it)
+        common = Path(_git(["rev-parse", "--git-common-dir"], top))
+        path = _GIT_DIRS[top] = common if common.is_absolute() else top / common
+    try:
+        handle = open(path / "rlbench-worktrees.lock", "a")  # noqa: SIM115 - held across the yield
+    except OSError as exc:
+        raise UsageError(f"cannot lock the repository's worktrees ({exc.strerror or exc}: {path})") from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def _remove_tree(top: Path, tree: Path) -> None:
