@@ -8,9 +8,10 @@ machine (``--loads 0 1``: quiet, then beside one CPU-busy process), and in alter
 * **a trivial script** that only imports torch and gymnasium, the same two ways: the command's fixed cost (starting
   the CLI and the profiled child, installing the hooks, fingerprints, writing records and the report).
 
-``--side-by-side`` adds a state in which each pair's two runs start at the same moment, one per core: a slow spell of
-the whole host then slows both alike (a core slower than the other does not: on this project's 2-vCPU machines the
-pairs spread about as widely that way, ``docs/profiling.md``).
+``--side-by-side`` adds a state in which each pair's two runs start at the same moment (on a 2-core machine, one per
+core as the scheduler places them; nothing is pinned): a slow spell of the whole host then slows both alike (the two
+runs of a pair still differ: on this project's 2-vCPU machines the pairs spread about as widely that way, and pinned
+runs of one script on the two cores differed by up to 11% with neither core persistently faster, ``docs/profiling.md``).
 
 The report gives every pair's added seconds and added share (paired medians, min–max) against the issue's targets
 (at most +3% on a 20 s script, at most +0.3 s on a trivial one), says where the pairs fall on both sides of 3% (the

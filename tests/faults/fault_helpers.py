@@ -86,3 +86,22 @@ def cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:120]
     except OSError:
         return "?"
+
+
+def unheld(names: set[str]) -> list[str]:
+    """Those of ``names`` (entries of /dev/shm) that no live process has open or mapped."""
+    held: set[str] = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            held.update(
+                line.rsplit("/dev/shm/", 1)[1].split(" ")[0]
+                for line in (proc / "maps").read_text().splitlines()
+                if "/dev/shm/" in line
+            )
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("/dev/shm/"):
+                    held.add(target.removeprefix("/dev/shm/"))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return sorted(n for n in names if n not in held and (Path("/dev/shm") / n).exists())

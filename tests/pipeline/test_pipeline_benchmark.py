@@ -8,14 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from rlbench.core.errors import UsageError
 from rlbench.results.store import read_records
 from tests.cli.cli_helpers import run_cli
-from tests.faults.fault_helpers import cmdline, descendants, foreground_signals, gone
+from tests.faults.fault_helpers import cmdline, descendants, foreground_signals, gone, unheld
 
 
 @pytest.mark.slow
@@ -89,22 +88,3 @@ def test_ctrl_c_and_sigterm_stop_every_process_and_free_shared_memory(tmp_path, 
     # every process of the run is gone, so a segment or semaphore it left is held by no process; those of other tests
     # running beside this one under xdist are still open or mapped by theirs
     assert unheld(set(os.listdir("/dev/shm")) - shm_before) == []
-
-
-def unheld(names: set[str]) -> list[str]:
-    """Those of ``names`` (entries of /dev/shm) that no live process has open or mapped."""
-    held: set[str] = set()
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            held.update(
-                line.rsplit("/dev/shm/", 1)[1].split(" ")[0]
-                for line in (proc / "maps").read_text().splitlines()
-                if "/dev/shm/" in line
-            )
-            for fd in (proc / "fd").iterdir():
-                target = os.readlink(fd)
-                if target.startswith("/dev/shm/"):
-                    held.add(target.removeprefix("/dev/shm/"))
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-    return sorted(n for n in names if n not in held and (Path("/dev/shm") / n).exists())
