@@ -499,10 +499,13 @@ class PostImport(importlib.abc.MetaPathFinder):
         if name in self.done or not hasattr(module, attr):
             return
         self.done.add(name)
+        t0 = time.perf_counter()
         try:
             patch(self.h, module)
         except Exception as exc:  # a library version we do not know: profile without it, and say so
             print(f"rlbench: warning: {self.failing} {name} ({type(exc).__name__}: {exc})", file=sys.stderr)
+        finally:
+            self.h.patch_s += time.perf_counter() - t0
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname not in self.patches or fullname in self.done:
@@ -554,6 +557,7 @@ class Hooks:
         self.a = a
         self.restore: _Restore = []
         self.import_hooks: list[PostImport] = []
+        self.patch_s = 0.0  # seconds spent patching modules as they were imported (inside the script's run)
 
     def wrap_env_class(self, cls: type, batch: Callable[[Any], int], delegates: tuple[type, ...] = ()) -> None:
         """Wrap ``step``/``reset`` defined in ``cls`` itself (inherited ones are wrapped where they are defined).
@@ -600,9 +604,10 @@ def _install_gymnasium(h: Hooks, gymnasium: Any) -> None:
         replace_attr(h.restore, root, "__init_subclass__", classmethod(init_subclass))
 
 
-def _install_torch(h: Hooks) -> None:
-    import torch
-
+def _install_torch(h: Hooks, torch: Any) -> None:
+    """Hook torch's module calls, grad modes, target updates, backward, optimizers and transfers. Called when the
+    script has imported torch (:func:`install`), not before: a script without torch does not pay its import (2-3 s
+    of CPU on rlbench's 2-vCPU test machines), and one with torch pays it where it imports it."""
     a = h.a
     a.profiler_enabled = torch._C._autograd._profiler_enabled
     a.rf_on = a.profiler_enabled()
@@ -860,7 +865,8 @@ def _moves_data() -> bool:
 
 
 def install(a: Attributor) -> Hooks:
-    """Install every automatic hook of gymnasium and torch for ``a`` (the labels of SB3 and TorchRL are
+    """Install every automatic hook of torch and gymnasium for ``a``, each when the script imports it or at once if
+    it has (the labels of SB3 and TorchRL are
     :func:`rlbench.profiling.libraries.install_labels`'s; :func:`rlbench.profiling.session.install_hooks` installs both).
 
     Returns:
@@ -868,8 +874,7 @@ def install(a: Attributor) -> Hooks:
     """
     h = Hooks(a)
     try:
-        PostImport(h, {"gymnasium": ("Env", _install_gymnasium)}, "no hooks for").watch()
-        _install_torch(h)
+        PostImport(h, {"torch": ("nn", _install_torch), "gymnasium": ("Env", _install_gymnasium)}, "no hooks for").watch()
         _install_threads(h)
     except BaseException:
         uninstall(h)

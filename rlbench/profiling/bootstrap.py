@@ -124,11 +124,7 @@ def main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     out = Path(spec["out"])
     done = _done_signal(spec.get("done_fd"))
-    t_torch = time.perf_counter()
-    import torch  # the hooks patch torch; the script imports it anyway
-
-    torch_s = time.perf_counter() - t_torch  # the script's own cost, not rlbench's (left out of ``rlbench_s``)
-
+    # torch is not imported here: its hooks go on when the script imports it (a script without torch never pays it)
     from rlbench.profiling.results import metric_to_dict
     from rlbench.profiling.session import Session, Settings, sync_function
     from rlbench.profiling.trace import write_chrome_trace
@@ -187,6 +183,7 @@ def main(spec_path: str) -> int:
             profiler.stop()
         outcome = session.stop()
     r = outcome.attribution
+    torch = sys.modules.get("torch")  # imported by the script, or not at all
     startup = (r.started - _T0) + (_T0_WALL - float(spec["launched"]))
     metrics = outcome.metrics(startup_s=startup)
     if profiler is not None:
@@ -194,9 +191,10 @@ def main(spec_path: str) -> int:
     trace = spec.get("trace")
     if trace:
         write_chrome_trace(r, Path(trace), pid=os.getpid())
-    # rlbench's own seconds in this process, outside the script: importing rlbench and installing the hooks before
-    # it, timing the hooks and turning the attribution into metrics after it (the file write below is left out)
-    own_s = (t_script - _T0 - torch_s) + (time.perf_counter() - t_done)
+    # rlbench's own seconds in this process: importing rlbench and installing the hooks before the script, patching
+    # torch, gymnasium and the RL libraries as the script imported them, timing the hooks and turning the attribution
+    # into metrics after it (the file write below is left out)
+    own_s = (t_script - _T0) + session.hooks.patch_s + (time.perf_counter() - t_done)
     _write_json(
         out,
         {
@@ -208,8 +206,10 @@ def main(spec_path: str) -> int:
             "metrics": [metric_to_dict(m) for m in metrics],
             "iterations": len(r.iterations),
             "steps": r.steps,
-            "device": "cuda" if torch.cuda.is_initialized() else "cpu",  # what the script used
-            "gpus": _gpus(torch),  # the machine's, for the records' fingerprint: rlbench's own process has no torch
+            "device": "cuda" if torch is not None and torch.cuda.is_initialized() else "cpu",  # what the script used
+            # the machine's, for the records' fingerprint (rlbench's own process has no torch); a script that never
+            # imported torch is not made to pay its import for them: the parent's fingerprint stands
+            "gpus": _gpus(torch) if torch is not None else None,
         },
     )
     done()  # rlbench writes the records and the report while this process exits (the script's atexit work included)

@@ -278,6 +278,54 @@ def test_the_command_itself_never_imports_torch(project: Path) -> None:
     assert machines == {machine_fingerprint()["id"]}
 
 
+NO_TORCH = """
+import sys
+import rlbench
+with rlbench.phase("work"):
+    sum(i * i for i in range(200_000))
+print("torch" in sys.modules)
+"""
+
+TORCH_LATE = """
+import gymnasium as gym
+env = gym.make("CartPole-v1")
+obs, _ = env.reset(seed=0)
+import torch  # after the env's first calls
+net = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(net.parameters(), lr=0.01)
+for it in range(6):
+    for t in range(8):
+        with torch.no_grad():
+            a = int(net(torch.as_tensor(obs)).argmax())
+        obs, _, term, trunc, _ = env.step(a)
+        if term or trunc:
+            obs, _ = env.reset()
+    loss = net(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_script_without_torch_is_profiled_without_importing_it(tmp_path: Path) -> None:
+    """torch's hooks go on when the script imports torch: a script that never does (NumPy, JAX, a plain loop) is not
+    made to pay torch's import (2-3 s of CPU here), and one that imports it midway is hooked from there on."""
+    (tmp_path / "no_torch.py").write_text(NO_TORCH, encoding="utf-8")
+    (tmp_path / "torch_late.py").write_text(TORCH_LATE, encoding="utf-8")
+    runs = {}
+    for script in ("no_torch.py", "torch_late.py"):
+        cmd = [sys.executable, "-m", "rlbench", "profile", "--store", "st", "--json", "--", "python", script]
+        proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs[script] = (json.loads(proc.stdout), proc.stderr)
+    out, err = runs["no_torch.py"]
+    assert err.strip().splitlines()[0] == "False", err[-2000:]  # the script's own print: torch never imported
+    assert out["time/work"] > 0, out
+    out, err = runs["torch_late.py"]
+    booked = ("inference", "env/step", "train/forward", "train/backward", "train/optimizer")
+    assert all(out.get(f"time/{phase}", 0) > 0 for phase in booked), out
+
+
 def test_the_scripts_process_checks_the_sync_device_and_names_the_gpus(project: Path) -> None:
     """Where rlbench's own look finds a GPU driver but torch sees no GPU (a CPU-only torch), the script's process says
     so before the script runs (exit 2); a normal run reports the GPUs torch sees, for the records' fingerprint."""
