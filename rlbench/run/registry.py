@@ -84,6 +84,9 @@ class BenchmarkSpec:
         cases: ``cases(config) -> [(label, config)]`` splits one repeat into independent parts whose metrics together
             are the repeat's (a micro suite's groups), so ``--backend ray`` can run them as separate tasks. Optional:
             without it a repeat is one case.
+        torch_device: Whether ``run`` needs ``context.device`` as a ``torch.device``. ``False`` for
+            ``@rlbench.benchmark`` functions, which take no device: on the CPU (``--device auto`` or ``cpu``) they get
+            the string ``"cpu"``, and torch is imported only if their own code imports it.
     """
 
     name: str
@@ -95,6 +98,7 @@ class BenchmarkSpec:
     check: Callable[[Any], None] | None = None
     source: str = ""
     cases: Callable[[Any], list[tuple[str, Any]]] | None = None
+    torch_device: bool = True
 
     def defaults(self) -> dict[str, Any]:
         """The default parameters as a plain dict."""

@@ -120,6 +120,7 @@ def make_spec(
         config_factory=config_cls,
         run=_runner(fn, passed),
         version=version,
+        torch_device=False,  # the function takes no device: a benchmark without torch never imports it
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -117,6 +118,26 @@ def test_rlbench_list_with_a_user_suite_never_imports_torch(project) -> None:
     assert rows["range-sum"]["source"] == "./suites/ranges.py"
     assert "user suite says hello" in proc.stderr and "| mypkg" in proc.stderr  # it was imported ...
     assert "torch" not in proc.stderr  # ... and torch was not
+
+
+@pytest.mark.slow
+def test_rlbench_run_of_a_benchmark_without_torch_never_imports_torch(project) -> None:
+    """An ``@rlbench.benchmark`` function takes no device: on the CPU rlbench does not import torch for it (2-3 s of
+    CPU per run), and its records say ``cpu`` as before."""
+    root = project({"suites/ranges.py": DECORATED})
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "rlbench", "run", "range-sum", "--store", "st", "--json", "--quiet"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| mypkg" in proc.stderr, proc.stderr[-2000:]  # the suite was imported (and ran) ...
+    assert not re.search(r"\|\s+torch$", proc.stderr, re.M), "... and torch was not, at any depth"
+    assert json.loads(proc.stdout)["device"] == "cpu"
+    assert {r.device for r in read_records(root / "st")} == {"cpu"}
 
 
 @pytest.mark.parametrize(
