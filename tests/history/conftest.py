@@ -197,7 +197,7 @@ def history_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, 
     # The counted run goes at nice 19 (its counters are exact, whatever it waits for): at the same priority it delays
     # tiny's wake-ups from its sleep while it runs, and it runs only beside tiny's first commits. A CI run (two slow
     # cores) measured the commits before the 20% step at 61 ms and those after at 63; here, the 50 ms commits took
-    # 52.1-56.2 ms a call beside it at nice 0 and 51.8-52.9 ms at nice 19 (two builds each)
+    # 52.1-56.2 ms a call beside it at nice 0 and 51.8-52.8 ms at nice 19 (two builds each)
     env = {**os.environ, "COLUMNS": "200"}
     cli = [sys.executable, "-m", "rlbench", "history", "run", span]
     full, coarse = run_together(
