@@ -215,10 +215,7 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
         spec.check(config)  # what needs imports (env ids, optional libraries), before the device is opened
     if args.backend == "ray":
         return _run_on_ray(spec, config, args, argv, device_spec, charts, t0)
-    # resolving imports torch; an @rlbench.benchmark function on the CPU gets "cpu", and torch only if its code imports
-    # it (2-3 s of CPU a run otherwise)
-    on_torch = spec.torch_device or device_spec not in ("auto", "cpu")
-    device = resolve_device(device_spec) if on_torch else "cpu"
+    device = resolve_device(device_spec, spec.torch_device)  # imports torch, unless the benchmark takes no device
 
     from rlbench.results.store import RunWriter
     from rlbench.run.runner import run_benchmark

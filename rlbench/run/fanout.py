@@ -138,7 +138,7 @@ def run_case(target: str, cwd: str, params: dict[str, Any], device_spec: str) ->
             sys.path.insert(0, cwd)
     spec = resolve_run_target(target)
     config = replace(spec.config_factory(), **params)
-    device = resolve_device(device_spec)
+    device = resolve_device(device_spec, spec.torch_device)
     probe = LoadProbe()
     metrics = spec.run(config, RunContext(device=device))
     metrics = [*metrics, *load_metrics(probe.stop())]

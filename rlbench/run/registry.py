@@ -86,7 +86,8 @@ class BenchmarkSpec:
             without it a repeat is one case.
         torch_device: Whether ``run`` needs ``context.device`` as a ``torch.device``. ``False`` for
             ``@rlbench.benchmark`` functions, which take no device: on the CPU (``--device auto`` or ``cpu``) they get
-            the string ``"cpu"``, and torch is imported only if their own code imports it.
+            the string ``"cpu"`` (:func:`~rlbench.core.devices.resolve_device`), and torch is imported only if their
+            own code imports it.
     """
 
     name: str
