@@ -40,6 +40,23 @@ def _session():
     return Session(Settings(count_iteration=None, memory=False))
 
 
+def _least_other(loop, tries: int = 3):
+    """Profile ``loop()`` ``tries`` times; the attribution with the least unattributed ("other") time.
+
+    The tests below bound "other" by a few milliseconds. On a shared machine a preemption between two hooks lands
+    there (CI once measured 6.2 ms against a 6 ms bound), and a load only ever adds to it: the least of a few runs
+    is the loop's own. Everything else these tests check is a count or a busy-waited phase, the same in each run.
+    """
+    best = None
+    for _ in range(tries):
+        with _session() as s:
+            loop()
+        r = s.outcome.attribution
+        if best is None or r.excl.get("", 0.0) < best.excl.get("", 0.0):
+            best = r
+    return best
+
+
 def _near(got: float, want: float, slack: float) -> bool:
     """Busy-waits are lower bounds; a loaded machine stretches them, so the upper bound is generous."""
     return want * 0.9 <= got <= want + slack
@@ -78,9 +95,7 @@ def _off_policy_loop(iterations=6, polyak=True, act_grad=True, target_spin=2 * M
 
 
 def test_acting_with_grad_is_inference_not_the_training_forward():
-    with _session() as s:
-        _off_policy_loop(polyak=False)
-    r = s.outcome.attribution
+    r = _least_other(lambda: _off_policy_loop(polyak=False))
     # acting from the second iteration on (the first call sees no env width yet): 1 ms forward + 1 ms argmax each
     assert r.enters["inference"] == 5 and r.excl["inference"] >= 5 * 2 * MS * 0.9, (r.enters, r.excl)
     # the training forward: the update's 6 forwards and the first acting call, nothing more
@@ -89,9 +104,7 @@ def test_acting_with_grad_is_inference_not_the_training_forward():
 
 
 def test_no_grad_forward_inside_the_update_is_the_target_and_its_block_counts_whole():
-    with _session() as s:
-        _off_policy_loop(polyak=False, act_grad=False)
-    r = s.outcome.attribution
+    r = _least_other(lambda: _off_policy_loop(polyak=False, act_grad=False))
     # 6 target blocks: 1 ms target forward + 2 ms arithmetic each; none of it is inference, none of it other
     assert r.enters["train/target"] == 6 and r.excl["train/target"] >= 6 * 3 * MS * 0.9, (r.enters, r.excl)
     assert r.layers["train/target"] == "update"
@@ -124,7 +137,8 @@ def test_a_hard_update_by_load_state_dict_is_the_target_update():
 def test_a_sampling_policy_block_counts_whole_however_it_nests():
     envs = gym.vector.SyncVectorEnv([lambda: SlowEnv(1 * MS) for _ in range(2)])
     net = SlowNet(forward_s=1 * MS)
-    with _session() as s:
+
+    def loop():
         obs, _ = envs.reset(seed=0)
         for _ in range(6):
             with torch.no_grad():
@@ -136,7 +150,8 @@ def test_a_sampling_policy_block_counts_whole_however_it_nests():
                     spin(0.5 * MS)
                 spin(0.5 * MS)
             envs.step(a.argmax(1).numpy())
-    r = s.outcome.attribution
+
+    r = _least_other(loop)
     assert r.excl["inference"] >= 5 * 3 * MS * 0.9, r.excl  # forward + 2 ms per step after the first
     assert r.excl.get("", 0.0) < 6 * MS, r.excl
 
