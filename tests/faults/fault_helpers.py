@@ -88,10 +88,11 @@ def cmdline(pid: int) -> str:
         return "?"
 
 
-def unheld(names: set[str]) -> list[str]:
-    """Those of ``names`` (entries of /dev/shm) that no live process has open or mapped."""
+def shm_held_by(pids: list[int]) -> set[str]:
+    """The entries of /dev/shm (segments, ``sem.*`` semaphores) that the processes ``pids`` have open or mapped."""
     held: set[str] = set()
-    for proc in Path("/proc").glob("[0-9]*"):
+    for pid in pids:
+        proc = Path(f"/proc/{pid}")
         try:
             held.update(
                 line.rsplit("/dev/shm/", 1)[1].split(" ")[0]
@@ -102,6 +103,6 @@ def unheld(names: set[str]) -> list[str]:
                 target = os.readlink(fd)
                 if target.startswith("/dev/shm/"):
                     held.add(target.removeprefix("/dev/shm/"))
-        except OSError:  # gone meanwhile, or not ours to read
+        except OSError:  # gone meanwhile
             continue
-    return sorted(n for n in names if n not in held and (Path("/dev/shm") / n).exists())
+    return held
