@@ -63,6 +63,11 @@ class PeersConfig:
     threads: int = option(
         "torch intra-op threads for every implementation (0: the built-in's, 1 for ppo, 2 for sac)", default=0
     )
+    learning_starts: int = option(
+        "sac only: agent steps of uniform random actions before the first update, for every implementation (0: the "
+        "built-in's, 1,000; a short run to check the plumbing needs fewer)",
+        default=0,
+    )
     seed: int = option("random seed of the first repeat (repeat k uses seed + k)", default=0)
     eval_episodes: int = option("deterministic evaluation episodes after training, the same for all", default=10)
     threshold: float = option(
@@ -89,9 +94,11 @@ class PeersConfig:
             UsageError: On an unknown algorithm or implementation, or a negative size.
         """
         check_choices(self)  # --algo among ALGOS
-        for name in ("total_steps", "threads"):
+        for name in ("total_steps", "threads", "learning_starts"):
             if getattr(self, name) < 0:
                 raise UsageError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
+        if self.learning_starts and self.algo != "sac":
+            raise UsageError(f"--learning-starts applies to --algo sac only, not {self.algo}")
         if self.eval_episodes < 1:
             raise UsageError(f"--eval-episodes must be at least 1, got {self.eval_episodes}")
         unknown = [i for i in self.impls if i not in IMPLS]
@@ -137,6 +144,8 @@ def setting_for(config: PeersConfig) -> Any:
         for f in fields(defaults)
         if f.name not in ("env", "total_steps", "seed", "threads", "eval_episodes", "device", "what_if")
     }
+    if config.learning_starts:
+        hp["learning_starts"] = config.learning_starts
     return PeerSetting(
         algo=config.algo,
         env=defaults.env,
