@@ -110,7 +110,7 @@ hooks=$(cd "$work/run" && "$py" -c "import rlbench.profiling._fastevent" 2>/dev/
 
 if [ "$quick" = 1 ]; then
     ppo=(--total-steps 2048 --repeats 1)
-    sac=(--total-steps 1150 --learning-starts 1000 --repeats 1)
+    sac=(--total-steps 300 --learning-starts 256 --eval-episodes 2 --repeats 1)
     cleanrl=(--total-timesteps 2048)
     offpolicy=(dqn:600 td3:600 sac:600)
     # not the peer libraries' GAE (SB3, rlox, TorchRL): the GPU machine has none of them (skipped there), and here
