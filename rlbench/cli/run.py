@@ -198,14 +198,17 @@ def _run_command(argv: list[str], t0: float, out: TextIO) -> int:
         raise UsageError("--profile records this process only: drop it with --backend ray, or run with --backend local")
     if args.address and args.backend != "ray" and not hasattr(config, "address"):
         raise UsageError("--address names a Ray cluster: add --backend ray")
+    from rlbench.report.kinds import MATPLOTLIB_KINDS
     from rlbench.report.plots import ChartWorker
 
-    charts = ChartWorker()  # imports matplotlib on idle cycles while this process imports torch and trains
+    # imports matplotlib on idle cycles while this process imports torch and trains; only for a kind that draws with it
+    charts = ChartWorker() if spec.report in MATPLOTLIB_KINDS else None
     args.out = out
     try:
         return _run(spec, config, args, argv, device_spec, charts, t0)
     finally:
-        charts.close()
+        if charts is not None:
+            charts.close()
 
 
 def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_spec: str, charts: Any, t0: float) -> int:

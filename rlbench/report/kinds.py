@@ -40,6 +40,12 @@ KINDS: dict[str, str] = {
     "roofline": "rlbench.report.roofline",  # the update against this machine's limits
 }
 
+# The kinds whose reports hold matplotlib charts (scaling lines, actor timelines): only their runs start a chart
+# worker (:class:`~rlbench.report.plots.ChartWorker`). The others draw bar charts with Pillow, or none, so a worker
+# importing matplotlib beside them would only burn about a second of CPU (1.1-1.3 s on a 2-vCPU Zen 3) and be killed.
+# Their ``render`` says so in its return annotation (tests/report/test_kinds.py keeps the two in step).
+MATPLOTLIB_KINDS = frozenset({"micro", "pipeline", "transports"})
+
 
 def sniff(records: list[Record]) -> str:
     """The kind of records that name none, guessed from their metrics (older stores, imported pytest-benchmark JSON)."""

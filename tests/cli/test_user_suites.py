@@ -161,9 +161,33 @@ def test_bad_targets_exit_2_with_one_line(project, capsys: pytest.CaptureFixture
     assert message in err
 
 
+@pytest.fixture
+def chart_workers(monkeypatch: pytest.MonkeyPatch) -> list[list[bool]]:
+    """What each chart worker `rlbench run` starts (in this process) is asked to draw: one list of `draw` results per
+    worker started."""
+    from rlbench.report import plots
+
+    started: list[list[bool]] = []
+
+    class Watched(plots.ChartWorker):
+        def __init__(self) -> None:
+            super().__init__()
+            self.drawn: list[bool] = []
+            started.append(self.drawn)
+
+        def draw(self, jobs, timeout: float = 60.0) -> bool:  # type: ignore[no-untyped-def]
+            self.drawn.append(super().draw(jobs, timeout))
+            return self.drawn[-1]
+
+    monkeypatch.setattr(plots, "ChartWorker", Watched)
+    return started
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("rlbench.profiling") is None, reason="rlbench.profiling.session not there yet")
-def test_run_a_decorated_function_by_file_target_and_by_name(project, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_a_decorated_function_by_file_target_and_by_name(
+    project, capsys: pytest.CaptureFixture[str], chart_workers: list[list[bool]]
+) -> None:
     root = project({"suites/ranges.py": DECORATED})
     assert main(["run", "./suites/ranges.py:range_sum", "--n", "10", "--scale", "2", "--store", "st", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -173,13 +197,16 @@ def test_run_a_decorated_function_by_file_target_and_by_name(project, capsys: py
     assert total.samples == [90.0] and total.params == {"n": 10, "scale": 2.0} and total.benchmark == "range-sum"
     assert (root / summary["report"]).is_file()
     assert main(["run", "range-sum", "--store", "st", "--quiet"]) == 0  # ./suites/ by name
+    assert chart_workers == []  # its report draws no matplotlib chart: no worker imports matplotlib for nothing
     with pytest.raises(SystemExit):
         main(["run", "./suites/ranges.py:range_sum", "--help"])
     assert "--scale X" in capsys.readouterr().out
 
 
 @pytest.mark.slow
-def test_pytest_benchmark_file_runs_end_to_end(project, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pytest_benchmark_file_runs_end_to_end(
+    project, capsys: pytest.CaptureFixture[str], chart_workers: list[list[bool]]
+) -> None:
     root = project({"suites/test_speed.py": PYTEST_FILE, "suites/conftest.py": CONFTEST})
     code = main(["run", "./suites/test_speed.py", "--store", "st", "--max-time", "0.005", "--json", "--report", "r/speed.md"])
     captured = capsys.readouterr()
@@ -196,6 +223,8 @@ def test_pytest_benchmark_file_runs_end_to_end(project, capsys: pytest.CaptureFi
     report = (root / "r" / "speed.md").read_text()
     assert "## test_speed" in report and "## sums" in report and "`test_sum`" in report and "`builtin`" in report
     assert (root / "r" / "speed-sums-call.png").is_file()  # the group with `elements` gets its scaling chart
+    if (os.cpu_count() or 1) >= 2:  # drawn by the chart worker that imported matplotlib while the benchmarks ran
+        assert chart_workers == [[True]]
     assert main(["report", summary["records"], "-o", "-"]) == 0  # re-rendered from the records alone
     assert "`test_sum`" in capsys.readouterr().out
 

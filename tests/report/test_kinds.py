@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.report.kinds import KINDS, kind_of, render_run, renderer, sniff
+from rlbench.report.kinds import KINDS, MATPLOTLIB_KINDS, kind_of, render_run, renderer, sniff
 from rlbench.results.metrics import Metric
 from rlbench.results.records import Record
 from rlbench.results.store import RunWriter
@@ -77,3 +77,11 @@ def test_render_run_writes_the_report_and_charts_and_summarizes(tmp_path: Path) 
     assert (tmp_path / "r-g-call.png").is_file()
     cases = rendered.summary()["cases"]
     assert {c["impl"] for c in cases} == {"fast", "slow"} and cases[0]["median_s"] == pytest.approx(2e-6)
+
+
+def test_the_kinds_that_start_a_chart_worker_are_those_whose_reports_hold_matplotlib_charts() -> None:
+    """`rlbench run` starts a worker importing matplotlib (about a second of CPU) only for MATPLOTLIB_KINDS: the kinds
+    whose `render` may return a scaling or timeline chart, as its return annotation says."""
+    returns = {kind: str(inspect.signature(renderer(kind).render).return_annotation) for kind in KINDS}
+    drawn = {kind for kind, annotation in returns.items() if "ScalingChart" in annotation or "TimelineChart" in annotation}
+    assert drawn == set(MATPLOTLIB_KINDS) == {"micro", "pipeline", "transports"}
