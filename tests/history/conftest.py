@@ -3,7 +3,7 @@
 After a root commit ``init`` (a .gitignore), the 12 commits of ``init..HEAD`` (oldest first)::
 
      1  README                          no benchmark yet: a gap "absent"
-     2  add the tiny benchmark          suites/tiny_bench.py (~50 ms of work, 10 tensor steps) and train.py (profiled script)
+     2  add the tiny benchmark          suites/tiny_bench.py (~50 ms of work, 10 array steps) and train.py (profiled script)
      3  docs
      4  refactor
      5  slow                            60 ms of work instead of 50 ms: 20% slower   <- "slow"
@@ -38,30 +38,30 @@ import pytest
 from rlbench.results.history import HistoryStore
 from tests.cli.cli_helpers import run_together
 
-BENCH = '''"""A tiny benchmark: ~50 ms of work (a sleep stands for it), then 10 small tensor steps."""
+BENCH = '''"""A tiny benchmark: ~50 ms of work (a sleep stands for it), then 10 small array steps."""
 
 import time
 
-import torch
+import numpy as np
 
 import rlbench
 
 WORK_S = WORK_VALUE  # seconds of work per call (a sleep: steady under a loaded machine's CPU contention)
 
 
-def step(x: torch.Tensor) -> torch.Tensor:
-    """One step of the benchmark (train.py has the same)."""
-    y = torch.tanh(x * 0.5 + 0.1)
+def step(x: np.ndarray) -> np.ndarray:
+    """One step of the benchmark (train.py has the same, on a tensor)."""
+    y = np.tanh(x * 0.5 + 0.1)
     CHECK
     return y
 
 
 @rlbench.benchmark
 def tiny(steps: int = 10) -> dict[str, float]:
-    """tiny: about 50 ms of work and 10 tensor steps"""
+    """tiny: about 50 ms of work and 10 array steps"""
     BREAK
     time.sleep(WORK_S)
-    x = torch.zeros(8)
+    x = np.zeros(8)
     for _ in range(steps):
         x = step(x)
     return {"checksum": float(x.sum())}
@@ -119,7 +119,7 @@ def git(repo: Path, *args: str) -> str:
 
 
 def _check(on: bool) -> str:
-    return "assert float(y.abs().max()) < 1e6  # .item(): a host sync every step" if on else "pass"
+    return "assert float(abs(y).max()) < 1e6  # .item() on a tensor: a host sync every step" if on else "pass"
 
 
 def bench_source(work_s: float = 0.05, check: bool = False, broken: bool = False) -> str:
