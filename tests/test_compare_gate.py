@@ -144,6 +144,19 @@ def test_mismatch_refused_unless_allowed(tmp_path: Path, capsys: pytest.CaptureF
     assert "MISMATCH" in text and "machine" in text and "definition of b" in text
 
 
+def test_torch_threads_differ_only_where_both_sides_set_them() -> None:
+    """A process that never imported torch (a micro run's own: its benchmarks run in a child) records no torch
+    threads: that is no mismatch against a side that did, but two settings that differ still are."""
+
+    def with_threads(threads: int | None) -> list[Record]:
+        fp = {**FP, "software": {**FP["software"], "torch_threads": threads}}
+        return [rec("x", "time/call", [1.0, 1.1], fp=fp)]
+
+    assert mismatches(with_threads(2), with_threads(None)) == []
+    assert mismatches(with_threads(None), with_threads(None)) == []
+    assert mismatches(with_threads(2), with_threads(1)) == ["torch threads: baseline 2 vs candidate 1"]
+
+
 def read(path: Path) -> list[Record]:
     from rlbench.results.store import read_records
 

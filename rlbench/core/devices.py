@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import glob
+import os
 import re
+import sys
 
 from rlbench.core.errors import UsageError
 
@@ -23,6 +26,17 @@ def available_devices() -> list[str]:
     return found
 
 
+def cuda_may_be_present() -> bool:
+    """Whether this machine may have an NVIDIA GPU that torch could see, asked without importing torch: the driver's
+    device nodes or ``/proc`` entry on Linux (WSL's ``/dev/dxg`` too); ``True`` where there is no such cheap check
+    (Windows), ``False`` on macOS (no CUDA)."""
+    if sys.platform == "darwin":
+        return False
+    if not sys.platform.startswith("linux"):
+        return True
+    return os.path.isdir("/proc/driver/nvidia/gpus") or os.path.exists("/dev/dxg") or bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
 def validate_device_string(spec: str) -> str:
     """Check the syntax of a device string without importing torch.
 
@@ -40,13 +54,17 @@ def resolve_device(spec: str, torch_device: bool = True):  # -> torch.device (to
     ``auto`` picks CPU: for the small networks of the built-in benchmarks, CPU beats a GPU's launch
     latency; ask for ``cuda`` or ``mps`` explicitly to measure them. With ``torch_device`` false (a benchmark that
     takes no device: ``BenchmarkSpec.torch_device``) the CPU is the string ``"cpu"`` and torch is not imported for it
-    (2-3 s of CPU a run, for a benchmark whose code never imports torch).
+    (2-3 s of CPU a run, for a benchmark whose code never imports torch, or runs it in a child process), except on a
+    machine that may have an NVIDIA GPU (:func:`cuda_may_be_present`), where the records must name the GPUs as
+    every other run's records on that machine do (the machine id hashes them).
 
     Raises:
         UsageError: If the device is malformed or absent on this machine.
     """
     validate_device_string(spec)
     if spec in ("auto", "cpu") and not torch_device:
+        if cuda_may_be_present():  # the records' machine fingerprint then names the GPUs, as every other run's does
+            import torch
         return "cpu"
     import torch
 

@@ -148,7 +148,11 @@ def provenance(first: Any, title: str, run_id: str | None = None, extra_packages
                     f"{mach.get('cpu', '?')}, {mach.get('cores', '?')} cores, {mach.get('memory_gib', '?')} GiB; "
                     f"GPUs: {', '.join(mach.get('gpus') or []) or 'none'}; id {md_code(mach.get('id', '?'))}",
                 ],
-                ["Software", f"Python {soft.get('python', '?')}, {versions}; torch threads {soft.get('torch_threads')}"],
+                [
+                    "Software",
+                    f"Python {soft.get('python', '?')}, {versions}"
+                    + (f"; torch threads {soft['torch_threads']}" if soft.get("torch_threads") is not None else ""),
+                ],
                 ["Commit", (commit[:12] + (" (dirty)" if git.get("dirty") else "")) if commit else "not in a git repository"],
             ],
         ),

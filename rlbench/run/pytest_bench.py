@@ -224,4 +224,5 @@ def file_spec(path: Path, source: str | None = None) -> BenchmarkSpec:
         run=run,
         report="micro",
         source=shown,
+        torch_device=False,  # pytest runs the benchmarks in a child: this process needs no torch for them
     )

@@ -141,6 +141,7 @@ BENCHMARKS = [
             run=make_run([name]),
             report="micro",
             cases=make_cases([name]),
+            torch_device=False,  # the benchmarks run in a pytest child: this process needs no torch for them
         )
         for name, (file, summary) in GROUPS.items()
         if (MICRO_DIR / file).is_file()
@@ -152,5 +153,6 @@ BENCHMARKS = [
         run=make_run(list(GROUPS)),
         report="micro",
         cases=make_cases(list(GROUPS)),
+        torch_device=False,
     ),
 ]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rlbench.cli import main
+from rlbench.core.devices import cuda_may_be_present
 from rlbench.results.store import read_records
 from rlbench.run import registry
 from tests.cli.cli_helpers import one_line_error
@@ -135,7 +136,8 @@ def test_rlbench_run_of_a_benchmark_without_torch_never_imports_torch(project) -
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| mypkg" in proc.stderr, proc.stderr[-2000:]  # the suite was imported (and ran) ...
-    assert not re.search(r"\|\s+torch$", proc.stderr, re.M), "... and torch was not, at any depth"
+    # ... and torch was not, at any depth (on a machine that may have an NVIDIA GPU, it is, for the records to name it)
+    assert bool(re.search(r"\|\s+torch$", proc.stderr, re.M)) == cuda_may_be_present()
     assert json.loads(proc.stdout)["device"] == "cpu"
     assert {r.device for r in read_records(root / "st")} == {"cpu"}
 

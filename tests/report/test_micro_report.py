@@ -52,3 +52,21 @@ def test_skip_notes_are_parsed_from_pytest_output() -> None:
     out += "SKIPPED [1] b.py:9: cuda: not available on this machine\n"
     out += "SKIPPED [4] a.py:5: pure-Python reference is too slow\n"
     assert skip_notes(out) == ["cuda: not available on this machine (3 cases skipped)"]
+
+
+def test_the_provenance_names_torch_threads_only_where_the_run_set_them() -> None:
+    """A micro run's own process imports no torch (the benchmarks run in a child, with their own --threads): its
+    records carry no torch threads, and its report says nothing of them rather than "torch threads None"."""
+    from types import SimpleNamespace
+
+    from rlbench.report.format import provenance
+
+    def software_row(threads: int | None) -> str:
+        packages = {"torch": "2.13.0", "numpy": "2.4.6", "rlbench": "0.1.0"}
+        software = {"python": "3.11.7", "packages": packages, "torch_threads": threads}
+        first = SimpleNamespace(fingerprint={"software": software}, meta={}, run_id="r", timestamp="t")
+        lines = "\n".join(provenance(first, "t")).splitlines()
+        return next(line for line in lines if line.startswith("| Software |"))
+
+    assert "torch threads" not in software_row(None) and "None" not in software_row(None)
+    assert software_row(2).endswith("; torch threads 2 |")
