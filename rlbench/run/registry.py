@@ -85,9 +85,10 @@ class BenchmarkSpec:
             are the repeat's (a micro suite's groups), so ``--backend ray`` can run them as separate tasks. Optional:
             without it a repeat is one case.
         torch_device: Whether ``run`` needs ``context.device`` as a ``torch.device``. ``False`` for
-            ``@rlbench.benchmark`` functions, which take no device: on the CPU (``--device auto`` or ``cpu``) they get
-            the string ``"cpu"`` (:func:`~rlbench.core.devices.resolve_device`), and torch is imported only if their
-            own code imports it.
+            ``@rlbench.benchmark`` functions, which take no device, and for micro suites, whose benchmarks run in a
+            pytest child: on the CPU (``--device auto`` or ``cpu``) they get the string ``"cpu"``
+            (:func:`~rlbench.core.devices.resolve_device`), and torch is imported only if their own code imports it
+            (or where an NVIDIA GPU may be, for the records to name it).
     """
 
     name: str
