@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,20 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.Comp
         env=env,
         check=False,
     )
+
+
+def run_cli_timing_imports(args: list[str], cwd: Path, timeout: float = 300) -> tuple[subprocess.CompletedProcess[str], bool]:
+    """`python -X importtime -m rlbench ARGS` from `cwd`: the finished process, and whether that process (not its
+    children) imported torch, at any depth."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "rlbench", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return proc, bool(re.search(r"\|\s+torch$", proc.stderr, re.M))
 
 
 def own_worktrees(repo: Path) -> list[str]:

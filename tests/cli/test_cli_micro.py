@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from rlbench.core.devices import cuda_may_be_present
-from tests.cli.cli_helpers import one_line_error, run_cli, run_cli_together
+from tests.cli.cli_helpers import one_line_error, run_cli, run_cli_timing_imports, run_cli_together
 
 pytestmark = pytest.mark.slow  # each test runs a micro-benchmark group in a subprocess (4-12 s)
 
@@ -127,15 +124,7 @@ def test_a_micro_run_imports_torch_only_in_the_child_that_runs_the_benchmarks(tm
     torch (2-3 s of CPU, and as long before the first benchmark), except on a machine that may have an NVIDIA GPU, whose
     name its records must carry (`rlbench.core.devices.cuda_may_be_present`)."""
     args = ["run", "gae", "--select", "numpy and T128xN8", "--max-time", "0.01", "--store", "st", "--quiet", "--json"]
-    proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "rlbench", *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc, imported = run_cli_timing_imports(args, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["cases"], proc.stdout  # the child imported torch and timed the case
-    imported = bool(re.search(r"\|\s+torch$", proc.stderr, re.M))  # this process's imports, at any depth
     assert imported == cuda_may_be_present(), proc.stderr[-2000:]
