@@ -10,11 +10,13 @@ import tempfile
 from pathlib import Path
 
 
-def run_cli(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run `python -m rlbench ARGS` from `cwd` (the installed package, not the checkout)."""
+def run_cli(
+    args: list[str], cwd: Path, timeout: float = 120, python: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """Run `python [PYTHON] -m rlbench ARGS` from `cwd` (the installed package, not the checkout)."""
     env = {**os.environ, "COLUMNS": "200"}
     return subprocess.run(
-        [sys.executable, "-m", "rlbench", *args],
+        [sys.executable, *python, "-m", "rlbench", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -27,14 +29,7 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.Comp
 def run_cli_timing_imports(args: list[str], cwd: Path, timeout: float = 300) -> tuple[subprocess.CompletedProcess[str], bool]:
     """`python -X importtime -m rlbench ARGS` from `cwd`: the finished process, and whether that process (not its
     children) imported torch, at any depth."""
-    proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "rlbench", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    proc = run_cli(args, cwd, timeout, python=("-X", "importtime"))
     return proc, bool(re.search(r"\|\s+torch$", proc.stderr, re.M))
 
 
