@@ -27,6 +27,47 @@ def test_machine_fingerprint_fields_and_id() -> None:
     assert fpmod.machine_fingerprint() is info  # computed once per process
 
 
+# /proc/cpuinfo of the machine kinds this project has been lent (each reads "AMD EPYC" or "Intel(R) Xeon(R) Processor"
+# under KVM): the first processor's block, cut to the fields read
+_ZEN3 = "vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nstepping\t: 1\nflags\t\t: fpu avx2 fma\n"
+_ZEN4 = _ZEN3.replace(": 1\nmodel name", ": 17\nmodel name").replace("avx2 fma", "avx2 avx512f avx512_bf16 avx512_vnni")
+_ZEN5 = _ZEN4.replace("25", "26").replace(": 17\n", ": 2\n")
+_EMR = (
+    "vendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\nmodel name\t: Intel(R) Xeon(R) Processor\n"
+    "stepping\t: 2\nflags\t\t: avx2 avx512f avx512_bf16 avx512_vnni amx_bf16 amx_tile amx_int8\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "label"),
+    [
+        (_ZEN3, "AMD EPYC (Zen 3, family 25 model 1; AVX2, no AVX-512)"),
+        (_ZEN4, "AMD EPYC (Zen 4, family 25 model 17; AVX-512, AVX512-BF16)"),
+        (_ZEN5, "AMD EPYC (Zen 5, family 26 model 2; AVX-512, AVX512-BF16)"),
+        (_EMR, "Intel(R) Xeon(R) Processor (Emerald Rapids, family 6 model 207; AVX-512, AVX512-BF16, AMX)"),
+    ],
+)
+def test_a_report_names_what_tells_cpus_of_one_model_name_apart(cpuinfo: str, label: str) -> None:
+    """Zen 3, Zen 4 and Zen 5 all read "AMD EPYC" here, and a bf16 figure from one does not hold on another: the
+    label a report prints carries the microarchitecture, family and model, and the vector extensions."""
+    ident, isa = fpmod.cpu_identity(cpuinfo)
+    assert (
+        fpmod.cpu_label(
+            {"cpu": "AMD EPYC" if "AMD" in ident["vendor"] else "Intel(R) Xeon(R) Processor", "cpu_id": ident, "isa": isa}
+        )
+        == label
+    )
+
+
+def test_cpu_label_of_records_without_an_identity_and_of_unknown_cpus() -> None:
+    assert fpmod.cpu_label({"cpu": "AMD EPYC"}) == "AMD EPYC"  # written before the identity was taken
+    assert fpmod.cpu_label({}) == "unknown CPU"
+    arm = {"cpu": "aarch64", "cpu_id": {"vendor": "0x41", "family": "8", "model": "0xd0c"}, "isa": ["sve", "sve2"]}
+    assert fpmod.cpu_label(arm) == "aarch64 (family 8 model 0xd0c; SVE2)"  # no name known: the numbers still tell
+    assert fpmod.microarchitecture({"vendor": "AuthenticAMD", "family": "26", "model": "x"}) is None
+    assert fpmod.cpu_label({**arm, "isa": []}) == "aarch64 (family 8 model 0xd0c)"
+
+
 def test_gpus_asks_torch_only_when_it_is_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     assert fpmod.gpu_fields(sys.modules.get("torch")) == {"gpus": [], "gpu_capability": []}

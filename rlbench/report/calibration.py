@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from rlbench.report.format import md_code, md_table, md_text
+from rlbench.results.fingerprint import cpu_label
 
 TARGET_FALSE_FAIL = 1 / 20
 """At most 1 false FAIL in 20 A/A comparisons (issue 31)."""
@@ -139,7 +140,7 @@ def render(data: dict[str, Any]) -> str:
     lines = [
         "# Gate calibration",
         "",
-        f"Measured by {md_code(data.get('command', 'rlbench calibrate'))} on {md_text(machine.get('cpu'))}, "
+        f"Measured by {md_code(data.get('command', 'rlbench calibrate'))} on {md_text(cpu_label(machine))}, "
         f"{machine.get('cores')} cores (machine id {md_code(machine.get('id'))})"
         + (f", in {total / 60:.0f} minutes." if total is not None else "."),
         "",

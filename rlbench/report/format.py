@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rlbench.analysis.stats import Summary
+from rlbench.results.fingerprint import cpu_label
 
 
 def fmt(v: float | None, digits: int = 2) -> str:
@@ -145,7 +146,7 @@ def provenance(first: Any, title: str, run_id: str | None = None, extra_packages
                 ["Command", f"{md_code(first.meta.get('command', '?'))}"],
                 [
                     "Machine",
-                    f"{mach.get('cpu', '?')}, {mach.get('cores', '?')} cores, {mach.get('memory_gib', '?')} GiB; "
+                    f"{cpu_label(mach)}, {mach.get('cores', '?')} cores, {mach.get('memory_gib', '?')} GiB; "
                     f"GPUs: {', '.join(mach.get('gpus') or []) or 'none'}; id {md_code(mach.get('id', '?'))}",
                 ],
                 [

@@ -15,6 +15,7 @@ from rlbench.analysis.stats import quantile, summarize
 from rlbench.report.charts import Bar, Chart, Lane, TimelineChart
 from rlbench.report.format import fmt, fmt_s, md_code, md_dest, md_table, md_text, pct
 from rlbench.report.summary import console_footer, scalar_summary
+from rlbench.results.fingerprint import cpu_label
 from rlbench.results.metrics import BASELINE, VARIANT
 from rlbench.results.records import Record
 
@@ -66,7 +67,7 @@ def render(
                 ["Scorer cost", f"{p.get('scorer_ms')} ms per slice"],
                 [
                     "Machine",
-                    f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, id {md_code(machine.get('id', '?'))}",
+                    f"{cpu_label(machine)}, {machine.get('cores', '?')} cores, id {md_code(machine.get('id', '?'))}",
                 ],
                 ["Repeats", str(len(thr))],
                 ["Command", f"{md_code(first.meta.get('command', ''))}"],

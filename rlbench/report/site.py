@@ -46,6 +46,7 @@ from typing import Any
 from rlbench.analysis.steps import Step, detect_all
 from rlbench.core.errors import DataError, UsageError
 from rlbench.core.intervals import median_interval
+from rlbench.results.fingerprint import cpu_label
 from rlbench.results.history import (
     COMMITS,
     GAPS,
@@ -238,7 +239,7 @@ def _machine_label(store: HistoryStore, machine: str) -> str:
         fp = store.machine_fingerprint(machine) or {}
     except (OSError, ValueError, DataError, KeyError):
         fp = {}
-    parts = [str(fp.get("cpu") or "unknown CPU")]
+    parts = [cpu_label(fp)]
     if fp.get("cores"):
         parts.append(f"{fp['cores']} cores")
     if fp.get("gpus"):

@@ -30,6 +30,7 @@ from rlbench.report.profiled import (
     user_metrics_section,
 )
 from rlbench.report.summary import console_footer, leaf_phase_times, scalar_summary
+from rlbench.results.fingerprint import cpu_label
 from rlbench.results.metrics import (
     ENV_STEPS,
     EVAL_RETURN,
@@ -75,7 +76,7 @@ def header(d: RunData, chart_file: str | None) -> list[str]:
                 ["Command", f"{md_code(r.meta.get('command', '?'))}"],
                 [
                     "Machine",
-                    f"{mach.get('cpu', '?')}, {mach.get('cores', '?')} cores, {mach.get('memory_gib', '?')} GiB, "
+                    f"{cpu_label(mach)}, {mach.get('cores', '?')} cores, {mach.get('memory_gib', '?')} GiB, "
                     f"{mach.get('os', '?')} ({mach.get('arch', '?')}); GPUs: {gpus}; id {md_code(mach.get('id', '?'))}",
                 ],
                 [

@@ -118,6 +118,73 @@ HARDWARE_FIELDS = ("cpu", "cpu_id", "isa", "cores", "memory_gib", "arch", "gpus"
 hashed fewer fields, so they carry another id: they stay readable and count as another machine."""
 
 
+_INTEL_FAMILY_6 = {  # server parts this project's machine kinds have shown, and their neighbours
+    63: "Haswell",
+    79: "Broadwell",
+    85: "Skylake / Cascade Lake",
+    106: "Ice Lake",
+    108: "Ice Lake",
+    143: "Sapphire Rapids",
+    173: "Granite Rapids",
+    175: "Sierra Forest",
+    207: "Emerald Rapids",
+}
+
+
+def microarchitecture(cpu_id: dict[str, Any] | None) -> str | None:
+    """The core's microarchitecture from the CPU identity of a fingerprint (``cpu_id``: vendor, family, model), where
+    it is known: "Zen 3", "Zen 4", "Zen 5", "Emerald Rapids", ... ``None`` otherwise.
+
+    A virtual machine often names every AMD host "AMD EPYC", so the family and model are what tell a Zen 3 (no
+    AVX-512) from a Zen 4 or Zen 5 (AVX512-BF16). AMD: family 23 is Zen to Zen 2, 25 is Zen 3 (models 0x00-0x0F and
+    0x20-0x5F) or Zen 4 (0x10-0x1F, 0x60-0xAF), 26 is Zen 5 (models up to 0x4F).
+    """
+    if not cpu_id:
+        return None
+    try:
+        family, model = int(str(cpu_id.get("family")), 0), int(str(cpu_id.get("model")), 0)
+    except ValueError:
+        return None
+    vendor = cpu_id.get("vendor")
+    if vendor == "AuthenticAMD":
+        if family == 23:
+            return "Zen 2" if model >= 0x30 else "Zen / Zen+"
+        if family == 25:
+            return "Zen 4" if 0x10 <= model <= 0x1F or 0x60 <= model <= 0xAF else "Zen 3"
+        if family == 26 and model <= 0x4F:
+            return "Zen 5"
+    if vendor == "GenuineIntel" and family == 6:
+        return _INTEL_FAMILY_6.get(model)
+    return None
+
+
+def cpu_label(machine: dict[str, Any]) -> str:
+    """The CPU as a report names it: the model name, then what tells apart CPUs that share it: the microarchitecture,
+    family and model, and the vector extensions that change which kernels run. E.g. "AMD EPYC (Zen 5, family 26
+    model 2; AVX-512, AVX512-BF16)", "AMD EPYC (Zen 3, family 25 model 1; AVX2, no AVX-512)". Records written before
+    the CPU identity was taken give the model name alone."""
+    name = str(machine.get("cpu") or "unknown CPU")
+    ident, isa = machine.get("cpu_id") or {}, machine.get("isa")
+    parts = []
+    if ident.get("family") is not None and ident.get("model") is not None:
+        arch = microarchitecture(ident)
+        parts.append(f"{arch + ', ' if arch else ''}family {ident['family']} model {ident['model']}")
+    if isa is not None:
+        vector = []
+        if "avx512f" in isa:
+            vector.append("AVX-512")
+            vector += ["AVX512-BF16"] if "avx512_bf16" in isa else ["no AVX512-BF16"]
+        elif "avx2" in isa:
+            vector += ["AVX2", "no AVX-512"]
+        if "amx_tile" in isa:
+            vector.append("AMX")
+        if "sve" in isa:
+            vector.append("SVE2" if "sve2" in isa else "SVE")
+        if vector:
+            parts.append(", ".join(vector))
+    return f"{name} ({'; '.join(parts)})" if parts else name
+
+
 def machine_id(info: dict[str, Any]) -> str:
     """The machine id: a hash of the :data:`HARDWARE_FIELDS` of a machine fingerprint."""
     hardware = {k: info.get(k) for k in HARDWARE_FIELDS}

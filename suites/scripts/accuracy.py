@@ -60,7 +60,7 @@ from rlbench.core.children import child_pythonpath
 from rlbench.profiling.attribution import SAMPLE_EVERY, SAMPLE_FROM
 from rlbench.profiling.launcher import Target, child_env, write_child_spec
 from rlbench.profiling.session import Settings
-from rlbench.results.fingerprint import machine_fingerprint, software_fingerprint
+from rlbench.results.fingerprint import cpu_label, machine_fingerprint, software_fingerprint
 from rlbench.results.metrics import PROFILE_ATTRIBUTED
 from rlbench.results.store import read_records
 

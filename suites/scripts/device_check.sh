@@ -189,10 +189,10 @@ def first_json(name):
 def cpu_line():
     """The machine as every record names it (rlbench's own fingerprint), or what Python knows if rlbench is broken."""
     try:
-        from rlbench.results.fingerprint import machine_fingerprint
+        from rlbench.results.fingerprint import cpu_label, machine_fingerprint
 
         m = machine_fingerprint()
-        return f"{m['cpu']}, {m['cores']} cores; machine id `{m['id']}`"
+        return f"{cpu_label(m)}, {m['cores']} cores; machine id `{m['id']}`"
     except Exception as exc:  # noqa: BLE001 - the summary must be written whatever broke
         return f"{platform.processor() or platform.machine()} (rlbench not importable: {exc})"
 
