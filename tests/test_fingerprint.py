@@ -29,7 +29,10 @@ def test_machine_fingerprint_fields_and_id() -> None:
 
 # /proc/cpuinfo of the machine kinds this project has been lent (each reads "AMD EPYC" or "Intel(R) Xeon(R) Processor"
 # under KVM): the first processor's block, cut to the fields read
-_ZEN3 = "vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nstepping\t: 1\nflags\t\t: fpu avx2 fma\n"
+_ZEN3 = (
+    "vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nstepping\t: 1\n"
+    "flags\t\t: fpu avx2 fma\n"
+)
 _ZEN4 = _ZEN3.replace(": 1\nmodel name", ": 17\nmodel name").replace("avx2 fma", "avx2 avx512f avx512_bf16 avx512_vnni")
 _ZEN5 = _ZEN4.replace("25", "26").replace(": 17\n", ": 2\n")
 _EMR = (
@@ -39,15 +42,19 @@ _EMR = (
 
 
 @pytest.mark.parametrize(
-    ("cpuinfo", "label"),
+    ("cpuinfo", "name", "label"),
     [
-        (_ZEN3, "AMD EPYC (Zen 3, family 25 model 1; AVX2, no AVX-512)"),
-        (_ZEN4, "AMD EPYC (Zen 4, family 25 model 17; AVX-512, AVX512-BF16)"),
-        (_ZEN5, "AMD EPYC (Zen 5, family 26 model 2; AVX-512, AVX512-BF16)"),
-        (_EMR, "Intel(R) Xeon(R) Processor (Emerald Rapids, family 6 model 207; AVX-512, AVX512-BF16, AMX)"),
+        (_ZEN3, "AMD EPYC", "AMD EPYC (Zen 3, family 25 model 1; AVX2, no AVX-512)"),
+        (_ZEN4, "AMD EPYC", "AMD EPYC (Zen 4, family 25 model 17; AVX-512, AVX512-BF16)"),
+        (_ZEN5, "AMD EPYC", "AMD EPYC (Zen 5, family 26 model 2; AVX-512, AVX512-BF16)"),
+        (
+            _EMR,
+            "Intel(R) Xeon(R) Processor",
+            "Intel(R) Xeon(R) Processor (Emerald Rapids, family 6 model 207; AVX-512, AVX512-BF16, AMX)",
+        ),
     ],
 )
-def test_a_report_names_what_tells_cpus_of_one_model_name_apart(cpuinfo: str, label: str) -> None:
+def test_a_report_names_what_tells_cpus_of_one_model_name_apart(cpuinfo: str, name: str, label: str) -> None:
     """Zen 3, Zen 4 and Zen 5 all read "AMD EPYC" here, and a bf16 figure from one does not hold on another: the
     label a report prints carries the microarchitecture, family and model, and the vector extensions."""
     ident, isa = fpmod.cpu_identity(cpuinfo)
