@@ -600,11 +600,12 @@ def _install() -> str:
     # pip writes direct_url.json into the environment's dist-info; the checkout's own egg-info (first on the path when
     # the harness runs from the checkout) has none, so every distribution of the name is asked
     found = list(distributions(name="rlbench"))
-    raw = next((text for d in found if (text := d.read_text("direct_url.json"))), None)
-    editable = bool(json.loads(raw).get("dir_info", {}).get("editable")) if raw else None
-    how = {True: "an editable install", False: "installed by pip, not editable"}.get(editable, "install unknown")
     if not found:
         how = "not installed"
+    else:
+        raw = next((text for d in found if (text := d.read_text("direct_url.json"))), None)
+        editable = bool(json.loads(raw).get("dir_info", {}).get("editable")) if raw else None
+        how = {True: "an editable install", False: "installed by pip, not editable"}.get(editable, "install unknown")
     return f"`{root}` ({how}; {cached} of {len(modules)} modules with cached bytecode)"
 
 
