@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from rlbench.analysis.steps import Step, detect_all
 from rlbench.core.errors import DataError, UsageError
@@ -851,22 +852,177 @@ def plotly_cdn_url() -> str:
     return f"https://cdn.plot.ly/plotly-basic-{plotly_version()}.min.js"
 
 
-def check_site_dir(out: str | os.PathLike[str]) -> Path:
-    """The output folder, refused (UsageError) when it is a file or anything but a folder, or not writable."""
-    path = Path(out)
+#: entries of a folder that rlbench never writes and a GitHub Pages folder may hold before its first site: a folder
+#: holding nothing else counts as empty (a fresh ``gh-pages`` checkout)
+PAGES_FILES = (".git", ".nojekyll", "CNAME")
+SITE_GENERATOR = "rlbench publish"  #: the marker's ``generator``: what makes a folder an earlier rlbench site
+_MARKER_MAX = 1 << 20  #: a marker larger than this is not one rlbench wrote
+
+
+def _lstat(path: Path) -> os.stat_result | None:
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return path
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
     except OSError as exc:
-        raise UsageError(f"-o {str(path)!r}: {exc.strerror or exc}") from None
-    if stat.S_ISLNK(st.st_mode) and path.is_dir():
-        return path  # a link to a folder (a gh-pages checkout elsewhere): written into
+        raise UsageError(f"-o: cannot inspect {str(path)!r} ({exc.strerror or exc}); publish into another folder") from None
+
+
+def _what(path: Path, st: os.stat_result) -> str:
+    """What a path is, in words: ``a symbolic link to '/x'``, ``a dangling symbolic link (to '/x')``, ``a FIFO``..."""
+    mode = st.st_mode
+    if stat.S_ISLNK(mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"a symbolic link to {target!r}" if path.exists() else f"a dangling symbolic link (to {target!r})"
+    for test, what in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return what
+    return "not a regular file or folder"
+
+
+def is_site(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` holds a site rlbench published: its :data:`SITE_FILE`, a regular file (not a link) whose JSON
+    names :data:`SITE_GENERATOR` (every ``rlbench publish`` writes it last, so a folder with one was written by it)."""
+    marker = Path(path) / SITE_FILE
+    st = _lstat(marker)
+    if st is None or not stat.S_ISREG(st.st_mode) or st.st_size > _MARKER_MAX:
+        return False
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("generator") == SITE_GENERATOR
+
+
+def check_site_dir(out: str | os.PathLike[str], *, force: bool = False) -> Path:
+    """The output folder, checked before anything is read or written (nothing here writes).
+
+    Accepted: an absent folder under a folder (created when the site is written), an empty one (or holding only
+    :data:`PAGES_FILES`), an earlier rlbench site (:func:`is_site`), and with ``force`` any other folder (the site's
+    own files there are replaced; nothing else is touched).
+
+    Raises:
+        UsageError: ``out`` is a link (rlbench never writes through one), a file or anything but a folder, not
+            writable, under a file, or a non-empty folder that is not an rlbench site (without ``force``).
+    """
+    path = Path(out)
+    st = _lstat(path)
+    if st is None:
+        parent = path.parent
+        while _lstat(parent) is None and parent != parent.parent:
+            parent = parent.parent
+        pst = _lstat(parent)
+        if pst is not None and not parent.is_dir():
+            raise UsageError(
+                f"-o {str(path)!r}: {str(parent)!r} is {_what(parent, pst)}, not a folder; give a folder for the site"
+            )
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise UsageError(f"-o {str(path)!r}: cannot create it, folder {str(parent)!r} is not writable")
+        return path
+    if stat.S_ISLNK(st.st_mode):
+        raise UsageError(
+            f"-o {str(path)!r} is {_what(path, st)}; rlbench never writes through a link: give the folder's own path"
+        )
     if not stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"-o {str(path)!r} is a file, not a folder; give the folder to write the site into")
+        raise UsageError(f"-o {str(path)!r} is {_what(path, st)}, not a folder; give the folder to write the site into")
     if not os.access(path, os.W_OK | os.X_OK):
         raise UsageError(f"-o {str(path)!r}: folder not writable")
+    if force or is_site(path):
+        return path
+    try:
+        others = sorted(name for name in os.listdir(path) if name not in PAGES_FILES)
+    except OSError as exc:
+        raise UsageError(f"-o {str(path)!r}: cannot list the folder ({exc.strerror or exc})") from None
+    if others:
+        raise UsageError(
+            f"-o {str(path)!r} is not empty ({len(others)} entries, e.g. {others[0]!r}) and holds no site rlbench "
+            f"published (no {SITE_FILE}): the site would replace files such as index.html there; give a new or empty "
+            "folder, or pass --force to write the site's files into it anyway"
+        )
     return path
+
+
+def check_commit_url(url: str) -> None:
+    """An ``http(s)://`` address template holding ``{sha}``.
+
+    Raises:
+        UsageError: Without ``{sha}``, or of any other scheme (``javascript:``, ``data:``, ``file:``...), or with no host.
+    """
+    example = "e.g. https://github.com/OWNER/REPO/commit/{sha}"
+    if "{sha}" not in url:
+        raise UsageError(f"--commit-url must contain {{sha}}, {example}; got {url!r}")
+    try:
+        parts = urlsplit(url.replace("{sha}", "0" * 40))
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.netloc or url != url.strip():
+        raise UsageError(f"--commit-url must be an http:// or https:// address, {example}; got {url!r}")
+
+
+def _check_targets(root: Path, files: Sequence[str]) -> None:
+    """Every file the site writes (paths relative to ``root``), and ``assets/``, before anything is written: each is
+    absent or a regular file (``assets/``: absent or a folder), never a link, so nothing is written through one.
+
+    Raises:
+        UsageError: Naming the first path that is refused and what it is.
+    """
+    if _lstat(root) is None:
+        return  # created by the write: it holds nothing yet
+    assets = root / ASSETS
+    st = _lstat(assets)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        link = stat.S_ISLNK(st.st_mode)
+        raise UsageError(
+            f"-o {str(root)!r}: {str(assets)!r} is {_what(assets, st)}"
+            + ("; rlbench never writes through a linked folder" if link else ", not a folder")
+            + ": remove it, or publish into another folder"
+        )
+    for rel in files:
+        path = root / rel
+        if rel.startswith(ASSETS + "/") and st is None:
+            continue  # assets/ is created empty
+        fst = _lstat(path)
+        if fst is None:
+            continue
+        if not stat.S_ISREG(fst.st_mode):
+            why = "; rlbench never writes through a link" if stat.S_ISLNK(fst.st_mode) else ""
+            raise UsageError(
+                f"-o {str(root)!r}: {str(path)!r} is {_what(path, fst)}{why}: remove it, or publish into another folder"
+            )
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"-o {str(root)!r}: {str(path)!r} is not writable; publish into another folder")
+    if st is not None and not os.access(assets, os.W_OK | os.X_OK):
+        raise UsageError(f"-o {str(root)!r}: folder {str(assets)!r} is not writable; publish into another folder")
+
+
+def _previous_pages(root: Path) -> list[str]:
+    """The benchmark pages an earlier publish listed in its marker (a bench-*.html name; nothing else is pruned)."""
+    if not is_site(root):
+        return []
+    try:
+        pages = json.loads((root / SITE_FILE).read_text(encoding="utf-8")).get("pages", [])
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return []
+    if not isinstance(pages, list):
+        return []
+    return [p for p in pages if isinstance(p, str) and p.startswith(BENCH_PREFIX) and p.endswith(".html") and "/" not in p]
+
+
+def _remove_file(path: Path) -> None:
+    """Remove ``path`` when it is a regular file (a stale page or asset of an earlier site); anything else stays."""
+    st = _lstat(path)
+    if st is not None and stat.S_ISREG(st.st_mode):
+        path.unlink(missing_ok=True)
 
 
 def write_site(
@@ -877,71 +1033,70 @@ def write_site(
     last_n: int = 20,
     repo: Path | None = None,
     plotly: str = "bundle",
+    force: bool = False,
 ) -> SiteSummary:
     """Write the site of ``store`` into ``out`` and say what was written.
 
     ``plotly="bundle"`` copies plotly.js into ``assets/`` (the site works offline); ``"cdn"`` links its CDN copy.
 
-    Pages of a benchmark no longer in the store are removed when ``out`` holds an earlier site (its
-    ``rlbench-site.json``); nothing else in ``out`` is touched (a ``.git`` of a gh-pages checkout stays).
+    Everything is checked before anything is written: the folder (:func:`check_site_dir`: new, empty, an earlier
+    rlbench site, or any folder with ``force``), every page and asset path (absent or a regular file; ``assets/`` a
+    real folder: nothing is ever written through a link), and every page is rendered. Pages of a benchmark no longer in
+    the store are removed when ``out`` holds an earlier site (its ``rlbench-site.json``); nothing else in ``out`` is
+    touched (a ``.git`` of a gh-pages checkout stays).
 
     Raises:
-        UsageError: ``out`` is a file or not writable, ``commit_url`` lacks ``{sha}``, ``last_n`` < 1, ``plotly`` is
-            neither ``bundle`` nor ``cdn``.
+        UsageError: ``out`` is refused (see above), ``commit_url`` is not an http(s) template with ``{sha}``,
+            ``last_n`` < 1, ``plotly`` is neither ``bundle`` nor ``cdn``.
         DataError: the store is missing, empty, or not a history store.
     """
-    if commit_url is not None and "{sha}" not in commit_url:
-        raise UsageError(
-            f"--commit-url must contain {{sha}}, e.g. https://github.com/OWNER/REPO/commit/{{sha}}; got {commit_url!r}"
-        )
+    if commit_url is not None:
+        check_commit_url(commit_url)
     if last_n < 1:
         raise UsageError(f"--last must be at least 1, got {last_n}")
     if plotly not in PLOTLY_CHOICES:
         raise UsageError(f"--plotly must be one of {', '.join(PLOTLY_CHOICES)}; got {plotly!r}")
-    root = check_site_dir(out)
+    root = check_site_dir(out, force=force)
     views, infos = build_views(store, repo)
     site = _Site(store, views, infos, commit_url, last_n, PLOTLY_JS if plotly == "bundle" else plotly_cdn_url())
-    try:
+    own_assets = ((PLOTLY_JS,) if plotly == "bundle" else ()) + (SITE_JS, SITE_CSS)
+    pages: dict[str, str] = {"index.html": site.index_html(), "regressions.html": site.regressions_html()}
+    for name, rel in site.pages.items():
+        pages[rel] = site.bench_html(name)[0]
+    was_site = _lstat(root) is not None and is_site(root)
+    previous = _previous_pages(root) if was_site else []
+    _check_targets(root, [*pages, *(f"{ASSETS}/{n}" for n in own_assets), SITE_FILE])
+
+    try:  # nothing was written before this line
         (root / ASSETS).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"-o {str(root)!r}: cannot create folder ({exc.strerror or exc})") from None
+    _check_targets(root, [])  # assets/ itself again, now that it exists: still a folder, not a link
     summary = SiteSummary(out=root)
-    own_assets = (SITE_JS, SITE_CSS)
     if plotly == "bundle":
         plotly_js, plotly_dst = _plotly_js(), root / ASSETS / PLOTLY_JS
         if not (plotly_dst.is_file() and plotly_dst.stat().st_size == len(plotly_js) and plotly_dst.read_bytes() == plotly_js):
             write_output(plotly_dst, plotly_js, "-o")  # (unchanged on a republish: not written again)
-        own_assets = (PLOTLY_JS, *own_assets)
     for name in (SITE_JS, SITE_CSS):
         write_output(root / ASSETS / name, _asset(name), "-o")
     summary.assets = [f"{ASSETS}/{n}" for n in own_assets]
-
-    def put(rel: str, text: str) -> None:
+    for rel, text in pages.items():
         write_output(root / rel, text, "-o")
         summary.pages.append(rel)
-
-    put("index.html", site.index_html())
-    put("regressions.html", site.regressions_html())
-    for name, rel in site.pages.items():
-        put(rel, site.bench_html(name)[0])
-    marker = root / SITE_FILE
-    if marker.is_file():  # an earlier publish: drop its benchmark pages that this one did not write
-        try:
-            previous = json.loads(marker.read_text(encoding="utf-8")).get("pages", [])
-        except (OSError, ValueError, AttributeError):
-            previous = []
-        for rel in previous:
-            if isinstance(rel, str) and rel.startswith(BENCH_PREFIX) and "/" not in rel and rel not in summary.pages:
-                (root / rel).unlink(missing_ok=True)
+    for rel in previous:  # an earlier publish: drop its benchmark pages that this one did not write
+        if rel not in pages:
+            _remove_file(root / rel)
+    if was_site:
         for name in STALE_ASSETS:  # an earlier version's copy of the full plotly.js, which no page loads any more
-            (root / ASSETS / name).unlink(missing_ok=True)
+            _remove_file(root / ASSETS / name)
     summary.machines = [v.id for v in views]
     summary.benchmarks = list(site.pages)
     summary.series = sum(len(v.series) for v in views)
     summary.commits = len({c for v in views for c in v.commits})
     summary.steps = len(site.steps)
     summary.open_regressions = len(site.open)
-    write_output(marker, json.dumps({"generator": "rlbench publish", "pages": summary.pages}, indent=1) + "\n", "-o")
+    marker = {"generator": SITE_GENERATOR, "pages": summary.pages}
+    write_output(root / SITE_FILE, json.dumps(marker, indent=1) + "\n", "-o")
     summary.bytes = sum((root / p).stat().st_size for p in [*summary.pages, *summary.assets])
     return summary
 
@@ -954,6 +1109,7 @@ def publish(
     last_n: int = 20,
     repo: Path | None = None,
     plotly: str = "bundle",
+    force: bool = False,
 ) -> Path:
     """Write the static site of ``store`` into ``out`` (see the module docstring); returns ``out``."""
-    return write_site(store, out, commit_url=commit_url, last_n=last_n, repo=repo, plotly=plotly).out
+    return write_site(store, out, commit_url=commit_url, last_n=last_n, repo=repo, plotly=plotly, force=force).out
