@@ -62,6 +62,11 @@ def build_publish_parser() -> Parser:
         "cdn: link the same bundle and version on cdn.plot.ly instead, for a site kept in a repository (viewing needs "
         "the network)",
     )
+    p.add_argument(
+        "--all-metrics",
+        action="store_true",
+        help="also list and chart rlbench's own metrics (profile/..., timer/..., iterations, env_steps), hidden by default",
+    )
     p.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     return p
 
@@ -97,6 +102,7 @@ def publish_command(argv: list[str]) -> int:
         repo=repo,
         plotly=args.plotly,
         force=args.force,
+        all_metrics=args.all_metrics,
     )
     if args.json:
         sys.stdout.write(json.dumps(summary.to_dict(), indent=2) + "\n")

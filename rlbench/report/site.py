@@ -60,7 +60,7 @@ from rlbench.results.history import (
     params_json,
     record_commit,
 )
-from rlbench.results.metrics import COUNTERS, EVAL_RETURN, TIME
+from rlbench.results.metrics import COUNTERS, EVAL_RETURN, TIME, is_internal
 from rlbench.results.outputs import write_output
 
 ASSETS = "assets"
@@ -69,7 +69,7 @@ STALE_ASSETS = ("plotly.min.js",)  #: what earlier versions wrote into assets/ a
 SITE_JS = "site.js"
 SITE_CSS = "site.css"
 BENCH_PREFIX = "bench-"
-SPARK_POINTS = 100  #: commits a sparkline spans (the latest ones of its machine)
+SPARK_POINTS = 100  #: commits a sparkline spans at most (the series' own latest measured commits)
 SITE_FILE = "rlbench-site.json"  #: marks a folder as a published site (so a republish may prune its old pages)
 
 #: metrics shown first, in this order (eval_return right after the speed metric: a faster commit that stopped
@@ -132,6 +132,21 @@ def params_label(params: dict[str, Any], shown: Iterable[str] | None = None) -> 
     keys = sorted(params) if shown is None else [k for k in sorted(params) if k in set(shown)]
     text = ", ".join(f"{k}={_value_text(params[k])}" for k in keys)
     return text or "(defaults)"
+
+
+def params_html(s: Series, *, inline: bool = False) -> str:
+    """The parameters of a series as HTML: those that tell it apart (``params``) as text, then every other setting of
+    its newest record (``values``: the defaults included) -- inline, or folded in a ``<details>`` (a table cell)."""
+    ident = ", ".join(f"{k}={_value_text(s.params[k])}" for k in sorted(s.params))
+    rest = {k: v for k, v in s.values.items() if k not in s.params}
+    if not rest:
+        return _esc(ident or "(no parameters)")
+    others = ", ".join(f"{k}={_value_text(rest[k])}" for k in sorted(rest))
+    if inline:
+        return _esc(", ".join(t for t in (ident, others) if t))
+    label = f"+{len(rest)} more" if ident else f"{len(rest)} setting(s)"
+    head = f"{_esc(ident)} " if ident else ""
+    return f'{head}<details class="params"><summary>{_esc(label)}</summary>{_esc(others)}</details>'
 
 
 def _value_text(v: Any) -> str:
@@ -283,8 +298,13 @@ def _check_store(store: HistoryStore) -> None:
         )
 
 
-def build_views(store: HistoryStore, repo: Path | None = None) -> tuple[list[MachineView], dict[str, CommitInfo]]:
-    """Every machine with its series, gaps and detected steps; raises DataError when there is nothing to show."""
+def build_views(
+    store: HistoryStore, repo: Path | None = None, *, all_metrics: bool = False
+) -> tuple[list[MachineView], dict[str, CommitInfo]]:
+    """Every machine with its series, gaps and detected steps; raises DataError when there is nothing to show.
+
+    rlbench's own metrics (:func:`~rlbench.results.metrics.is_internal`: ``profile/*``, ``timer/*``, ``iterations``,
+    ``env_steps``) are left out unless ``all_metrics``: neither listed, charted nor searched for steps."""
     _check_store(store)
     machines = store.machines()
     if not machines:
@@ -295,7 +315,9 @@ def build_views(store: HistoryStore, repo: Path | None = None) -> tuple[list[Mac
     order = {sha: i for i, sha in enumerate(store.order(repo))}
     views = []
     for machine in machines:
-        series = [s for s in store.series(machine=machine, repo=repo) if s.commits]
+        series = [
+            s for s in store.series(machine=machine, repo=repo) if s.commits and (all_metrics or not is_internal(s.metric))
+        ]
         gaps = list(store.gaps(machine))
         if not series and not gaps:
             continue
@@ -481,7 +503,9 @@ class _Site:
             f'<p class="lead">{len(self.views)} machine(s) · {len(self.pages)} benchmark(s) · {series} series · '
             f'{commits} commit(s) · <a href="regressions.html">{len(self.open)} open regression(s)</a>, '
             f"{len(self.steps)} detected step(s). Change: the latest median against the one {self.last_n} measured "
-            "commits earlier.</p>",
+            "commits earlier (or the series' first, when it has fewer): green when better and red when worse for that "
+            "metric, grey within the noise (the two commits' intervals overlap). Trend: the series' medians over its own "
+            "measured commits, oldest left.</p>",
             '<p><label>Filter <input id="filter" type="search" placeholder="benchmark, metric, parameter"></label></p>',
         ]
         for v in self.views:
@@ -489,18 +513,28 @@ class _Site:
         parts.append(self.footer())
         return _page("rlbench history", "\n".join(parts), scripts=(SITE_JS,))
 
+    def change_window(self, s: Series) -> int:
+        """How many measured commits back a series' change looks: ``--last``, or fewer when it has fewer."""
+        return min(self.last_n, len(s.commits) - 1)
+
     def index_machine(self, v: MachineView) -> str:
-        pos = {sha: i for i, sha in enumerate(v.commits)}
-        window = v.commits[-SPARK_POINTS:]
         rows = []
-        for s in sorted(
+        ordered = sorted(
             v.series,
             key=lambda s: (s.benchmark, _GROUPS.index(metric_group(s)), _metric_order(s.metric), _params_key(s.params)),
-        ):
-            rows.append(self.index_row(v, s, pos, window))
+        )
+        window = max((self.change_window(s) for s in ordered), default=0)
+        for s in ordered:
+            rows.append(self.index_row(v, s, window))
+        longest = max((len(s.commits) for s in ordered), default=0)
+        trend = f"trend, last {SPARK_POINTS} measured" if longest > SPARK_POINTS else "trend, measured commits"
+        change = (
+            f'<th title="the latest median against the one up to {self.last_n} measured commits earlier">'
+            f"change over {window} commit(s)</th>"
+        )
         head = (
             "<tr><th>benchmark</th><th>parameters</th><th>metric</th><th>latest</th><th>interval</th><th>commit</th>"
-            f"<th>change ({self.last_n})</th><th>last {len(window)} commits</th><th>regression</th></tr>"
+            f"{change}<th>{trend}</th><th>regression</th></tr>"
         )
         return (
             f'<section class="machine" id="m-{_esc(_slug(v.id))}"><h2>Machine <code>{_esc(v.id)}</code></h2>'
@@ -508,29 +542,54 @@ class _Site:
             f'<table class="series"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table></section>'
         )
 
-    def index_row(self, v: MachineView, s: Series, pos: dict[str, int], window: list[str]) -> str:
+    def change_html(self, s: Series, window: int) -> str:
+        """The change cell: arrow and percent against the median ``change_window`` measured commits earlier, coloured
+        by the metric's direction (``good`` green, ``bad`` red) when the two commits' intervals do not overlap (an
+        exact count: when it changed at all); ``same`` (grey) within the noise, unchanged, or without a direction. The
+        title says which commit and why; a window shorter than the column's is named."""
+        back = self.change_window(s)
+        if back < 1:
+            return "–"
+        old_sha = s.commits[-1 - back]
+        med, lo, hi, _, _ = median_interval(s.samples[-1])
+        old, old_lo, old_hi, _, _ = median_interval(s.samples[-1 - back])
+        if not (old and math.isfinite(old) and math.isfinite(med)):
+            return "–"
+        ratio = med / old
+        arrow = "▲" if ratio > 1 else "▼" if ratio < 1 else ""
+        apart = ratio != 1 and (s.exact or lo > old_hi or hi < old_lo)
+        better = {"higher": ratio > 1, "lower": ratio < 1}.get(s.direction)
+        tone = "same" if better is None or not apart else "good" if better else "bad"
+        if tone == "same":
+            why = (
+                "unchanged"
+                if ratio == 1
+                else "no better direction"
+                if better is None
+                else "within the noise: the two commits' intervals overlap"
+            )
+            title = f"against {self.short(old_sha)}, {back} measured commit(s) earlier: {why}"
+        else:
+            word = "better" if tone == "good" else "worse"
+            title = f"{word} than {self.short(old_sha)}, {back} measured commit(s) earlier ({s.direction} is better)"
+        own = f' <span class="unit">over {back}</span>' if back < window else ""
+        return f'<span class="chg {tone}" title="{_esc(title)}">{arrow}{_esc(_pct(ratio))}</span>{own}'
+
+    def index_row(self, v: MachineView, s: Series, window: int) -> str:
         med, lo, hi, n, ci = median_interval(s.samples[-1])
-        back = max(0, len(s.commits) - 1 - self.last_n)
-        change = "–"
-        if back < len(s.commits) - 1:
-            old = median_interval(s.samples[back])[0]
-            if old and math.isfinite(old) and math.isfinite(med):
-                ratio = med / old
-                arrow = "▲" if ratio > 1 else "▼" if ratio < 1 else ""
-                change = f'<span title="vs {_esc(self.short(s.commits[back]))}">{arrow}{_esc(_pct(ratio))}</span>'
+        change = self.change_html(s, window)
         page = self.pages[s.benchmark]
         flag = ""
         st = self.open.get(s.key())
         if st is not None:
             text = f"{_pct(st.ratio)} at {self.short(st.first_bad)}"
             flag = f'<a class="flag" href="regressions.html#{step_id(st)}">{_esc(text)}</a>'
-        values = dict(zip(s.commits, s.samples))
-        spark = sparkline([median_interval(values[c])[0] if c in values else None for c in window], s.direction)
+        spark = sparkline([median_interval(x)[0] for x in s.samples[-SPARK_POINTS:]], s.direction)
         interval = f"{_fmt_value(lo, s.unit)} – {_fmt_value(hi, s.unit)}" if n > 1 else "–"
         kind = "95% CI" if ci else "range"
         return (
             f'<tr class="{"open" if flag else ""}"><td><a href="{page}#m-{_esc(_slug(v.id))}">{_esc(s.benchmark)}</a></td>'
-            f"<td>{_esc(params_label(s.params))}</td><td><code>{_esc(s.metric)}</code></td>"
+            f"<td>{params_html(s)}</td><td><code>{_esc(s.metric)}</code></td>"
             f"<td class=num>{_esc(_fmt_value(med, s.unit))}</td>"
             f'<td class=num title="{kind} of {n} samples">{_esc(interval)}</td>'
             f"<td>{self.commit_html(s.commits[-1])}</td><td class=num>{change}</td><td>{spark}</td><td>{flag}</td></tr>"
@@ -584,7 +643,7 @@ class _Site:
             f"<h3>{'OPEN ' if is_open else ''}{kind}: "
             f'<a href="{self.pages[s.benchmark]}#m-{_esc(_slug(v.id))}">{_esc(s.benchmark)}</a> '
             f"<code>{_esc(s.metric)}</code> {_esc(size)}</h3>"
-            f"<p>parameters: {_esc(params_label(s.params))} · direction: {_esc(s.direction)} · unit: {_esc(s.unit)}</p>"
+            f"<p>parameters: {params_html(s, inline=True)} · direction: {_esc(s.direction)} · unit: {_esc(s.unit)}</p>"
             f"<p>last good {self.commit_html(st.last_good, subject=True)}<br>first bad "
             f"{self.commit_html(st.first_bad, subject=True)}</p>"
             f"<p>phases that moved: {phases}</p>{cmds}</article>"
@@ -645,11 +704,15 @@ class _Site:
             sections.append(self.bench_machine(v, series, gaps, axis, pos, mi, charts))
         cases = {_params_key(s.params): s.params for v in self.views for s in v.series if s.benchmark == name}
         common = _common_params(list(cases.values()))
+        settings = _common_params([s.values for v in self.views for s in v.series if s.benchmark == name])
+        settings = {k: v for k, v in settings.items() if k not in common}
+        shared = " shared by every case" if len(cases) > 1 else ""
         data = {"bench": name, "commits": commits, "machines": machines, "charts": charts}
         head = (
             f"<h1>{_esc(name)}</h1>"
             f'<p class="lead">{len(cases)} parameter case(s){": " + _esc(params_label(common)) if common else ""}. '
-            "A chart per metric over commits (oldest left); hover a point for its commit, median, interval and sample "
+            + (f"Settings of the newest records{shared}: {_esc(params_label(settings))}. " if settings else "")
+            + "A chart per metric over commits (oldest left); hover a point for its commit, median, interval and sample "
             "count. A missing point is a commit where that case has no samples.</p>"
         )
         toc = "".join(
@@ -800,29 +863,25 @@ def _varying_params(cases: list[dict[str, Any]]) -> list[str]:
 
 
 def sparkline(values: Sequence[float | None], direction: str = "none", width: int = 120, height: int = 24) -> str:
-    """An inline SVG line of ``values`` (``None``: a gap, the line breaks); the last value is a dot."""
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    if not finite:
+    """An inline SVG line through ``values`` (a series' medians over its own measured commits, oldest first), one
+    point per value, evenly spaced; a value that is ``None`` or not finite is skipped and the line joins its
+    neighbours. The last value is a dot; one value alone is just the dot."""
+    points = [(i, v) for i, v in enumerate(values) if v is not None and math.isfinite(v)]
+    if not points:
         return ""
-    lo, hi = min(finite), max(finite)
+    lo, hi = min(v for _, v in points), max(v for _, v in points)
     span = hi - lo or 1.0
     n = max(len(values) - 1, 1)
-    d = []
-    pen = False
-    last = None
-    for i, v in enumerate(values):
-        if v is None or not math.isfinite(v):
-            pen = False
-            continue
-        x = 1 + (width - 2) * i / n
-        y = height - 2 - (height - 4) * (v - lo) / span
-        d.append(f"{'L' if pen else 'M'}{x:.1f} {y:.1f}")
-        pen = True
-        last = (x, y)
-    dot = f'<circle cx="{last[0]:.1f}" cy="{last[1]:.1f}" r="2"/>' if last else ""
+    xy = [(1 + (width - 2) * i / n, height - 2 - (height - 4) * (v - lo) / span) for i, v in points]
+    if len(xy) == 1:
+        xy = [(width - 2.0, xy[0][1])]  # one commit: its dot at the right end, where the latest goes
+    d = " ".join(f"{'L' if k else 'M'}{x:.1f} {y:.1f}" for k, (x, y) in enumerate(xy))
+    last = xy[-1]
+    dot = f'<circle cx="{last[0]:.1f}" cy="{last[1]:.1f}" r="2"/>'
+    path = f'<path d="{d}"/>' if len(xy) > 1 else ""
     return (
         f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-        f'aria-label="last {len(values)} commits"><path d="{" ".join(d)}"/>{dot}</svg>'
+        f'aria-label="median over the last {len(values)} measured commits">{path}{dot}</svg>'
     )
 
 
@@ -1034,10 +1093,12 @@ def write_site(
     repo: Path | None = None,
     plotly: str = "bundle",
     force: bool = False,
+    all_metrics: bool = False,
 ) -> SiteSummary:
     """Write the site of ``store`` into ``out`` and say what was written.
 
     ``plotly="bundle"`` copies plotly.js into ``assets/`` (the site works offline); ``"cdn"`` links its CDN copy.
+    ``all_metrics`` shows rlbench's own metrics too (hidden by default, see :func:`build_views`).
 
     Everything is checked before anything is written: the folder (:func:`check_site_dir`: new, empty, an earlier
     rlbench site, or any folder with ``force``), every page and asset path (absent or a regular file; ``assets/`` a
@@ -1057,7 +1118,7 @@ def write_site(
     if plotly not in PLOTLY_CHOICES:
         raise UsageError(f"--plotly must be one of {', '.join(PLOTLY_CHOICES)}; got {plotly!r}")
     root = check_site_dir(out, force=force)
-    views, infos = build_views(store, repo)
+    views, infos = build_views(store, repo, all_metrics=all_metrics)
     site = _Site(store, views, infos, commit_url, last_n, PLOTLY_JS if plotly == "bundle" else plotly_cdn_url())
     own_assets = ((PLOTLY_JS,) if plotly == "bundle" else ()) + (SITE_JS, SITE_CSS)
     pages: dict[str, str] = {"index.html": site.index_html(), "regressions.html": site.regressions_html()}
@@ -1110,6 +1171,10 @@ def publish(
     repo: Path | None = None,
     plotly: str = "bundle",
     force: bool = False,
+    all_metrics: bool = False,
 ) -> Path:
     """Write the static site of ``store`` into ``out`` (see the module docstring); returns ``out``."""
-    return write_site(store, out, commit_url=commit_url, last_n=last_n, repo=repo, plotly=plotly, force=force).out
+    site = write_site(
+        store, out, commit_url=commit_url, last_n=last_n, repo=repo, plotly=plotly, force=force, all_metrics=all_metrics
+    )
+    return site.out

@@ -191,9 +191,10 @@ def test_http_commit_urls_are_linked(synthetic: Synthetic, tmp_path: Path) -> No
     for url in ("https://github.com/o/r/commit/{sha}", "http://git.example:8080/c/{sha}"):
         out = tmp_path / url.split(":", 1)[0]
         write_site(synthetic.store, out, commit_url=url)
-        assert url.replace("{sha}", synthetic.commits[-1]) in (out / "regressions.html").read_text() + (
-            out / "index.html"
-        ).read_text()
+        assert (
+            url.replace("{sha}", synthetic.commits[-1])
+            in (out / "regressions.html").read_text() + (out / "index.html").read_text()
+        )
 
 
 @pytest.mark.slow
