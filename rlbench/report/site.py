@@ -338,12 +338,21 @@ def build_views(
 
 # --- commands that confirm a step -----------------------------------------------------------------------------------
 #: options of `rlbench run` that `rlbench ab` and `rlbench bisect` set themselves (with the number of values they take)
-_MANAGED = {"--store": 1, "--report": 1, "--repeats": 1, "--seed": 1, "--json": 0, "--quiet": 0, "--profile": 0}
+_MANAGED = {
+    "--store": 1,
+    "--report": 1,
+    "--repeats": 1,
+    "--seed": 1,
+    "--json": 0,
+    "--quiet": 0,
+    "--pyinstrument": 0,
+    "--profile": 0,  # --pyinstrument's old name on `rlbench run`
+}
 
 
 def run_argv_of(command: str | None, benchmark: str) -> list[str]:
     """The ``run BENCH ...`` (or ``profile ... -- script``) part of a recorded ``rlbench run ...`` command line, without
-    the options ab and bisect manage (store, report, repeats, seed, json, quiet, profile). ``run BENCH`` when the
+    the options ab and bisect manage (store, report, repeats, seed, json, quiet, pyinstrument). ``run BENCH`` when the
     record carries no command."""
     try:
         argv = shlex.split(command) if command else []
