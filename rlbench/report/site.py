@@ -1142,6 +1142,10 @@ def write_site(
     except OSError as exc:
         raise UsageError(f"-o {str(root)!r}: cannot create folder ({exc.strerror or exc})") from None
     _check_targets(root, [])  # assets/ itself again, now that it exists: still a folder, not a link
+    # the marker first, listing this publish's pages and the earlier ones: a publish stopped half-way (a full disk,
+    # Ctrl-C) leaves a folder that the next publish recognises as its own and prunes as it should
+    pending = {"generator": SITE_GENERATOR, "pages": list(dict.fromkeys([*pages, *previous]))}
+    write_output(root / SITE_FILE, json.dumps(pending, indent=1) + "\n", "-o")
     summary = SiteSummary(out=root)
     if plotly == "bundle":
         plotly_js, plotly_dst = _plotly_js(), root / ASSETS / PLOTLY_JS

@@ -216,3 +216,31 @@ def test_cli_refusal_is_one_line_in_a_real_process(synthetic: Synthetic, tmp_pat
         [sys.executable, "-m", "rlbench", "publish", "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path
     ).stdout
     assert "--force" in help_text
+
+
+def test_a_publish_stopped_half_way_can_be_published_again(
+    synthetic: Synthetic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk after the first pages: the folder is still recognised as rlbench's, and the next publish (no
+    --force) completes it."""
+    from rlbench.core.errors import UsageError
+    from rlbench.report import site as site_mod
+
+    out = tmp_path / "site"
+    real = site_mod.write_output
+    written: list[str] = []
+
+    def full_disk(path: Path, data: object, flag: str = "output") -> Path:
+        if Path(path).name == "regressions.html":
+            raise UsageError(f"-o {str(path)!r}: cannot write (No space left on device)")
+        written.append(Path(path).name)
+        return real(path, data, flag)
+
+    monkeypatch.setattr(site_mod, "write_output", full_disk)
+    with pytest.raises(UsageError, match="No space left"):
+        write_site(synthetic.store, out)
+    assert "index.html" in written and is_site(out)
+    monkeypatch.setattr(site_mod, "write_output", real)
+    check_site_dir(out)  # not refused as a foreign folder
+    summary = write_site(synthetic.store, out)
+    assert all((out / p).is_file() for p in summary.pages) and is_site(out)
