@@ -323,3 +323,26 @@ def test_paired_ratios_are_labelled_as_such() -> None:
     assert outcome.checks[0].result.paired and "(paired)" in gate_markdown(outcome)
     text = comparison_markdown(compare(base, cand), base, cand, [], 0.05)
     assert RATIO_LEGEND in text and "median of the per-seed ratios" in RATIO_LEGEND and "paired" in text
+
+
+def test_gate_table_names_the_level_its_interval_was_computed_at() -> None:
+    from rlbench.analysis.compare import power_factor
+    from rlbench.analysis.gate import AutoRounds
+    from rlbench.report.comparison import gate_markdown
+
+    design = AutoRounds.plan(40)  # looks at 10, 20, 40: each interval at 1 - 5%/3
+    assert len(design.looks) == 3 and design.confidence == pytest.approx(0.983333, abs=1e-6)
+    base, cand = side("base", 1.0), side("slow", 1.2)
+    rule = [Threshold.parse("time/update:10%")]
+    spent = evaluate(base, cand, rule, learning_drop=None, confidence=design.confidence)
+    plain = evaluate(base, cand, rule, learning_drop=None)
+    wide, narrow = spent.checks[0].result, plain.checks[0].result
+    assert wide.confidence == design.confidence and narrow.confidence == 0.95
+    assert wide.ci_high - wide.ci_low > narrow.ci_high - narrow.ci_low  # computed at 98.33%: wider
+    text = gate_markdown(spent)
+    assert "| 98.33% CI |" in text and "95% CI" not in text
+    assert "spread evenly over the 3 looks" in text and "the 98.33% interval rules out" in text
+    assert f"({power_factor(design.confidence):.2f} × the 98.33% interval" in text
+    assert "98.33% CI of ratio" in spent.checks[0].reason
+    assert "| 95% CI |" in gate_markdown(plain) and "98.33%" not in gate_markdown(plain)
+    assert power_factor(0.95) == pytest.approx((1.959964 + 0.841621) / 1.959964)

@@ -31,7 +31,7 @@ from rlbench.core.children import pid_alive, run_child, signals_deferred
 from rlbench.core.errors import RlbenchError, UsageError
 from rlbench.results.records import Record
 
-_MANAGED = ("--store", "--report", "--repeats", "--json", "--quiet", "--profile")
+_MANAGED = ("--store", "--report", "--repeats", "--json", "--quiet", "--pyinstrument", "--profile")  # --profile: its old name
 
 
 def _git(args: list[str], cwd: Path) -> str:

@@ -23,6 +23,7 @@ import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 
@@ -32,8 +33,25 @@ from rlbench.results.records import Record
 
 RATE_OR_TIME_UNITS = ("s", "steps/s", "us", "ms", "ops/s", "req/s")
 MIN_SAMPLES = 5  # below this, a bootstrap interval is not trusted: no verdict (and the gate refuses)
-POWER_FACTOR = (1.959964 + 0.841621) / 1.959964
+
+
+def power_factor(confidence: float = 0.95) -> float:
+    """``(z(1 - alpha/2) + z(0.80)) / z(1 - alpha/2)`` for an interval at ``confidence`` (``alpha = 1 - confidence``):
+    a true change of this many half-widths of that interval is significant 4 times in 5 (1.43 at 95%, 1.35 at 98.33%)."""
+    z = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / 2.0)
+    return (z + NormalDist().inv_cdf(0.80)) / z
+
+
+POWER_FACTOR = power_factor(0.95)
 """(z(0.975) + z(0.80)) / z(0.975): a true change of this many half-widths of a 95% interval is significant 4 times in 5."""
+
+
+def level(confidence: float) -> str:
+    """An interval's level as people write it: ``95%``, ``98.33%`` (what a Bonferroni-spent look of ``ab --rounds
+    auto`` computes), never rounded to a level it is not."""
+    return f"{100 * confidence:.4g}%"
+
+
 DECIDED = ("faster", "slower", "better", "worse", "changed")
 """Verdict words that claim a change (the interval excludes 1 and the change is at least the minimum effect)."""
 
@@ -99,6 +117,7 @@ class CaseResult:
             exactly equal count; ``too few samples`` or ``not comparable`` when there is no interval.
         exact: Noise-free on both sides (the ratio is known exactly).
         units: Independent units behind the interval: paired seeds, else the smaller side's repeats (seeds).
+        confidence: The interval's level (0.95; higher at each look of ``ab --rounds auto``).
     """
 
     case: Case
@@ -115,6 +134,7 @@ class CaseResult:
     insufficient: bool = False
     exact: bool = False
     units: int = 0
+    confidence: float = 0.95
 
     @property
     def has_interval(self) -> bool:
@@ -148,7 +168,8 @@ class CaseResult:
         """The smallest regression this run would have found significant 4 times in 5, at its measured noise (fraction).
 
         A regression shows when the interval around the worse estimate stops reaching 1, so what counts is the
-        interval's half-width on its *better* side (toward 1): ``POWER_FACTOR`` times it. 0 for an exact count (any
+        interval's half-width on its *better* side (toward 1): :func:`power_factor` of its level times it (1.43 at
+        95%). 0 for an exact count (any
         change shows); NaN without an interval.
         """
         if self.exact:
@@ -161,7 +182,7 @@ class CaseResult:
             half = self.ratio - self.ci_low
         else:
             half = max(self.ratio - self.ci_low, self.ci_high - self.ratio)
-        return POWER_FACTOR * max(half, 0.0)
+        return power_factor(self.confidence) * max(half, 0.0)
 
     @property
     def change_range(self) -> str:
@@ -200,6 +221,7 @@ class CaseResult:
             "insufficient": self.insufficient,
             "exact": self.exact,
             "units": self.units,
+            "confidence": self.confidence,
             "worst_regression": _num(self.worst_regression),
             "detectable": _num(self.detectable),
         }
@@ -335,6 +357,7 @@ def compare_case(case: Case, min_effect: float = 0.05, confidence: float = 0.95,
         insufficient,
         exact,
         units,
+        confidence,
     )
 
 

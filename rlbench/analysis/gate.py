@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rlbench.analysis.compare import RATE_OR_TIME_UNITS, CaseResult, LoadCheck, compare, load_check
+from rlbench.analysis.compare import RATE_OR_TIME_UNITS, CaseResult, LoadCheck, compare, level, load_check, power_factor
 from rlbench.core.errors import DataError, UsageError
 from rlbench.results.metrics import EVAL_RETURN
 from rlbench.results.records import Record
@@ -96,6 +96,7 @@ class GateOutcome:
 
     checks: list[Check]
     on_inconclusive: str = "error"
+    confidence: float = 0.95  #: the level of every check's interval (higher at a look of ``ab --rounds auto``)
 
     @property
     def verdict(self) -> str:
@@ -175,7 +176,7 @@ def _judge(r: CaseResult, t: Threshold, counters: list[str]) -> Check:
         else:
             reason = f"{'better' if worse < 0 else 'worse'} by {_pct(abs(worse))} (exact; {limit})"
         return Check(t, r, FAIL if worse > t.fraction else PASS, reason)
-    ci = f"95% CI of ratio [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+    ci = f"{level(r.confidence)} CI of ratio [{r.ci_low:.3f}, {r.ci_high:.3f}]"
     if _significantly_worse(r) and worse > t.fraction:
         return Check(t, r, FAIL, f"worse by {_pct(worse)} (> {100 * t.fraction:g}%), {ci}")
     if r.significant:
@@ -282,7 +283,7 @@ def evaluate(
     load = load_check(base, cand)
     if load.heavy and not allow_busy:
         checks = [_busy(c, load) for c in checks]
-    return GateOutcome(checks, on_inconclusive)
+    return GateOutcome(checks, on_inconclusive, confidence)
 
 
 def detectable_note(results: list[CaseResult]) -> str | None:
@@ -300,9 +301,12 @@ def detectable_note(results: list[CaseResult]) -> str | None:
             parts.append(f"`{r.case.metric}` {_pct(d)}")
     if not parts:
         return None
+    confidence = results[0].confidence
     return (
-        "noise: at this run's measured noise, a regression this large would be found 4 times in 5 (1.43 × the 95% "
-        "interval's half-width): " + ", ".join(parts[:12]) + (f", and {len(parts) - 12} more" if len(parts) > 12 else "")
+        f"noise: at this run's measured noise, a regression this large would be found 4 times in 5 "
+        f"({power_factor(confidence):.2f} × the {level(confidence)} interval's half-width): "
+        + ", ".join(parts[:12])
+        + (f", and {len(parts) - 12} more" if len(parts) > 12 else "")
     )
 
 

@@ -108,6 +108,9 @@ def build_parser() -> Parser:
         help="smallest relative change that earns a verdict, as a fraction (default: 0.05)",
     )
     p_cmp.add_argument("--metric", action="append", metavar="NAME", help="compare only this metric (repeatable)")
+    from rlbench.cli.compare import add_all_metrics_argument
+
+    add_all_metrics_argument(p_cmp)
     p_cmp.add_argument("--report", metavar="PATH", help="also write a markdown comparison report")
     p_gate = sub.add_parser("gate", help="fail (exit 1) on significant regressions beyond thresholds; exit 2 on bad data")
     add_side_arguments(p_gate)

@@ -48,14 +48,15 @@ def build_ab_parser() -> Parser:
         "--min-effect", type=float, default=0.05, help="comparison: smallest change that earns a verdict (default 0.05)"
     )
     p.add_argument("--metric", action="append", help="comparison: only this metric (repeatable)")
+    from rlbench.cli.compare import add_all_metrics_argument, add_inconclusive_argument
+
+    add_all_metrics_argument(p)
     p.add_argument("--allow-mismatch", action="store_true", help="compare even if benchmark definitions differ")
     p.add_argument(
         "--allow-busy",
         action="store_true",
         help="gate even when the two sides' machine load differs enough to explain the result (rare: rounds interleave)",
     )
-    from rlbench.cli.compare import add_inconclusive_argument
-
     add_inconclusive_argument(p)
     p.add_argument("--summary", metavar="PATH", help="write the gate's markdown table here (e.g. $GITHUB_STEP_SUMMARY)")
     p.add_argument("--report", metavar="PATH", help="write the markdown comparison report here")
@@ -80,6 +81,7 @@ def ab_command(argv: list[str]) -> int:
     from rlbench.analysis.ab import run_ab, split_run_args, uncommitted_changes
     from rlbench.analysis.compare import compare, mismatches
     from rlbench.analysis.gate import AutoRounds, Threshold, evaluate, gate_look
+    from rlbench.cli.compare import hide_internal
     from rlbench.report.comparison import gate_markdown
 
     split_run_args(run_argv)  # validate before any checkout
@@ -180,8 +182,10 @@ def ab_command(argv: list[str]) -> int:
     if args.report:
         from rlbench.report.comparison import comparison_markdown
 
-        results = compare(result.base, result.head, min_effect=args.min_effect, metrics=args.metric)
-        write_output(report, comparison_markdown(results, result.base, result.head, notes, args.min_effect), "--report")
+        compared = compare(result.base, result.head, min_effect=args.min_effect, metrics=args.metric)
+        results, hidden = hide_internal(compared, args)
+        report_notes = notes + ([hidden] if hidden else [])
+        write_output(report, comparison_markdown(results, result.base, result.head, report_notes, args.min_effect), "--report")
     if thresholds:
         outcome = gate(result.base, result.head)
         from rlbench.analysis.compare import sample_flags
@@ -210,7 +214,9 @@ def ab_command(argv: list[str]) -> int:
         from rlbench.cli.compare import finish_gate
 
         return finish_gate(outcome)
-    results = compare(result.base, result.head, min_effect=args.min_effect, metrics=args.metric)
+    compared = compare(result.base, result.head, min_effect=args.min_effect, metrics=args.metric)
+    results, hidden = hide_internal(compared, args)
+    notes += [hidden] if hidden else []
     if args.json:
         print(json.dumps({"base": result.base_rev, "head": result.head_rev, "cases": [r.to_dict() for r in results]}))
     else:

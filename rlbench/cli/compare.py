@@ -58,6 +58,33 @@ def add_inconclusive_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_all_metrics_argument(p: argparse.ArgumentParser) -> None:
+    """``--all-metrics``: show rlbench's own metrics too (compare, ab; publish has its own)."""
+    p.add_argument(
+        "--all-metrics",
+        action="store_true",
+        help="also show rlbench's own metrics (profile/..., timer/..., machine/..., iterations, env_steps), hidden by "
+        "default; a metric named with --metric is always shown",
+    )
+
+
+def hide_internal(results: list, args: argparse.Namespace) -> tuple[list, str | None]:
+    """The compared cases to show: without ``--all-metrics``, those of rlbench's own metrics
+    (:func:`rlbench.results.metrics.is_internal`) left out unless named with ``--metric``; and a note naming what was
+    hidden (``None`` when nothing was)."""
+    from rlbench.results.metrics import is_internal
+
+    if getattr(args, "all_metrics", False):
+        return results, None
+    named = set(getattr(args, "metric", None) or [])
+    shown = [r for r in results if r.case.metric in named or not is_internal(r.case.metric)]
+    hidden = sorted({r.case.metric for r in results} - {r.case.metric for r in shown})
+    if not hidden:
+        return shown, None
+    listed = ", ".join(hidden[:4]) + (f" and {len(hidden) - 4} more" if len(hidden) > 4 else "")
+    return shown, f"rlbench's own metrics hidden ({listed}): --all-metrics shows them"
+
+
 def finish_gate(outcome) -> int:
     """The gate's exit code; INCONCLUSIVE checks get their one line on stderr (an error, or a warning when mapped)."""
     from rlbench.core.errors import DataError
@@ -135,6 +162,9 @@ def compare_command(args: argparse.Namespace) -> int:
     results = compare(base, cand, min_effect=args.min_effect, metrics=metrics, ignore_params=tuple(args.ignore_param))
     if not results:
         raise DataError("no case (benchmark, parameters, metric) is present on both sides: nothing to compare")
+    results, hidden = hide_internal(results, args)
+    if not results:
+        raise DataError(f"only rlbench's own metrics are present on both sides: {hidden}")
     from rlbench.analysis.compare import DECIDED
     from rlbench.analysis.gate import refuse_if_busy
 
@@ -144,16 +174,19 @@ def compare_command(args: argparse.Namespace) -> int:
 
     noise = detectable_note(results)
     notes = notes + sample_flags(results) + ([noise] if noise else [])
+    shown = [hidden] if hidden else []
     if args.report:
         from rlbench.report.comparison import comparison_markdown
 
-        write_output(report, comparison_markdown(results, base, cand, notes, args.min_effect), "--report")
+        write_output(report, comparison_markdown(results, base, cand, notes + shown, args.min_effect), "--report")
     if args.json:
-        print(json.dumps({"notes": notes, "cases": [r.to_dict() for r in results], "report": args.report}))
+        print(json.dumps({"notes": notes + shown, "cases": [r.to_dict() for r in results], "report": args.report}))
         return 0
     from rlbench.report.summary import print_comparison
 
     console = print_comparison(results, base, cand, notes)
+    for line in shown:  # a note, not a warning: after the table, dim
+        console.print(line, style="dim", markup=False, highlight=False)
     if args.report:
         console.print(f"report: {args.report}")
     return 0
@@ -196,12 +229,19 @@ def compare_by_command(args: argparse.Namespace) -> int:
             )
     if not any(outcome.values()):
         raise DataError(f"no case (metric and parameters other than {args.by}) is present in two groups: nothing to compare")
+    everything = [r for results in outcome.values() for r in results]
+    _, hidden = hide_internal(everything, args)  # one note for every group
+    for value in outcome:
+        outcome[value] = hide_internal(outcome[value], args)[0]
+    if not any(outcome.values()):
+        raise DataError(f"only rlbench's own metrics are present in two groups: {hidden}")
+    shown = [hidden] if hidden else []
     if args.report:
         from rlbench.report.comparison import comparison_markdown
 
         parts = [
             f"<!-- {args.by}={value} against {args.by}={base_value} -->\n"
-            + comparison_markdown(results, groups[base_value], groups[value], sample_flags(results), args.min_effect)
+            + comparison_markdown(results, groups[base_value], groups[value], sample_flags(results) + shown, args.min_effect)
             for value, results in outcome.items()
         ]
         write_output(report, "\n".join(parts), "--report")
@@ -213,6 +253,8 @@ def compare_by_command(args: argparse.Namespace) -> int:
 
     for value, results in outcome.items():
         console = print_comparison(results, groups[base_value], groups[value], [f"{args.by}: {base_value} → {value}"])
+    for line in shown:
+        console.print(line, style="dim", markup=False, highlight=False)
     if args.report:
         console.print(f"report: {args.report}")
     return 0

@@ -79,7 +79,12 @@ def build_profile_parser() -> Parser:
         action="store_true",
         help="print one JSON object on stdout (medians over repeats, paths); the script's output goes to stderr",
     )
-    p.add_argument("--quiet", action="store_true", help="no summary; the script's output goes to DIR/<run-id>-repeatK.log")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no summary (one line on stderr says where the report and the records went); the script's output goes to "
+        "DIR/<run-id>-repeatK.log",
+    )
     p.add_argument(
         "--sync",
         action="store_true",
@@ -224,7 +229,11 @@ def profile_command(argv: list[str], t0: float) -> int:
         summary["against_plain"] = measured if math.isfinite(measured) else None
     if args.json:
         print(json.dumps(summary, allow_nan=False, default=str))
-    elif not args.quiet:
+    elif args.quiet:
+        from rlbench.report.summary import where_line
+
+        print(where_line(summary), file=sys.stderr, flush=True)
+    else:
         from rlbench.report.kinds import renderer
 
         renderer(rendered.kind).print_summary(summary)

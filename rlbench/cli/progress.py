@@ -69,7 +69,7 @@ class _RepeatProgress(Callback):
     def on_iteration_end(self, it: IterationInfo) -> bool | None:
         if self.owner.progress is not None and self.task is not None:
             sps = it.env_steps / it.elapsed_s if it.elapsed_s > 0 else 0.0
-            ret = "" if math.isnan(it.recent_return) else f"return {it.recent_return:6.1f}"
+            ret = "" if math.isnan(it.recent_return) else f"training return {it.recent_return:6.1f}"
             self.owner.progress.update(self.task, completed=it.env_steps, sps=f"{sps:,.0f} SPS", ret=ret)
         return None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -62,14 +63,22 @@ def build_run_parser(spec: BenchmarkSpec, config: Any) -> Parser:
         help="markdown bottleneck report to write; its PNG chart goes beside it (default: DIR/<run-id>.md)",
     )
     g.add_argument(
-        "--profile", action="store_true", help="record a pyinstrument profile: HTML beside the report, top frames listed in it"
+        "--pyinstrument",
+        action="store_true",
+        help="also record pyinstrument's call tree: HTML beside the report, top frames listed in it (as `rlbench profile "
+        "--pyinstrument`)",
     )
+    g.add_argument("--profile", dest="pyinstrument", action="store_true", help=argparse.SUPPRESS)  # its old name
     g.add_argument(
         "--json",
         action="store_true",
         help="print exactly one JSON object on stdout (medians over repeats, paths of records and report)",
     )
-    g.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+    g.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar and no summary table: one line on stderr says where the report and the records went",
+    )
     g.add_argument(
         "--backend",
         choices=("local", "ray"),
@@ -194,8 +203,8 @@ def _run_command(argv: list[str], t0: float, out: TextIO) -> int:
 
     device_spec = run_setting(config, "device", "auto")
     validate_device_string(device_spec)
-    if args.backend == "ray" and args.profile:
-        raise UsageError("--profile records this process only: drop it with --backend ray, or run with --backend local")
+    if args.backend == "ray" and args.pyinstrument:
+        raise UsageError("--pyinstrument records this process only: drop it with --backend ray, or run with --backend local")
     if args.address and args.backend != "ray" and not hasattr(config, "address"):
         raise UsageError("--address names a Ray cluster: add --backend ray")
     from rlbench.report.kinds import MATPLOTLIB_KINDS
@@ -229,7 +238,7 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
     startup = Metric(STARTUP_S, "s", "lower", [_since_start(t0)])
     command = "rlbench run " + " ".join(shlex.quote(a) for a in argv)
     profiler = None
-    if args.profile:
+    if args.pyinstrument:
         from rlbench.instrument.sampling import make_profiler
 
         profiler = make_profiler()
@@ -277,7 +286,7 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
         html = None
         if not is_device(report_path):  # nothing is put beside /dev/null
             html = report_path.with_name(report_path.stem + "-profile.html")
-            write_output(html, profiler.output_html(), "--profile")
+            write_output(html, profiler.output_html(), "--pyinstrument")
         names, secs, total = top_frames(profiler)
         meta = {"frames": names, "total_s": total, "html": html.name if html is not None else None}
         prof = Metric(PROFILE_SELF_S, "s", "none", secs, meta=meta)
@@ -325,7 +334,11 @@ def _finish(
     )
     if args.json:
         print(json.dumps(summary, allow_nan=False, default=_json_default), file=args.out, flush=True)
-    elif not args.quiet:
+    elif args.quiet:
+        from rlbench.report.summary import where_line
+
+        print(where_line(summary), file=sys.stderr, flush=True)
+    else:
         renderer(rendered.kind).print_summary(summary)
     return 0
 

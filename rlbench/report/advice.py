@@ -338,7 +338,7 @@ def findings(
                     "See which Python frames hold it with `rlbench profile --pyinstrument`; name parts of it with "
                     "`rlbench.phase(...)`."
                     if d.first.meta.get("kind") == "profile"
-                    else "Profile with `--profile` to see which Python frames hold it."
+                    else "Profile with `--pyinstrument` to see which Python frames hold it."
                 ),
             )
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlbench.analysis.compare import CaseResult
+from rlbench.analysis.compare import CaseResult, level, power_factor
 from rlbench.analysis.gate import FAIL, PASS, GateOutcome, detectable_note
 from rlbench.report.format import md_code, md_table, md_text
 from rlbench.results.records import Record
@@ -16,12 +16,13 @@ def fmt_value(v: float) -> str:
 
 def comparison_markdown(results: list, base: list[Record], cand: list[Record], notes: list[str], min_effect: float) -> str:
     """The comparison report: one row per case."""
+    confidence = results[0].confidence if results else 0.95
     lines = ["# rlbench comparison", ""]
     lines += [f"> **{n}**" for n in notes]
     lines += [
         "",
-        f"Baseline {_runs(base)} vs candidate {_runs(cand)}. {RATIO_LEGEND} 95% bootstrap interval; a "
-        f"verdict needs a significant change of at least {100 * min_effect:g}%. {DETECTABLE_LEGEND}",
+        f"Baseline {_runs(base)} vs candidate {_runs(cand)}. {RATIO_LEGEND} {level(confidence)} bootstrap interval; a "
+        f"verdict needs a significant change of at least {100 * min_effect:g}%. {detectable_legend(confidence)}",
         "",
     ]
     rows = []
@@ -41,7 +42,7 @@ def comparison_markdown(results: list, base: list[Record], cand: list[Record], n
                 md_text(r.verdict),
             ]
         )
-    head = ["Benchmark", "Metric", "Baseline", "Candidate", "Ratio", "95% CI", "n", "Detectable", "Verdict"]
+    head = ["Benchmark", "Metric", "Baseline", "Candidate", "Ratio", f"{level(confidence)} CI", "n", "Detectable", "Verdict"]
     lines.append(md_table(head, rows))
     return "\n".join(lines) + "\n"
 
@@ -58,10 +59,16 @@ RATIO_LEGEND = (
 )
 
 
-DETECTABLE_LEGEND = (
-    "Detectable: the regression this run would have found 4 times in 5 at its measured noise (1.43 × the 95% "
-    "interval's half-width on the side a regression must clear); a smaller one can hide in the noise."
-)
+def detectable_legend(confidence: float = 0.95) -> str:
+    """What the Detectable column means, for intervals at ``confidence``."""
+    return (
+        "Detectable: the regression this run would have found 4 times in 5 at its measured noise "
+        f"({power_factor(confidence):.2f} × the {level(confidence)} interval's half-width on the side a regression must "
+        "clear); a smaller one can hide in the noise."
+    )
+
+
+DETECTABLE_LEGEND = detectable_legend()
 
 
 def fmt_detectable(r: CaseResult) -> str:
@@ -92,7 +99,8 @@ def gate_markdown(outcome: GateOutcome, notes: list[str] | None = None) -> str:
     cases = {(c.result.case.benchmark, c.result.case.params) for c in outcome.checks}
     benchmarks = {b for b, _ in cases}
     show = len(cases) > 1
-    head = ["Case"] * show + ["Metric", "Limit", "Baseline", "Candidate", "Ratio", "95% CI", "Detectable", "Verdict", "Result"]
+    ci = f"{level(outcome.confidence)} CI"
+    head = ["Case"] * show + ["Metric", "Limit", "Baseline", "Candidate", "Ratio", ci, "Detectable", "Verdict", "Result"]
     marks = {FAIL: "❌", PASS: "✅"}
     rows = []
     for c in outcome.checks:
@@ -111,10 +119,30 @@ def gate_markdown(outcome: GateOutcome, notes: list[str] | None = None) -> str:
         ]
         rows.append(case + cells)
     lines.append(md_table(head, rows))
-    return "\n".join([*lines, "", RATIO_LEGEND, "", VERDICT_LEGEND, DETECTABLE_LEGEND]) + "\n"
+    legends = [RATIO_LEGEND, "", interval_legend(outcome.confidence), "", verdict_legend(outcome.confidence)]
+    return "\n".join([*lines, "", *legends, detectable_legend(outcome.confidence)]) + "\n"
 
 
-VERDICT_LEGEND = (
-    "PASS: the 95% interval rules out a regression larger than the limit. FAIL: significantly worse by more than the "
-    "limit. INCONCLUSIVE: neither; the run was too noisy (or the machine too busy) to tell."
-)
+def interval_legend(confidence: float) -> str:
+    """Where the CI column's level comes from."""
+    if round(confidence, 6) == 0.95:
+        return "CI: the 95% bootstrap interval of the ratio."
+    looks = (1.0 - 0.95) / (1.0 - confidence)
+    spread = (
+        f"the 5% error rate spread evenly over the {looks:.0f} looks that `--rounds auto` planned (Bonferroni), so that "
+        "all looks together give at most 5% false verdicts"
+        if abs(looks - round(looks)) < 1e-6
+        else "a level other than 95%"
+    )
+    return f"CI: the {level(confidence)} bootstrap interval of the ratio, not 95%: {spread}."
+
+
+def verdict_legend(confidence: float = 0.95) -> str:
+    """What PASS, FAIL and INCONCLUSIVE mean, for intervals at ``confidence``."""
+    return (
+        f"PASS: the {level(confidence)} interval rules out a regression larger than the limit. FAIL: significantly "
+        "worse by more than the limit. INCONCLUSIVE: neither; the run was too noisy (or the machine too busy) to tell."
+    )
+
+
+VERDICT_LEGEND = verdict_legend()

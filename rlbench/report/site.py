@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from rlbench.analysis.steps import Step, detect_all
 from rlbench.core.errors import DataError, UsageError
@@ -59,7 +60,7 @@ from rlbench.results.history import (
     params_json,
     record_commit,
 )
-from rlbench.results.metrics import COUNTERS, EVAL_RETURN, TIME
+from rlbench.results.metrics import COUNTERS, EVAL_RETURN, TIME, is_internal
 from rlbench.results.outputs import write_output
 
 ASSETS = "assets"
@@ -68,7 +69,7 @@ STALE_ASSETS = ("plotly.min.js",)  #: what earlier versions wrote into assets/ a
 SITE_JS = "site.js"
 SITE_CSS = "site.css"
 BENCH_PREFIX = "bench-"
-SPARK_POINTS = 100  #: commits a sparkline spans (the latest ones of its machine)
+SPARK_POINTS = 100  #: commits a sparkline spans at most (the series' own latest measured commits)
 SITE_FILE = "rlbench-site.json"  #: marks a folder as a published site (so a republish may prune its old pages)
 
 #: metrics shown first, in this order (eval_return right after the speed metric: a faster commit that stopped
@@ -131,6 +132,21 @@ def params_label(params: dict[str, Any], shown: Iterable[str] | None = None) -> 
     keys = sorted(params) if shown is None else [k for k in sorted(params) if k in set(shown)]
     text = ", ".join(f"{k}={_value_text(params[k])}" for k in keys)
     return text or "(defaults)"
+
+
+def params_html(s: Series, *, inline: bool = False) -> str:
+    """The parameters of a series as HTML: those that tell it apart (``params``) as text, then every other setting of
+    its newest record (``values``: the defaults included) -- inline, or folded in a ``<details>`` (a table cell)."""
+    ident = ", ".join(f"{k}={_value_text(s.params[k])}" for k in sorted(s.params))
+    rest = {k: v for k, v in s.values.items() if k not in s.params}
+    if not rest:
+        return _esc(ident or "(no parameters)")
+    others = ", ".join(f"{k}={_value_text(rest[k])}" for k in sorted(rest))
+    if inline:
+        return _esc(", ".join(t for t in (ident, others) if t))
+    label = f"+{len(rest)} more" if ident else f"{len(rest)} setting(s)"
+    head = f"{_esc(ident)} " if ident else ""
+    return f'{head}<details class="params"><summary>{_esc(label)}</summary>{_esc(others)}</details>'
 
 
 def _value_text(v: Any) -> str:
@@ -282,8 +298,13 @@ def _check_store(store: HistoryStore) -> None:
         )
 
 
-def build_views(store: HistoryStore, repo: Path | None = None) -> tuple[list[MachineView], dict[str, CommitInfo]]:
-    """Every machine with its series, gaps and detected steps; raises DataError when there is nothing to show."""
+def build_views(
+    store: HistoryStore, repo: Path | None = None, *, all_metrics: bool = False
+) -> tuple[list[MachineView], dict[str, CommitInfo]]:
+    """Every machine with its series, gaps and detected steps; raises DataError when there is nothing to show.
+
+    rlbench's own metrics (:func:`~rlbench.results.metrics.is_internal`: ``profile/*``, ``timer/*``, ``iterations``,
+    ``env_steps``) are left out unless ``all_metrics``: neither listed, charted nor searched for steps."""
     _check_store(store)
     machines = store.machines()
     if not machines:
@@ -294,7 +315,9 @@ def build_views(store: HistoryStore, repo: Path | None = None) -> tuple[list[Mac
     order = {sha: i for i, sha in enumerate(store.order(repo))}
     views = []
     for machine in machines:
-        series = [s for s in store.series(machine=machine, repo=repo) if s.commits]
+        series = [
+            s for s in store.series(machine=machine, repo=repo) if s.commits and (all_metrics or not is_internal(s.metric))
+        ]
         gaps = list(store.gaps(machine))
         if not series and not gaps:
             continue
@@ -315,12 +338,21 @@ def build_views(store: HistoryStore, repo: Path | None = None) -> tuple[list[Mac
 
 # --- commands that confirm a step -----------------------------------------------------------------------------------
 #: options of `rlbench run` that `rlbench ab` and `rlbench bisect` set themselves (with the number of values they take)
-_MANAGED = {"--store": 1, "--report": 1, "--repeats": 1, "--seed": 1, "--json": 0, "--quiet": 0, "--profile": 0}
+_MANAGED = {
+    "--store": 1,
+    "--report": 1,
+    "--repeats": 1,
+    "--seed": 1,
+    "--json": 0,
+    "--quiet": 0,
+    "--pyinstrument": 0,
+    "--profile": 0,  # --pyinstrument's old name on `rlbench run`
+}
 
 
 def run_argv_of(command: str | None, benchmark: str) -> list[str]:
     """The ``run BENCH ...`` (or ``profile ... -- script``) part of a recorded ``rlbench run ...`` command line, without
-    the options ab and bisect manage (store, report, repeats, seed, json, quiet, profile). ``run BENCH`` when the
+    the options ab and bisect manage (store, report, repeats, seed, json, quiet, pyinstrument). ``run BENCH`` when the
     record carries no command."""
     try:
         argv = shlex.split(command) if command else []
@@ -480,7 +512,9 @@ class _Site:
             f'<p class="lead">{len(self.views)} machine(s) · {len(self.pages)} benchmark(s) · {series} series · '
             f'{commits} commit(s) · <a href="regressions.html">{len(self.open)} open regression(s)</a>, '
             f"{len(self.steps)} detected step(s). Change: the latest median against the one {self.last_n} measured "
-            "commits earlier.</p>",
+            "commits earlier (or the series' first, when it has fewer): green when better and red when worse for that "
+            "metric, grey within the noise (the two commits' intervals overlap). Trend: the series' medians over its own "
+            "measured commits, oldest left.</p>",
             '<p><label>Filter <input id="filter" type="search" placeholder="benchmark, metric, parameter"></label></p>',
         ]
         for v in self.views:
@@ -488,18 +522,28 @@ class _Site:
         parts.append(self.footer())
         return _page("rlbench history", "\n".join(parts), scripts=(SITE_JS,))
 
+    def change_window(self, s: Series) -> int:
+        """How many measured commits back a series' change looks: ``--last``, or fewer when it has fewer."""
+        return min(self.last_n, len(s.commits) - 1)
+
     def index_machine(self, v: MachineView) -> str:
-        pos = {sha: i for i, sha in enumerate(v.commits)}
-        window = v.commits[-SPARK_POINTS:]
         rows = []
-        for s in sorted(
+        ordered = sorted(
             v.series,
             key=lambda s: (s.benchmark, _GROUPS.index(metric_group(s)), _metric_order(s.metric), _params_key(s.params)),
-        ):
-            rows.append(self.index_row(v, s, pos, window))
+        )
+        window = max((self.change_window(s) for s in ordered), default=0)
+        for s in ordered:
+            rows.append(self.index_row(v, s, window))
+        longest = max((len(s.commits) for s in ordered), default=0)
+        trend = f"trend, last {SPARK_POINTS} measured" if longest > SPARK_POINTS else "trend, measured commits"
+        change = (
+            f'<th title="the latest median against the one up to {self.last_n} measured commits earlier">'
+            f"change over {window} commit(s)</th>"
+        )
         head = (
             "<tr><th>benchmark</th><th>parameters</th><th>metric</th><th>latest</th><th>interval</th><th>commit</th>"
-            f"<th>change ({self.last_n})</th><th>last {len(window)} commits</th><th>regression</th></tr>"
+            f"{change}<th>{trend}</th><th>regression</th></tr>"
         )
         return (
             f'<section class="machine" id="m-{_esc(_slug(v.id))}"><h2>Machine <code>{_esc(v.id)}</code></h2>'
@@ -507,29 +551,54 @@ class _Site:
             f'<table class="series"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table></section>'
         )
 
-    def index_row(self, v: MachineView, s: Series, pos: dict[str, int], window: list[str]) -> str:
+    def change_html(self, s: Series, window: int) -> str:
+        """The change cell: arrow and percent against the median ``change_window`` measured commits earlier, coloured
+        by the metric's direction (``good`` green, ``bad`` red) when the two commits' intervals do not overlap (an
+        exact count: when it changed at all); ``same`` (grey) within the noise, unchanged, or without a direction. The
+        title says which commit and why; a window shorter than the column's is named."""
+        back = self.change_window(s)
+        if back < 1:
+            return "–"
+        old_sha = s.commits[-1 - back]
+        med, lo, hi, _, _ = median_interval(s.samples[-1])
+        old, old_lo, old_hi, _, _ = median_interval(s.samples[-1 - back])
+        if not (old and math.isfinite(old) and math.isfinite(med)):
+            return "–"
+        ratio = med / old
+        arrow = "▲" if ratio > 1 else "▼" if ratio < 1 else ""
+        apart = ratio != 1 and (s.exact or lo > old_hi or hi < old_lo)
+        better = {"higher": ratio > 1, "lower": ratio < 1}.get(s.direction)
+        tone = "same" if better is None or not apart else "good" if better else "bad"
+        if tone == "same":
+            why = (
+                "unchanged"
+                if ratio == 1
+                else "no better direction"
+                if better is None
+                else "within the noise: the two commits' intervals overlap"
+            )
+            title = f"against {self.short(old_sha)}, {back} measured commit(s) earlier: {why}"
+        else:
+            word = "better" if tone == "good" else "worse"
+            title = f"{word} than {self.short(old_sha)}, {back} measured commit(s) earlier ({s.direction} is better)"
+        own = f' <span class="unit">over {back}</span>' if back < window else ""
+        return f'<span class="chg {tone}" title="{_esc(title)}">{arrow}{_esc(_pct(ratio))}</span>{own}'
+
+    def index_row(self, v: MachineView, s: Series, window: int) -> str:
         med, lo, hi, n, ci = median_interval(s.samples[-1])
-        back = max(0, len(s.commits) - 1 - self.last_n)
-        change = "–"
-        if back < len(s.commits) - 1:
-            old = median_interval(s.samples[back])[0]
-            if old and math.isfinite(old) and math.isfinite(med):
-                ratio = med / old
-                arrow = "▲" if ratio > 1 else "▼" if ratio < 1 else ""
-                change = f'<span title="vs {_esc(self.short(s.commits[back]))}">{arrow}{_esc(_pct(ratio))}</span>'
+        change = self.change_html(s, window)
         page = self.pages[s.benchmark]
         flag = ""
         st = self.open.get(s.key())
         if st is not None:
             text = f"{_pct(st.ratio)} at {self.short(st.first_bad)}"
             flag = f'<a class="flag" href="regressions.html#{step_id(st)}">{_esc(text)}</a>'
-        values = dict(zip(s.commits, s.samples))
-        spark = sparkline([median_interval(values[c])[0] if c in values else None for c in window], s.direction)
+        spark = sparkline([median_interval(x)[0] for x in s.samples[-SPARK_POINTS:]], s.direction)
         interval = f"{_fmt_value(lo, s.unit)} – {_fmt_value(hi, s.unit)}" if n > 1 else "–"
         kind = "95% CI" if ci else "range"
         return (
             f'<tr class="{"open" if flag else ""}"><td><a href="{page}#m-{_esc(_slug(v.id))}">{_esc(s.benchmark)}</a></td>'
-            f"<td>{_esc(params_label(s.params))}</td><td><code>{_esc(s.metric)}</code></td>"
+            f"<td>{params_html(s)}</td><td><code>{_esc(s.metric)}</code></td>"
             f"<td class=num>{_esc(_fmt_value(med, s.unit))}</td>"
             f'<td class=num title="{kind} of {n} samples">{_esc(interval)}</td>'
             f"<td>{self.commit_html(s.commits[-1])}</td><td class=num>{change}</td><td>{spark}</td><td>{flag}</td></tr>"
@@ -583,7 +652,7 @@ class _Site:
             f"<h3>{'OPEN ' if is_open else ''}{kind}: "
             f'<a href="{self.pages[s.benchmark]}#m-{_esc(_slug(v.id))}">{_esc(s.benchmark)}</a> '
             f"<code>{_esc(s.metric)}</code> {_esc(size)}</h3>"
-            f"<p>parameters: {_esc(params_label(s.params))} · direction: {_esc(s.direction)} · unit: {_esc(s.unit)}</p>"
+            f"<p>parameters: {params_html(s, inline=True)} · direction: {_esc(s.direction)} · unit: {_esc(s.unit)}</p>"
             f"<p>last good {self.commit_html(st.last_good, subject=True)}<br>first bad "
             f"{self.commit_html(st.first_bad, subject=True)}</p>"
             f"<p>phases that moved: {phases}</p>{cmds}</article>"
@@ -644,11 +713,15 @@ class _Site:
             sections.append(self.bench_machine(v, series, gaps, axis, pos, mi, charts))
         cases = {_params_key(s.params): s.params for v in self.views for s in v.series if s.benchmark == name}
         common = _common_params(list(cases.values()))
+        settings = _common_params([s.values for v in self.views for s in v.series if s.benchmark == name])
+        settings = {k: v for k, v in settings.items() if k not in common}
+        shared = " shared by every case" if len(cases) > 1 else ""
         data = {"bench": name, "commits": commits, "machines": machines, "charts": charts}
         head = (
             f"<h1>{_esc(name)}</h1>"
             f'<p class="lead">{len(cases)} parameter case(s){": " + _esc(params_label(common)) if common else ""}. '
-            "A chart per metric over commits (oldest left); hover a point for its commit, median, interval and sample "
+            + (f"Settings of the newest records{shared}: {_esc(params_label(settings))}. " if settings else "")
+            + "A chart per metric over commits (oldest left); hover a point for its commit, median, interval and sample "
             "count. A missing point is a commit where that case has no samples.</p>"
         )
         toc = "".join(
@@ -799,29 +872,25 @@ def _varying_params(cases: list[dict[str, Any]]) -> list[str]:
 
 
 def sparkline(values: Sequence[float | None], direction: str = "none", width: int = 120, height: int = 24) -> str:
-    """An inline SVG line of ``values`` (``None``: a gap, the line breaks); the last value is a dot."""
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    if not finite:
+    """An inline SVG line through ``values`` (a series' medians over its own measured commits, oldest first), one
+    point per value, evenly spaced; a value that is ``None`` or not finite is skipped and the line joins its
+    neighbours. The last value is a dot; one value alone is just the dot."""
+    points = [(i, v) for i, v in enumerate(values) if v is not None and math.isfinite(v)]
+    if not points:
         return ""
-    lo, hi = min(finite), max(finite)
+    lo, hi = min(v for _, v in points), max(v for _, v in points)
     span = hi - lo or 1.0
     n = max(len(values) - 1, 1)
-    d = []
-    pen = False
-    last = None
-    for i, v in enumerate(values):
-        if v is None or not math.isfinite(v):
-            pen = False
-            continue
-        x = 1 + (width - 2) * i / n
-        y = height - 2 - (height - 4) * (v - lo) / span
-        d.append(f"{'L' if pen else 'M'}{x:.1f} {y:.1f}")
-        pen = True
-        last = (x, y)
-    dot = f'<circle cx="{last[0]:.1f}" cy="{last[1]:.1f}" r="2"/>' if last else ""
+    xy = [(1 + (width - 2) * i / n, height - 2 - (height - 4) * (v - lo) / span) for i, v in points]
+    if len(xy) == 1:
+        xy = [(width - 2.0, xy[0][1])]  # one commit: its dot at the right end, where the latest goes
+    d = " ".join(f"{'L' if k else 'M'}{x:.1f} {y:.1f}" for k, (x, y) in enumerate(xy))
+    last = xy[-1]
+    dot = f'<circle cx="{last[0]:.1f}" cy="{last[1]:.1f}" r="2"/>'
+    path = f'<path d="{d}"/>' if len(xy) > 1 else ""
     return (
         f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-        f'aria-label="last {len(values)} commits"><path d="{" ".join(d)}"/>{dot}</svg>'
+        f'aria-label="median over the last {len(values)} measured commits">{path}{dot}</svg>'
     )
 
 
@@ -851,22 +920,177 @@ def plotly_cdn_url() -> str:
     return f"https://cdn.plot.ly/plotly-basic-{plotly_version()}.min.js"
 
 
-def check_site_dir(out: str | os.PathLike[str]) -> Path:
-    """The output folder, refused (UsageError) when it is a file or anything but a folder, or not writable."""
-    path = Path(out)
+#: entries of a folder that rlbench never writes and a GitHub Pages folder may hold before its first site: a folder
+#: holding nothing else counts as empty (a fresh ``gh-pages`` checkout)
+PAGES_FILES = (".git", ".nojekyll", "CNAME")
+SITE_GENERATOR = "rlbench publish"  #: the marker's ``generator``: what makes a folder an earlier rlbench site
+_MARKER_MAX = 1 << 20  #: a marker larger than this is not one rlbench wrote
+
+
+def _lstat(path: Path) -> os.stat_result | None:
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return path
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
     except OSError as exc:
-        raise UsageError(f"-o {str(path)!r}: {exc.strerror or exc}") from None
-    if stat.S_ISLNK(st.st_mode) and path.is_dir():
-        return path  # a link to a folder (a gh-pages checkout elsewhere): written into
+        raise UsageError(f"-o: cannot inspect {str(path)!r} ({exc.strerror or exc}); publish into another folder") from None
+
+
+def _what(path: Path, st: os.stat_result) -> str:
+    """What a path is, in words: ``a symbolic link to '/x'``, ``a dangling symbolic link (to '/x')``, ``a FIFO``..."""
+    mode = st.st_mode
+    if stat.S_ISLNK(mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"a symbolic link to {target!r}" if path.exists() else f"a dangling symbolic link (to {target!r})"
+    for test, what in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return what
+    return "not a regular file or folder"
+
+
+def is_site(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` holds a site rlbench published: its :data:`SITE_FILE`, a regular file (not a link) whose JSON
+    names :data:`SITE_GENERATOR` (every ``rlbench publish`` writes it last, so a folder with one was written by it)."""
+    marker = Path(path) / SITE_FILE
+    st = _lstat(marker)
+    if st is None or not stat.S_ISREG(st.st_mode) or st.st_size > _MARKER_MAX:
+        return False
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("generator") == SITE_GENERATOR
+
+
+def check_site_dir(out: str | os.PathLike[str], *, force: bool = False) -> Path:
+    """The output folder, checked before anything is read or written (nothing here writes).
+
+    Accepted: an absent folder under a folder (created when the site is written), an empty one (or holding only
+    :data:`PAGES_FILES`), an earlier rlbench site (:func:`is_site`), and with ``force`` any other folder (the site's
+    own files there are replaced; nothing else is touched).
+
+    Raises:
+        UsageError: ``out`` is a link (rlbench never writes through one), a file or anything but a folder, not
+            writable, under a file, or a non-empty folder that is not an rlbench site (without ``force``).
+    """
+    path = Path(out)
+    st = _lstat(path)
+    if st is None:
+        parent = path.parent
+        while _lstat(parent) is None and parent != parent.parent:
+            parent = parent.parent
+        pst = _lstat(parent)
+        if pst is not None and not parent.is_dir():
+            raise UsageError(
+                f"-o {str(path)!r}: {str(parent)!r} is {_what(parent, pst)}, not a folder; give a folder for the site"
+            )
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise UsageError(f"-o {str(path)!r}: cannot create it, folder {str(parent)!r} is not writable")
+        return path
+    if stat.S_ISLNK(st.st_mode):
+        raise UsageError(
+            f"-o {str(path)!r} is {_what(path, st)}; rlbench never writes through a link: give the folder's own path"
+        )
     if not stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"-o {str(path)!r} is a file, not a folder; give the folder to write the site into")
+        raise UsageError(f"-o {str(path)!r} is {_what(path, st)}, not a folder; give the folder to write the site into")
     if not os.access(path, os.W_OK | os.X_OK):
         raise UsageError(f"-o {str(path)!r}: folder not writable")
+    if force or is_site(path):
+        return path
+    try:
+        others = sorted(name for name in os.listdir(path) if name not in PAGES_FILES)
+    except OSError as exc:
+        raise UsageError(f"-o {str(path)!r}: cannot list the folder ({exc.strerror or exc})") from None
+    if others:
+        raise UsageError(
+            f"-o {str(path)!r} is not empty ({len(others)} entries, e.g. {others[0]!r}) and holds no site rlbench "
+            f"published (no {SITE_FILE}): the site would replace files such as index.html there; give a new or empty "
+            "folder, or pass --force to write the site's files into it anyway"
+        )
     return path
+
+
+def check_commit_url(url: str) -> None:
+    """An ``http(s)://`` address template holding ``{sha}``.
+
+    Raises:
+        UsageError: Without ``{sha}``, or of any other scheme (``javascript:``, ``data:``, ``file:``...), or with no host.
+    """
+    example = "e.g. https://github.com/OWNER/REPO/commit/{sha}"
+    if "{sha}" not in url:
+        raise UsageError(f"--commit-url must contain {{sha}}, {example}; got {url!r}")
+    try:
+        parts = urlsplit(url.replace("{sha}", "0" * 40))
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.netloc or url != url.strip():
+        raise UsageError(f"--commit-url must be an http:// or https:// address, {example}; got {url!r}")
+
+
+def _check_targets(root: Path, files: Sequence[str]) -> None:
+    """Every file the site writes (paths relative to ``root``), and ``assets/``, before anything is written: each is
+    absent or a regular file (``assets/``: absent or a folder), never a link, so nothing is written through one.
+
+    Raises:
+        UsageError: Naming the first path that is refused and what it is.
+    """
+    if _lstat(root) is None:
+        return  # created by the write: it holds nothing yet
+    assets = root / ASSETS
+    st = _lstat(assets)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        link = stat.S_ISLNK(st.st_mode)
+        raise UsageError(
+            f"-o {str(root)!r}: {str(assets)!r} is {_what(assets, st)}"
+            + ("; rlbench never writes through a linked folder" if link else ", not a folder")
+            + ": remove it, or publish into another folder"
+        )
+    for rel in files:
+        path = root / rel
+        if rel.startswith(ASSETS + "/") and st is None:
+            continue  # assets/ is created empty
+        fst = _lstat(path)
+        if fst is None:
+            continue
+        if not stat.S_ISREG(fst.st_mode):
+            why = "; rlbench never writes through a link" if stat.S_ISLNK(fst.st_mode) else ""
+            raise UsageError(
+                f"-o {str(root)!r}: {str(path)!r} is {_what(path, fst)}{why}: remove it, or publish into another folder"
+            )
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"-o {str(root)!r}: {str(path)!r} is not writable; publish into another folder")
+    if st is not None and not os.access(assets, os.W_OK | os.X_OK):
+        raise UsageError(f"-o {str(root)!r}: folder {str(assets)!r} is not writable; publish into another folder")
+
+
+def _previous_pages(root: Path) -> list[str]:
+    """The benchmark pages an earlier publish listed in its marker (a bench-*.html name; nothing else is pruned)."""
+    if not is_site(root):
+        return []
+    try:
+        pages = json.loads((root / SITE_FILE).read_text(encoding="utf-8")).get("pages", [])
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return []
+    if not isinstance(pages, list):
+        return []
+    return [p for p in pages if isinstance(p, str) and p.startswith(BENCH_PREFIX) and p.endswith(".html") and "/" not in p]
+
+
+def _remove_file(path: Path) -> None:
+    """Remove ``path`` when it is a regular file (a stale page or asset of an earlier site); anything else stays."""
+    st = _lstat(path)
+    if st is not None and stat.S_ISREG(st.st_mode):
+        path.unlink(missing_ok=True)
 
 
 def write_site(
@@ -877,71 +1101,76 @@ def write_site(
     last_n: int = 20,
     repo: Path | None = None,
     plotly: str = "bundle",
+    force: bool = False,
+    all_metrics: bool = False,
 ) -> SiteSummary:
     """Write the site of ``store`` into ``out`` and say what was written.
 
     ``plotly="bundle"`` copies plotly.js into ``assets/`` (the site works offline); ``"cdn"`` links its CDN copy.
+    ``all_metrics`` shows rlbench's own metrics too (hidden by default, see :func:`build_views`).
 
-    Pages of a benchmark no longer in the store are removed when ``out`` holds an earlier site (its
-    ``rlbench-site.json``); nothing else in ``out`` is touched (a ``.git`` of a gh-pages checkout stays).
+    Everything is checked before anything is written: the folder (:func:`check_site_dir`: new, empty, an earlier
+    rlbench site, or any folder with ``force``), every page and asset path (absent or a regular file; ``assets/`` a
+    real folder: nothing is ever written through a link), and every page is rendered. Pages of a benchmark no longer in
+    the store are removed when ``out`` holds an earlier site (its ``rlbench-site.json``); nothing else in ``out`` is
+    touched (a ``.git`` of a gh-pages checkout stays).
 
     Raises:
-        UsageError: ``out`` is a file or not writable, ``commit_url`` lacks ``{sha}``, ``last_n`` < 1, ``plotly`` is
-            neither ``bundle`` nor ``cdn``.
+        UsageError: ``out`` is refused (see above), ``commit_url`` is not an http(s) template with ``{sha}``,
+            ``last_n`` < 1, ``plotly`` is neither ``bundle`` nor ``cdn``.
         DataError: the store is missing, empty, or not a history store.
     """
-    if commit_url is not None and "{sha}" not in commit_url:
-        raise UsageError(
-            f"--commit-url must contain {{sha}}, e.g. https://github.com/OWNER/REPO/commit/{{sha}}; got {commit_url!r}"
-        )
+    if commit_url is not None:
+        check_commit_url(commit_url)
     if last_n < 1:
         raise UsageError(f"--last must be at least 1, got {last_n}")
     if plotly not in PLOTLY_CHOICES:
         raise UsageError(f"--plotly must be one of {', '.join(PLOTLY_CHOICES)}; got {plotly!r}")
-    root = check_site_dir(out)
-    views, infos = build_views(store, repo)
+    root = check_site_dir(out, force=force)
+    views, infos = build_views(store, repo, all_metrics=all_metrics)
     site = _Site(store, views, infos, commit_url, last_n, PLOTLY_JS if plotly == "bundle" else plotly_cdn_url())
-    try:
+    own_assets = ((PLOTLY_JS,) if plotly == "bundle" else ()) + (SITE_JS, SITE_CSS)
+    pages: dict[str, str] = {"index.html": site.index_html(), "regressions.html": site.regressions_html()}
+    for name, rel in site.pages.items():
+        pages[rel] = site.bench_html(name)[0]
+    was_site = _lstat(root) is not None and is_site(root)
+    previous = _previous_pages(root) if was_site else []
+    _check_targets(root, [*pages, *(f"{ASSETS}/{n}" for n in own_assets), SITE_FILE])
+
+    try:  # nothing was written before this line
         (root / ASSETS).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"-o {str(root)!r}: cannot create folder ({exc.strerror or exc})") from None
+    _check_targets(root, [])  # assets/ itself again, now that it exists: still a folder, not a link
+    # the marker first, listing this publish's pages and the earlier ones: a publish stopped half-way (a full disk,
+    # Ctrl-C) leaves a folder that the next publish recognises as its own and prunes as it should
+    pending = {"generator": SITE_GENERATOR, "pages": list(dict.fromkeys([*pages, *previous]))}
+    write_output(root / SITE_FILE, json.dumps(pending, indent=1) + "\n", "-o")
     summary = SiteSummary(out=root)
-    own_assets = (SITE_JS, SITE_CSS)
     if plotly == "bundle":
         plotly_js, plotly_dst = _plotly_js(), root / ASSETS / PLOTLY_JS
         if not (plotly_dst.is_file() and plotly_dst.stat().st_size == len(plotly_js) and plotly_dst.read_bytes() == plotly_js):
             write_output(plotly_dst, plotly_js, "-o")  # (unchanged on a republish: not written again)
-        own_assets = (PLOTLY_JS, *own_assets)
     for name in (SITE_JS, SITE_CSS):
         write_output(root / ASSETS / name, _asset(name), "-o")
     summary.assets = [f"{ASSETS}/{n}" for n in own_assets]
-
-    def put(rel: str, text: str) -> None:
+    for rel, text in pages.items():
         write_output(root / rel, text, "-o")
         summary.pages.append(rel)
-
-    put("index.html", site.index_html())
-    put("regressions.html", site.regressions_html())
-    for name, rel in site.pages.items():
-        put(rel, site.bench_html(name)[0])
-    marker = root / SITE_FILE
-    if marker.is_file():  # an earlier publish: drop its benchmark pages that this one did not write
-        try:
-            previous = json.loads(marker.read_text(encoding="utf-8")).get("pages", [])
-        except (OSError, ValueError, AttributeError):
-            previous = []
-        for rel in previous:
-            if isinstance(rel, str) and rel.startswith(BENCH_PREFIX) and "/" not in rel and rel not in summary.pages:
-                (root / rel).unlink(missing_ok=True)
+    for rel in previous:  # an earlier publish: drop its benchmark pages that this one did not write
+        if rel not in pages:
+            _remove_file(root / rel)
+    if was_site:
         for name in STALE_ASSETS:  # an earlier version's copy of the full plotly.js, which no page loads any more
-            (root / ASSETS / name).unlink(missing_ok=True)
+            _remove_file(root / ASSETS / name)
     summary.machines = [v.id for v in views]
     summary.benchmarks = list(site.pages)
     summary.series = sum(len(v.series) for v in views)
     summary.commits = len({c for v in views for c in v.commits})
     summary.steps = len(site.steps)
     summary.open_regressions = len(site.open)
-    write_output(marker, json.dumps({"generator": "rlbench publish", "pages": summary.pages}, indent=1) + "\n", "-o")
+    marker = {"generator": SITE_GENERATOR, "pages": summary.pages}
+    write_output(root / SITE_FILE, json.dumps(marker, indent=1) + "\n", "-o")
     summary.bytes = sum((root / p).stat().st_size for p in [*summary.pages, *summary.assets])
     return summary
 
@@ -954,6 +1183,11 @@ def publish(
     last_n: int = 20,
     repo: Path | None = None,
     plotly: str = "bundle",
+    force: bool = False,
+    all_metrics: bool = False,
 ) -> Path:
     """Write the static site of ``store`` into ``out`` (see the module docstring); returns ``out``."""
-    return write_site(store, out, commit_url=commit_url, last_n=last_n, repo=repo, plotly=plotly).out
+    site = write_site(
+        store, out, commit_url=commit_url, last_n=last_n, repo=repo, plotly=plotly, force=force, all_metrics=all_metrics
+    )
+    return site.out

@@ -38,6 +38,11 @@ def console_footer(console: Any, summary: dict[str, Any]) -> None:
     console.print(f"records: {summary['records']}\nreport:  {summary['report']}")
 
 
+def where_line(summary: dict[str, Any]) -> str:
+    """The one line ``--quiet`` still prints (on stderr): where the report and the records went."""
+    return f"rlbench: report written to {summary['report']} (records in {summary['records']})"
+
+
 def leaf_phase_times(summary: dict[str, Any]) -> list[tuple[str, float]]:
     """``(phase, seconds)`` of the run's leaf phases (no recorded child; warm-up apart), largest first."""
     phases = {k[len(TIME) :]: v for k, v in summary.items() if k.startswith(TIME) and isinstance(v, (int, float))}

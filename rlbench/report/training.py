@@ -32,6 +32,7 @@ from rlbench.report.profiled import (
 from rlbench.report.summary import console_footer, leaf_phase_times, scalar_summary
 from rlbench.results.fingerprint import cpu_label
 from rlbench.results.metrics import (
+    BASELINE,
     ENV_STEPS,
     EVAL_RETURN,
     EVAL_S,
@@ -50,6 +51,7 @@ from rlbench.results.metrics import (
     TRAIN_RECENT_RETURN,
     TRAIN_S,
     UPDATES,
+    VARIANT,
     WALL_S,
     WARMUP_S,
 )
@@ -208,7 +210,9 @@ def learning(d: RunData) -> list[str]:
     if rows:
         lines += [
             "",
-            "Training return (mean of the last 10 episodes) at 25/50/75/100% of the budget:",
+            "Training return (mean of the last 10 episodes) at 25/50/75/100% of the budget, beside the eval return. "
+            "Training episodes are played with exploring actions (sampled, or with noise) by the policy as it was then; "
+            "the evaluation plays the trained policy's deterministic actions, so the two differ by design:",
             "",
             md_table(["Seed", "SPS", "25%", "50%", "75%", "100%", "Eval return"], rows),
         ]
@@ -334,9 +338,71 @@ def render(
     return renumber_sections(text), [chart] if chart.bars else []
 
 
+#: what the console table says under itself about the two returns (what the loops measure: rlbench.algos)
+RETURNS_NOTE = (
+    "Training return: the mean of the last 10 episodes finished while training, played with exploring actions (sampled, "
+    "or with noise) by the policy as it was then. Eval return: the trained policy's deterministic actions (its mode) "
+    "over {episodes} episodes after training. They differ by design."
+)
+
+
 def summary(records: list[Record]) -> dict[str, Any]:
-    """Median over repeats of each scalar metric of the setting as given (what ``--json`` prints)."""
-    return scalar_summary(records)
+    """Median over repeats of each scalar metric of the setting as given (what ``--json`` prints), and
+
+    * ``train_return``: the median over repeats of the last ``train/recent_return`` (the mean of the last 10 training
+      episodes when training ended), beside ``eval_return`` (deterministic episodes after training);
+    * ``eval_episodes``: evaluation episodes per repeat;
+    * ``init_s_total``, ``warmup_s_total``, ``train_s_total``, ``eval_s_total``: those times summed over the repeats,
+      so that, with ``startup_s`` and the CLI's wall, the console table's time rows add up.
+    """
+    out = scalar_summary(records)
+    baseline = [r for r in records if r.params.get(VARIANT, BASELINE) == BASELINE]
+    last: dict[int, float] = {}
+    totals: dict[str, dict[int, float]] = {}
+    for r in baseline:
+        finite = [v for v in r.samples if isinstance(v, (int, float)) and math.isfinite(v)]
+        if not finite:
+            continue
+        if r.metric == TRAIN_RECENT_RETURN:
+            last[r.repeat] = finite[-1]
+        elif r.metric in (INIT_S, WARMUP_S, TRAIN_S, EVAL_S) and r.x is None:
+            totals.setdefault(r.metric, {})[r.repeat] = sum(finite) / len(finite)
+        elif r.metric == EVAL_RETURN and "eval_episodes" not in out:
+            out["eval_episodes"] = len(finite)
+    if last:
+        med = median(list(last.values()))
+        out["train_return"] = med if math.isfinite(med) else None
+    for metric, per_repeat in totals.items():
+        out[f"{metric}_total"] = sum(per_repeat.values())
+    return out
+
+
+def _time_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The wall of the command and what it was spent on, rows that add up: start-up, then per repeat init, training
+    (its warm-up inside) and evaluation (summed over repeats), then rlbench's own work (the rest: timing its timers
+    after each repeat, writing records, the report). A run without these figures (a profiled script's records, Ray's
+    parallel repeats) gets its training time and wall alone."""
+    wall = summary.get("cli_wall_s")
+    parts = [summary.get(k) for k in (STARTUP_S, "init_s_total", "train_s_total", "eval_s_total")]
+    if wall is None or any(v is None for v in parts) or summary.get("backend") == "ray":
+        return [
+            ("Training time (warm-up included)", fmt_s(summary.get(TRAIN_S))),
+            ("Init / warm-up (first iteration)", f"{fmt_s(summary.get(INIT_S))} / {fmt_s(summary.get(WARMUP_S))}"),
+            ("Wall, CLI start to report written", fmt_s(wall)),
+        ]
+    startup, init, train, evaluation = (float(v) for v in parts)  # type: ignore[arg-type]
+    k = summary.get("repeats") or 1
+    each = "" if k == 1 else f", {k} repeats"
+    warm = summary.get("warmup_s_total")
+    rest = wall - startup - init - train - evaluation
+    return [
+        ("Wall, CLI start to report written", fmt_s(wall)),
+        ("  = start-up: imports, before the first repeat", fmt_s(startup)),
+        (f"  + init: envs, networks, optimizer{each}", fmt_s(init)),
+        (f"  + training{each} (warm-up {fmt_s(warm)} included)", fmt_s(train)),
+        (f"  + evaluation{each}", fmt_s(evaluation)),
+        ("  + rlbench's own work: timer costs, records, report", fmt_s(rest) if rest >= 0 else "–"),
+    ]
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -350,16 +416,22 @@ def print_summary(summary: dict[str, Any]) -> None:
     table = Table(title=f"{summary['benchmark']} on {summary['device']} ({summary['repeats']} repeat(s), medians)")
     table.add_column("Metric")
     table.add_column("Value", justify="right")
-    table.add_row("Training SPS (agent steps/s)", fmt(get(SPS), 0))
-    table.add_row("Steady-state SPS", fmt(get(SPS_STEADY), 0))
-    table.add_row("Training time", fmt_s(get(TRAIN_S)))
-    table.add_row("Init / warm-up", f"{fmt_s(get(INIT_S))} / {fmt_s(get(WARMUP_S))}")
-    table.add_row("Eval return (deterministic)", fmt(get(EVAL_RETURN), 1))
+    table.add_row("Training SPS (agent steps/s, warm-up included)", fmt(get(SPS), 0))
+    table.add_row("Steady-state SPS (warm-up excluded)", fmt(get(SPS_STEADY), 0))
+    table.add_row("Eval return (trained policy, deterministic)", fmt(get(EVAL_RETURN), 1))
+    if get("train_return") is not None:
+        table.add_row("Training return (last 10 episodes, exploring)", fmt(get("train_return"), 1))
+        episodes = summary.get("eval_episodes")
+        table.caption = RETURNS_NOTE.format(episodes=episodes if episodes else "its")
+        table.caption_justify = "left"
     steady = (get(TRAIN_S) or 0.0) - (get(WARMUP_S) or 0.0)
-    for phase, seconds in leaf_phase_times(summary)[:8]:  # whatever the run timed, largest first
-        if steady > 0 and seconds >= 0.01 * steady:
-            table.add_row(f"  {phase}", f"{fmt_s(seconds)}  ({100 * seconds / steady:.1f}%)")
-    table.add_row("Wall, CLI start to report written", fmt_s(get("cli_wall_s")))
+    phases = [(p, v) for p, v in leaf_phase_times(summary)[:8] if steady > 0 and v >= 0.01 * steady]
+    if phases:  # whatever the run timed, largest first
+        table.add_row("Steady-state time by phase (share)", "")
+    for phase, seconds in phases:
+        table.add_row(f"  {phase}", f"{fmt_s(seconds)}  ({100 * seconds / steady:.1f}%)")
+    for label, value in _time_rows(summary):
+        table.add_row(label, value)
     if get("command_own_s") is not None:  # rlbench profile: its whole cost, measured in this run
         share = get("hooks_share")
         hooks = f"hooks ≈ {100 * share:.2f}% (lower bound)" if share is not None and math.isfinite(share) else "hooks –"

@@ -144,6 +144,8 @@ class Series:
         exact: A noise-free count (:func:`is_exact`): any change is a step.
         commits: Commits with samples, oldest first.
         samples: Per commit, the finite raw samples of every record (all repeats and runs pooled).
+        values: Every parameter of the series' newest record (its settings at the latest commit, defaults included),
+            for display: ``params`` holds only those that tell series apart.
     """
 
     machine: str
@@ -155,6 +157,7 @@ class Series:
     exact: bool
     commits: list[str]
     samples: list[list[float]]
+    values: dict = field(default_factory=dict)
 
     def key(self) -> str:
         """Stable id: ``machine|benchmark|params-json|metric``."""
@@ -605,7 +608,7 @@ class HistoryStore:
         identity = self.identity([r for m in machines for _, r in read[m]])
         for m in wanted:
             groups: dict[tuple[str, str, str], dict[str, list[float]]] = {}
-            meta: dict[tuple[str, str, str], tuple[dict, str, str]] = {}
+            meta: dict[tuple[str, str, str], tuple[dict, str, str, dict]] = {}
             records = sorted(read[m], key=lambda f: rank.get(f[0], len(rank)))  # commits in order: the newest record wins
             for sha, r in records:
                 if r.metric.startswith(MACHINE):
@@ -614,9 +617,9 @@ class HistoryStore:
                 k = (r.benchmark, params_json(params), r.metric)
                 finite = [v for v in r.samples if math.isfinite(v)]
                 groups.setdefault(k, {}).setdefault(sha, []).extend(finite)
-                meta[k] = (params, r.unit, r.direction)
+                meta[k] = (params, r.unit, r.direction, r.params)
             for (benchmark, _, metric), per_commit in groups.items():
-                params, unit, direction = meta[(benchmark, _, metric)]
+                params, unit, direction, values = meta[(benchmark, _, metric)]
                 commits = sorted((s for s, v in per_commit.items() if v), key=lambda s: rank.get(s, len(rank)))
                 if not commits:
                     continue
@@ -631,6 +634,7 @@ class HistoryStore:
                         is_exact(metric, unit),
                         commits,
                         [per_commit[s] for s in commits],
+                        dict(values),
                     )
                 )
         return sorted(out, key=Series.key)

@@ -82,6 +82,26 @@ MACHINE_LOADAVG = "machine/loadavg"
 MACHINE_CPU_MHZ = "machine/cpu_mhz"
 MACHINE_THROTTLE = "machine/throttle_events"
 
+PROFILE_CALL_S = "profile/call_s"  #: an ``@rlbench.benchmark`` function's whole call: the user's code, timed
+#: prefixes of rlbench's own bookkeeping: what its timers and profiler cost and counted, the machine's load
+INTERNAL_PREFIXES = ("profile/", "timer/", MACHINE)
+#: rlbench's own counts of a run (the budget a loop was given, not something the code under test made faster)
+INTERNAL_METRICS = frozenset({ENV_STEPS, ITERATIONS})
+
+
+def is_internal(metric: str) -> bool:
+    """Whether ``metric`` is rlbench's own bookkeeping rather than a measurement of the code under test.
+
+    ``profile/*`` (what the profiler cost and counted; :data:`PROFILE_CALL_S`, the user's call timed whole, excepted),
+    ``timer/*`` (the timers' own cost), ``machine/*`` (the machine's load) and :data:`INTERNAL_METRICS` (agent steps and
+    iterations: the run's budget). The history site, ``rlbench compare`` and ``rlbench ab --report`` hide them unless
+    ``--all-metrics`` is given or the metric is named with ``--metric``; records and the run's own report keep them.
+    """
+    if metric == PROFILE_CALL_S:
+        return False
+    return metric in INTERNAL_METRICS or metric.startswith(INTERNAL_PREFIXES)
+
+
 VARIANT = "variant"  #: parameter naming the what-if variant of a record
 WARMUP = "warmup"  #: the phase holding the first iteration's one-time costs
 

@@ -58,7 +58,7 @@ class RunContext:
     Attributes:
         device: Resolved torch device.
         callback: Training callback (progress bar, history), may be ``None``.
-        profiler: A started pyinstrument profiler when ``--profile`` was given, else ``None``.
+        profiler: A started pyinstrument profiler when ``--pyinstrument`` was given, else ``None``.
     """
 
     device: Any

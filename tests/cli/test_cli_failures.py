@@ -129,5 +129,5 @@ def test_help_explains_every_flag(tmp_path: Path) -> None:
 
     for f in fields(PPOConfig):
         assert "--" + f.name.replace("_", "-") in out, f.name
-    for flag in ("--repeats", "--store", "--report", "--profile", "--json", "--quiet"):
+    for flag in ("--repeats", "--store", "--report", "--pyinstrument", "--json", "--quiet"):
         assert flag in out

@@ -187,3 +187,45 @@ def scale_store(root: Path, commits: int = 1000, series: int = 30, seed: int = 1
     store.add_records(records)
     store.add_commits(infos)
     return store, infos[slow_i].sha
+
+
+N = 7  #: commits in cadence_store (fewer than --last's default of 20)
+SETTINGS = {  # every record of cadence_store: no parameter tells its series apart
+    "env": "CartPole-v1",
+    "total_steps": 2048,
+    "hidden": [64, 64],
+}
+INTERNAL = ("timer/overhead_s", "iterations", "env_steps", "profile/overhead_s", "profile/events")
+
+
+def cadence_store(root: Path) -> HistoryStore:
+    """``every`` measured at all 7 commits; ``sparse`` every third commit (0, 3, 6); ``once`` at commit 6 only.
+
+    every: sps rises 100 -> 160 (higher is better: better), wall_s rises 1.0 -> 1.6 (lower is better: worse),
+    note rises (no direction), noisy_s creeps up within overlapping ranges, plus rlbench's own metrics and
+    ``profile/call_s`` (the user's call, shown)."""
+    store = HistoryStore(root)
+    m = machine("Synthetic CPU index")
+    infos = [CommitInfo(sha_of(i, "ix"), 1_700_000_000 + 60 * i, f"commit {i}") for i in range(N)]
+    cmd = "rlbench run every"
+    records = []
+    for i, info in enumerate(infos):
+
+        def add(bench: str, metric: str, unit: str, direction: str, value: float, info: CommitInfo = info) -> None:
+            records.append(record(m, info, bench, SETTINGS, metric, unit, direction, [value] * 3, cmd))
+
+        add("every", "sps", "steps/s", "higher", 100.0 + 10 * i)
+        add("every", "wall_s", "s", "lower", 1.0 + 0.1 * i)
+        add("every", "note", "", "none", 5.0 + i)
+        add("every", "profile/call_s", "s", "lower", 0.5)
+        noisy = [1.0 + 0.01 * i, 1.3, 0.8]  # its median creeps up, its range always overlaps: within the noise
+        records.append(record(m, info, "every", SETTINGS, "noisy_s", "s", "lower", noisy, cmd))
+        for metric in INTERNAL:
+            add("every", metric, "count", "none", 1000.0 + i)
+        if i % 3 == 0:
+            add("sparse", "sps", "steps/s", "higher", 50.0 - i)  # falls: worse
+        if i == N - 1:
+            add("once", "sps", "steps/s", "higher", 10.0)
+    store.add_records(records)
+    store.add_commits(infos)
+    return store

@@ -205,7 +205,7 @@ def test_index_rows_latest_values_and_sparklines(site: Path, synthetic: Syntheti
     rows = re.findall(r"<tr class=\"[^\"]*\">(.*?)</tr>", index, re.S)
     assert len(rows) == len(synthetic.series) == 28  # every machine x benchmark x params x metric
     assert index.count('<svg class="spark"') == len(rows)
-    assert "change (3)" in index  # --last 3
+    assert "change over 3 commit(s)" in index  # --last 3: every series here has more commits
     assert '<span class="dirty"' in index  # the newest commit was measured from a dirty tree
 
 

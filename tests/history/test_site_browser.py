@@ -25,7 +25,7 @@ import pytest
 
 from rlbench.report.site import publish
 from rlbench.results.history import params_json
-from tests.history.site_data import HOSTILE_BENCH, expected_points, scale_store, synthetic_store
+from tests.history.site_data import HOSTILE_BENCH, N, cadence_store, expected_points, scale_store, synthetic_store
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -167,6 +167,52 @@ def test_site_in_chromium(tmp_path: Path) -> None:
         data = (tmp_path / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     assert index["ready_ms"] < LOAD_LIMIT_MS
+
+
+JS_INDEX_ROWS = """
+return Array.from(document.querySelectorAll('table.series tbody tr')).map(tr => {
+  const cells = tr.querySelectorAll('td');
+  const path = tr.querySelector('svg.spark path');
+  const chg = tr.querySelector('span.chg');
+  return {bench: cells[0].textContent, metric: cells[2].textContent,
+          length: path ? path.getTotalLength() : 0, width: path ? path.getBBox().width : 0,
+          stroke: path ? getComputedStyle(path).stroke : null, dot: tr.querySelector('svg.spark circle') !== null,
+          tone: chg ? chg.className : null, color: chg ? getComputedStyle(chg).color : null,
+          params: cells[1].textContent};
+});
+"""
+GOOD, BAD, MUTED = "rgb(30, 123, 52)", "rgb(179, 38, 30)", "rgb(91, 100, 117)"  # site.css's --good, --bad, --muted
+
+
+@pytest.mark.slow
+def test_index_sparklines_and_change_colours_in_chromium(tmp_path: Path) -> None:
+    """Benchmarks measured at different cadences each draw a visible line over their own commits; the change is green
+    when better, red when worse (by the metric's direction), grey without a direction; rlbench's own metrics are not
+    rows; the header names the real window."""
+    site = tmp_path / "site"
+    publish(cadence_store(tmp_path / "store"), site)
+    with chromium() as driver:
+        open_page(driver, site / "index.html")
+        assert severe(driver) == []
+        rows = {(r["bench"], r["metric"]): r for r in driver.execute_script(JS_INDEX_ROWS)}
+        assert set(rows) == {("every", m) for m in ("sps", "wall_s", "note", "noisy_s", "profile/call_s")} | {
+            ("sparse", "sps"),
+            ("once", "sps"),
+        }
+        for key in (("every", "sps"), ("every", "wall_s"), ("sparse", "sps")):
+            r = rows[key]  # a drawn line across the cell (118 px wide), not a row of invisible pen moves
+            assert r["length"] > 100 and r["width"] > 100 and r["stroke"] not in (None, "none") and r["dot"], r
+        assert rows[("once", "sps")]["length"] == 0 and rows[("once", "sps")]["dot"]
+        assert rows[("every", "sps")]["color"] == GOOD and rows[("every", "sps")]["tone"] == "chg good"
+        assert rows[("every", "wall_s")]["color"] == BAD  # rose, and lower is better
+        assert rows[("sparse", "sps")]["color"] == BAD  # fell, and higher is better
+        assert rows[("every", "note")]["color"] == MUTED
+        assert rows[("every", "noisy_s")]["color"] == MUTED  # rose 6%, but within the noise
+        assert "env=CartPole-v1" in rows[("every", "sps")]["params"]
+        headers = driver.execute_script("return Array.from(document.querySelectorAll('th')).map(th => th.textContent)")
+        assert f"change over {N - 1} commit(s)" in headers
+        driver.save_screenshot(str(tmp_path / "index.png"))
+    assert (tmp_path / "index.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.alone

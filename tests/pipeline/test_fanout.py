@@ -210,7 +210,8 @@ def test_ctrl_c_and_sigterm_cancel_the_cases_and_stop_the_local_ray(project, sig
 def test_backend_options_are_checked_before_anything_runs(project):
     err = one_line_error(run_cli(["run", "nap", "--address", "127.0.0.1:1"], cwd=project))
     assert "--address names a Ray cluster: add --backend ray" in err
-    err = one_line_error(run_cli(["run", "nap", "--backend", "ray", "--profile"], cwd=project))
-    assert "--profile" in err
+    for flag in ("--pyinstrument", "--profile"):  # --profile: --pyinstrument's old name, still accepted
+        err = one_line_error(run_cli(["run", "nap", "--backend", "ray", flag], cwd=project))
+        assert "--pyinstrument records this process only" in err
     err = one_line_error(run_cli(["run", "micro", "--group", "nope"], cwd=project))
     assert "unknown --group 'nope'" in err

@@ -132,7 +132,7 @@ def test_every_switch_named_by_the_advice_exists_where_it_is_suggested() -> None
                 owners = sent_to or [benchmark]
                 assert any(flag in _parser(o)[1]._option_string_actions for o in owners), (flag, owners)
     assert set(OWNERS) <= seen, f"branches never triggered: {set(OWNERS) - seen}"
-    assert {"--impl", "--profile"} <= seen
+    assert {"--impl", "--pyinstrument"} <= seen
     # every switch written anywhere in the advice module was exercised above
     source = Path(advice.__file__).read_text(encoding="utf-8")
     assert set(re.findall(r"`(--[a-z][a-z-]*)", source)) <= seen
@@ -157,7 +157,7 @@ def test_a_users_run_is_never_told_about_rlbench_switches(params: dict[str, Any]
     found = _findings("my-training-script", params)
     assert {"Training update", "Policy inference"} <= {f.title for f in found}
     flags = {flag for flag, _, _ in _flags(found)}
-    assert flags <= {"--impl", "--profile"}, flags  # generic: they belong to `rlbench run gae/envs` and every run
+    assert flags <= {"--impl", "--pyinstrument"}, flags  # generic: they belong to `rlbench run gae/envs` and every run
     text = " ".join(f.action for f in found)
     for switch in OWNERS:
         assert f"`{switch}" not in text, switch
