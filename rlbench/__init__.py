@@ -5,6 +5,7 @@ The public API is imported lazily, so ``import rlbench`` stays instant (no torch
 * ``rlbench.phase("gae")``: name a phase of your code (context manager or decorator); free outside a profile.
 * ``rlbench.session("my-ppo")``: profile the code inside ``with`` (automatic attribution) and store its records.
 * ``rlbench.record("eval_return", values, unit="return", direction="higher")``: store a metric of your own.
+* ``rlbench.role("learner")``: name the role of the calling thread (or, from a process's main thread, the process).
 * ``rlbench.benchmark``: declare a benchmark function for ``rlbench run`` (in ``./suites/`` or an entry point).
 * ``rlbench.BenchmarkSpec`` / ``rlbench.RunContext``: declare a benchmark with its own config dataclass.
 * ``rlbench.load(path)``: stored records as a tidy pandas DataFrame.
@@ -27,6 +28,7 @@ _LAZY = {
     "phase": ("rlbench.profiling.attribution", "phase"),
     "session": ("rlbench.profiling.session", "session"),
     "record": ("rlbench.profiling.session", "record"),
+    "role": ("rlbench.profiling.threads", "role"),
     "benchmark": ("rlbench.run.userbench", "benchmark"),
     "BenchmarkSpec": ("rlbench.run.registry", "BenchmarkSpec"),
     "RunContext": ("rlbench.run.registry", "RunContext"),

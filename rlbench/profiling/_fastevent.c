@@ -86,6 +86,8 @@ typedef struct {
     PyObject *forward;      /* a module call: the training forward's name (attribution.FORWARD), else None */
     PyObject *target;       /* a module call: the Event whose phase a no_grad call in the update opens (train/target) */
     PyObject *forward_ev;   /* a module call: the Event whose phase a grad-enabled call opens (train/forward) */
+    PyObject *foreign;      /* what a call from another thread than `thread` runs: the hook's thread router
+                             * (threads.Router: that thread's own hook), or None: the wrapped callable */
     unsigned long thread;
     int role, skip, model, batch, direct_clock;
     int mark; /* a grad-mode mark: name and layer are then the phases a block's end extends (ACT, TARGET); or a label */
@@ -277,6 +279,23 @@ call_outcome(PyObject *out, PyObject *type, PyObject *value, PyObject *tb)
         Py_CLEAR(out);
     }
     return out;
+}
+
+/* a call from another thread than the attributor's: its own hook, through the router (threads.Router), or the wrapped
+ * callable where there is none */
+static inline PyObject *
+foreign_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    return CALL_WRAPPED(e->foreign != Py_None ? e->foreign : e->fn, args, nargsf, kwnames);
+}
+
+/* an event that starts a cycle: in a thread that has stepped no env, the first event after an update that is not one
+ * (the learner's next queue get, replay sample or forward) starts its next training iteration
+ * (Attributor.cycle_due): the Python wrapper runs it */
+static inline int
+cycle_due(Event *e)
+{
+    return e->role != UPDATE && SLOT(e, S_UPDATED) == Py_True && !truth(SLOT(e, S_ENV_WIDTH));
 }
 
 /* the `finally:` of the Python wrapper: end the phase this call opened or continued (lazily) */
@@ -743,9 +762,9 @@ timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 static PyObject *
 mark_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    int ours = PyThread_get_thread_ident() == e->thread;
+    if (PyThread_get_thread_ident() != e->thread) return foreign_call(e, args, nargsf, kwnames);
     if (e->mark == MARK_ENTER) {
-        if (ours && !truth(SLOT(e, S_DEPTH))) {
+        if (!truth(SLOT(e, S_DEPTH))) {
             double now = read_clock(e);
             if (PyErr_Occurred()) return NULL;
             long blocks = PyLong_AsLong(SLOT(e, S_BLOCKS)) + 1;
@@ -756,7 +775,7 @@ mark_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     }
     PyObject *out = CALL_WRAPPED(e->fn, args, nargsf, kwnames);
     if (out == NULL) return NULL;
-    if (!ours || truth(SLOT(e, S_DEPTH))) return out;
+    if (truth(SLOT(e, S_DEPTH))) return out;
     long blocks = PyLong_AsLong(SLOT(e, S_BLOCKS));
     if (blocks == 0) return out;
     double now = read_clock(e);
@@ -1067,7 +1086,8 @@ pop_ok(Event *e)
 static PyObject *
 label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    if (PyThread_get_thread_ident() != e->thread) return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
+    if (PyThread_get_thread_ident() != e->thread) return foreign_call(e, args, nargsf, kwnames);
+    if (e->mark == LABEL && cycle_due(e)) return CALL_FALLBACK(e, args, nargsf, kwnames);
     PyObject *stack = SLOT(e, S_STACK);
     Py_ssize_t n = PyList_GET_SIZE(stack);
     if (n > 0) { /* already inside this label (a collector's iterator calling its rollout) */
@@ -1355,18 +1375,17 @@ paused_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 static PyObject *
 EVENT_CALL(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    if (SLOT(e, S_PAUSED) == Py_True && !truth(SLOT(e, S_DEPTH)) && PyThread_get_thread_ident() == e->thread)
-        return paused_call(e, args, nargsf, kwnames);
+    if (PyThread_get_thread_ident() != e->thread) return foreign_call(e, args, nargsf, kwnames);
+    if (SLOT(e, S_PAUSED) == Py_True && !truth(SLOT(e, S_DEPTH))) return paused_call(e, args, nargsf, kwnames);
     if (e->mark == MARK_INTO) {
-        if (truth(SLOT(e, S_DEPTH)) || PyThread_get_thread_ident() != e->thread)
-            return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
+        if (truth(SLOT(e, S_DEPTH))) return CALL_WRAPPED(e->fn, args, nargsf, kwnames);
         return into_call(e, args, nargsf, kwnames);
     }
     if (e->mark >= LABEL) return label_call(e, args, nargsf, kwnames);
     if (e->mark) return mark_call(e, args, nargsf, kwnames);
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     int depth = truth(SLOT(e, S_DEPTH));
-    if (depth || PyThread_get_thread_ident() != e->thread) {
+    if (depth) {
         if (e->model) /* a nested module call costs what an unprofiled one costs: not counted */
             return module_passthrough(e, args, nargsf, kwnames);
         if (e->batch != NOT_ENV && depth && nargs > 0) {
@@ -1377,6 +1396,7 @@ EVENT_CALL(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         goto passthrough;
     }
     if (e->skip && skipped(e, args, nargs, kwnames)) goto passthrough;
+    if (e->batch == NOT_ENV && cycle_due(e)) return CALL_FALLBACK(e, args, nargsf, kwnames);
     if (e->model) {
         PyObject *ge = PyObject_CallNoArgs(e->grad_enabled);
         if (ge == NULL) return NULL;
@@ -1504,17 +1524,18 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"attributor", "fn", "fallback", "name", "layer", "role", "clock", "thread", "paths",
                              "path_under", "gap", "skip", "model", "batch", "grad_enabled", "dtype", "tensor_cls",
-                             "shape_like", "direct_clock", "batch_fn", "memory_marks", "forward", "mark", "target", "forward_event", NULL};
+                             "shape_like", "direct_clock", "batch_fn", "memory_marks", "forward", "mark", "target", "forward_event",
+                             "foreign", NULL};
     PyObject *a, *fn, *fallback, *name, *layer, *role_obj, *clock, *thread, *paths, *path_under;
     PyObject *grad_enabled = Py_None, *dtype = Py_None, *tensor_cls = Py_None, *shape_like = Py_None;
-    PyObject *batch_fn = Py_None, *forward = Py_None, *target = Py_None, *forward_ev = Py_None;
+    PyObject *batch_fn = Py_None, *forward = Py_None, *target = Py_None, *forward_ev = Py_None, *foreign = Py_None;
     long memory_marks = 8;
     double gap;
     int skip = 0, model = 0, batch = NOT_ENV, direct = 0, mark = NOT_MARK;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUOOOO!Od|iiiOOOOpOlOiOO", kwlist, &a, &fn, &fallback, &name, &layer,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOUUOOOO!Od|iiiOOOOpOlOiOOO", kwlist, &a, &fn, &fallback, &name, &layer,
                                      &role_obj, &clock, &thread, &PyDict_Type, &paths, &path_under, &gap, &skip,
                                      &model, &batch, &grad_enabled, &dtype, &tensor_cls, &shape_like, &direct,
-                                     &batch_fn, &memory_marks, &forward, &mark, &target, &forward_ev))
+                                     &batch_fn, &memory_marks, &forward, &mark, &target, &forward_ev, &foreign))
         return NULL;
     Event *e = (Event *)type->tp_alloc(type, 0);
     if (e == NULL) return NULL;
@@ -1534,6 +1555,7 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         (skip == SKIP_CAST && !PyType_Check(dtype)) ||
         (skip == SKIP_NO_DATA && (tensor_cls == Py_None || shape_like == Py_None)) ||
         (batch == BATCH_CALL && !PyCallable_Check(batch_fn)) || mark < NOT_MARK || mark > MARK_INTO ||
+        (foreign != Py_None && !PyCallable_Check(foreign)) ||
         (mark && (model || skip || batch != NOT_ENV)) ||
         (target != Py_None && (!model || !PyObject_TypeCheck(target, type) || ((Event *)target)->a != a)) ||
         (forward_ev != Py_None && (!model || !PyObject_TypeCheck(forward_ev, type) || ((Event *)forward_ev)->a != a ||
@@ -1579,6 +1601,7 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     e->forward = Py_NewRef(forward);
     e->target = Py_NewRef(target);
     e->forward_ev = Py_NewRef(forward_ev);
+    e->foreign = Py_NewRef(foreign);
 #ifdef RLBENCH_HOOK_TIMING
     PyObject *ref = PyWeakref_NewRef((PyObject *)e, NULL);
     if (ref == NULL || PyList_Append(timed_registry, ref) < 0) {
@@ -1610,6 +1633,7 @@ event_traverse(Event *e, visitproc visit, void *arg)
     Py_VISIT(e->batch_fn);
     Py_VISIT(e->target);
     Py_VISIT(e->forward_ev);
+    Py_VISIT(e->foreign);
     return 0;
 }
 
@@ -1634,6 +1658,7 @@ event_clear(Event *e)
     Py_CLEAR(e->forward);
     Py_CLEAR(e->target);
     Py_CLEAR(e->forward_ev);
+    Py_CLEAR(e->foreign);
     return 0;
 }
 

@@ -37,8 +37,9 @@ from typing import Any
 # frame kinds: ACTING is the sticky policy call of acting (see Attributor.enter_acting)
 AUTO, STICKY, EXPLICIT, ACTING = 0, 1, 2, 3
 # roles of automatic events: an env event after an update starts an iteration; an update event marks one; both and
-# inference close a sticky forward, while a transfer inside one nests in it
-ENV, UPDATE, INFER, NEST = 0, 1, 2, 3
+# inference close a sticky forward, while a transfer inside one nests in it; a wait (rlbench.profiling.waits) is a
+# blocking call that closes acting without splitting it (an actor's put after its policy call)
+ENV, UPDATE, INFER, NEST, WAIT = 0, 1, 2, 3, 4
 
 FORWARD = "train/forward"
 ACT = "inference"  # acting: the policy's call on the env's batch, with or without grad, up to the env step
@@ -161,6 +162,10 @@ class Attribution:
     foreign_phases: int = 0  # rlbench.phase blocks opened from those threads (not attributed)
     sampled: list[bool] = field(default_factory=list)  # per iteration, whether it was attributed ([]: every one)
     sample_every: int = 1  # one iteration in this many attributed from SAMPLE_FROM on (1: every one)
+    begun: float = 0.0  # when attribution began (the session's start; a thread's start)
+    thread: int = 0  # the thread attributed (threading.get_ident)
+    channels: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (channel, side) -> [seconds, calls]
+    wait_log: list[tuple[float, float, str, str]] = field(default_factory=list)  # traced waits: (start, end, channel, side)
 
 
 class Attributor:
@@ -186,6 +191,7 @@ class Attributor:
         "auto_name",
         "block_t",
         "blocks",
+        "channels",
         "clock",
         "count_iteration",
         "counted",
@@ -199,6 +205,7 @@ class Attributor:
         "excl",
         "extras",
         "foreign_phases",
+        "forked",
         "forward_names",
         "iteration_excl",
         "iteration_sampled",
@@ -206,6 +213,7 @@ class Attributor:
         "iteration_t",
         "kinds",
         "layers",
+        "learns",
         "matmuls",
         "mem_bytes",
         "mem_marks",
@@ -243,6 +251,7 @@ class Attributor:
         "trace_limit",
         "unshadowable",
         "updated",
+        "wait_log",
     )
 
     def __init__(
@@ -326,6 +335,10 @@ class Attributor:
         self.env_ids: dict[type, str] = {}  # registered env id of each env class stepped at top level
         self.shadowed: list[tuple[Any, str]] = []  # (weak env, method) given back their unwrapped method
         self.unshadowable: set[type] = set()  # env classes whose instances take no attribute (autohooks.shadow)
+        self.channels: dict[tuple[str, str], list[float]] = {}  # what each wait waited on (rlbench.profiling.waits)
+        self.wait_log: list[tuple[float, float, str, str]] = []  # traced waits, for the trace's links between roles
+        self.learns = False  # an update has been seen (its waits no longer set the actor's rhythm)
+        self.forked = False  # a forked child's, reset inside a hooked call: careful (slow) until its first iteration
         self.extras: bool | int = False
         self.refresh_extras()
         self.t = self.t_begin = _clock()
@@ -491,7 +504,7 @@ class Attributor:
             if role == NEST:  # a transfer inside the loss computation (or the action's conversion) is part of it
                 return False
             if kinds[-1] == ACTING:
-                self._close_acting(now, split=role != ENV)
+                self._close_acting(now, split=role not in (ENV, WAIT))
             else:
                 self._pop(now)
         if role == INFER and self.block_t > self.t:  # opened in the open grad-mode block: it starts there
@@ -503,6 +516,8 @@ class Attributor:
                 self._new_iteration(now)
         elif role == UPDATE:
             self.updated = True
+        elif self.updated and not self.env_width:
+            self._new_iteration(now)  # a cycle (see cycle_due)
         self._push(name, layer, AUTO, now)
         self.auto_name = name
         return True
@@ -523,6 +538,11 @@ class Attributor:
         When the call returns the hook only clears ``depth``: the forward stays open for the loss computation."""
         self.depth = 1
         self._settle()
+        if self.updated and not self.env_width:  # a cycle (see cycle_due)
+            if now is None:
+                now = self._now()
+            self._close_sticky(now)
+            self._new_iteration(now)
         if self.kinds and self.kinds[-1] == ACTING:
             if now is None:
                 now = self._now()
@@ -605,7 +625,7 @@ class Attributor:
         now = self._now()
         self._settle()
         self._close_sticky(now)
-        if starts_iteration and (self.started is None or self.updated):
+        if (starts_iteration and (self.started is None or self.updated)) or self.cycle_due():
             self._new_iteration(now)
         self.saved_depth.append(self.depth)
         self.depth = 0
@@ -634,6 +654,40 @@ class Attributor:
             self.depth = self.saved_depth.pop() if self.saved_depth else 0
 
     # --- iterations -----------------------------------------------------------------------------------------------
+    def reset_after_fork(self) -> None:
+        """In a forked child: start over, keeping what is known of the code (paths and layers, watched modules and
+        parameters, env ids, labelled losses, shadowed envs). Forked inside a hooked call (a phase open or pending),
+        the hooks take the careful path until the child's first iteration: that call's return finds an empty stack."""
+        keep = {
+            name: getattr(self, name)
+            for name in (
+                "_paths", "layers", "forward_names", "param_ptrs", "seen_modules", "env_ids", "shadowed",
+                "unshadowable", "profiler_enabled", "sync", "trace_limit", "sample_every", "thread",
+            )
+        }  # fmt: skip
+        busy = bool(self.depth or self.pending or self.stack)
+        Attributor.__init__(
+            self,
+            sync=keep["sync"],
+            trace_limit=keep["trace_limit"],
+            count_iteration=None,
+            memory=False,
+            sample_every=keep["sample_every"],
+        )
+        for name, value in keep.items():
+            setattr(self, name, value)
+        self.rf_on = self.profiler_enabled()
+        self.refresh_extras()
+        if busy:
+            self.slow = self.forked = True
+
+    def cycle_due(self) -> bool:
+        """Whether an event now (not an update, not an env step) starts a *cycle*: a training iteration of a thread
+        that steps no env (a learner fed by a queue, a DDP rank), which begins at its first event after an update
+        (the next batch's queue get, replay sample or forward). A thread that steps an env keeps the env rhythm
+        (an env step after an update starts an iteration). ``_fastevent.c``'s ``cycle_due`` is its twin."""
+        return self.updated and not self.env_width
+
     def _new_iteration(self, now: float) -> None:
         # the compiled hooks run the common case themselves (an iteration with no memory mark due, nothing counted and
         # no torch profiler: _fastevent.c's env_iteration and start_iteration): a change here goes there too
@@ -648,6 +702,8 @@ class Attributor:
         self.iteration_excl.append(_pack(self.excl))
         self.iteration_sampled.append(True)  # (only the compiled hooks pause, at an env step or a collector's label)
         self.updated = False
+        if self.forked:  # a forked child's first iteration: the call in flight at the fork has returned
+            self.forked = self.slow = False
         self.mem_on = self.memory and memory_marked(index)
         self._mem_left.clear()
         self.rf_on = self.profiler_enabled()
@@ -727,6 +783,10 @@ class Attributor:
             other_threads_cpu_s=sum(threads.values()),
             other_threads=len(threads),
             foreign_phases=self.foreign_phases,
+            begun=self.t_begin,
+            thread=self.thread,
+            channels={k: list(v) for k, v in self.channels.items()},
+            wait_log=list(self.wait_log),
         )
 
 
@@ -775,14 +835,26 @@ def _cuda_initialized() -> bool:
 # --- the active attributor and explicit phases --------------------------------------------------------------------
 class _Active:
     attributor: Attributor | None = None
+    threads: Any = None  # the session's ThreadSet (rlbench.profiling.threads): every other thread's attributor
 
 
 ACTIVE = _Active()
 
 
-def activate(attributor: Attributor | None) -> None:
-    """Make ``attributor`` the one explicit phases and hooks report to (``None``: none)."""
+def activate(attributor: Attributor | None, threads: Any = None) -> None:
+    """Make ``attributor`` the one explicit phases and hooks of its thread report to (``None``: none), and
+    ``threads`` give every other thread's its own."""
     ACTIVE.attributor = attributor
+    ACTIVE.threads = threads
+
+
+def current() -> Attributor | None:
+    """The calling thread's attributor while a session runs (``None``: none, or a thread that is not followed)."""
+    a = ACTIVE.attributor
+    if a is None or _get_ident() == a.thread:
+        return a
+    threads = ACTIVE.threads
+    return None if threads is None else threads.attributor(_get_ident())
 
 
 class phase:
@@ -807,28 +879,28 @@ class phase:
         self.layer = layer or ""  # "": the records name it from the phase's name (rlbench.results.metrics.guess_layer)
 
     def __enter__(self) -> phase:
-        a = ACTIVE.attributor
-        if a is not None:
-            if _get_ident() == a.thread:
+        main = ACTIVE.attributor
+        if main is not None:
+            a = current()  # each thread's phases land in its own attribution
+            if a is not None:
                 a.open_explicit(self.name, self.layer)
-            else:  # phases follow the thread that started attribution: another thread's never lands on its stack
-                a.foreign_phases += 1
+            else:  # a thread that is not followed (rlbench's own): not attributed
+                main.foreign_phases += 1
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        a = ACTIVE.attributor
-        if a is not None and _get_ident() == a.thread:
-            a.close_explicit()
+        if ACTIVE.attributor is not None:
+            a = current()
+            if a is not None:
+                a.close_explicit()
 
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         name, layer = self.name, self.layer
 
         @wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            a = ACTIVE.attributor
-            if a is None or _get_ident() != a.thread:
-                if a is not None:
-                    a.foreign_phases += 1
+            a = current() if ACTIVE.attributor is not None else None
+            if a is None:
                 return fn(*args, **kwargs)
             a.open_explicit(name, layer)
             try:

@@ -52,6 +52,7 @@ from rlbench.profiling.attribution import (
     UPDATE,
     Attributor,
 )
+from rlbench.profiling.threads import ThreadSet
 
 try:  # the hot path in C, where the extension was built (pip builds it wherever a C compiler is found)
     from rlbench.profiling import _fastevent
@@ -91,6 +92,7 @@ def event_wrapper(
     *,
     skip: int = 0,
     copy_metadata: bool = True,
+    foreign: Callable[..., Any] | None = None,
 ) -> Callable[..., Any]:
     """``fn`` timed as automatic phase ``name`` (no agent steps counted; module calls are :func:`_model_event`'s).
 
@@ -100,14 +102,16 @@ def event_wrapper(
             shape or nothing; 0 none.
         copy_metadata: Copy ``fn``'s name and docstring (``functools.wraps``). Without, the hook is a function:
             the compiled hook as a builtin function, or the Python wrapper.
+        foreign: What a call from another thread than ``a``'s runs (its :class:`~rlbench.profiling.threads.Router`);
+            ``None``: ``fn`` itself.
 
     Returns:
         The compiled hook (:func:`native`) standing for the Python wrapper of :func:`python_event`, or that wrapper
         itself where the extension is not built or ``RLBENCH_PURE_PYTHON_HOOKS`` is set.
     """
-    event, paths, path_under = python_event(a, fn, name, layer, role, skip=skip)
+    event, paths, path_under = python_event(a, fn, name, layer, role, skip=skip, foreign=foreign)
     event.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
-    hook = native(a, fn, event, name, layer, role, paths, path_under, skip=skip)
+    hook = native(a, fn, event, name, layer, role, paths, path_under, skip=skip, foreign=foreign)
     if not copy_metadata:  # a function, as torch.compile's polyfill registry requires of Tensor.__new__
         return event if hook is event else hook.as_function()  # type: ignore[attr-defined]
     wraps(fn)(event)
@@ -135,7 +139,14 @@ def path_cache(a: Attributor, name: str, layer: str) -> tuple[dict[str, str], Ca
 
 
 def python_event(
-    a: Attributor, fn: Callable[..., Any], name: str, layer: str, role: int, *, skip: int = 0
+    a: Attributor,
+    fn: Callable[..., Any],
+    name: str,
+    layer: str,
+    role: int,
+    *,
+    skip: int = 0,
+    foreign: Callable[..., Any] | None = None,
 ) -> tuple[Callable[..., Any], dict[str, str], Callable[[str], str]]:
     """The Python wrapper of :func:`event_wrapper` (the reference the compiled hook follows line for line).
 
@@ -157,6 +168,7 @@ def python_event(
     gap = MERGE_GAP_S
     update, env = role == UPDATE, role == ENV
     paths, path_under = path_cache(a, name, layer)
+    other_thread = fn if foreign is None else foreign
 
     if skip:
         import torch
@@ -164,16 +176,14 @@ def python_event(
         dtype, tensor_cls, shape_like = torch.dtype, torch.Tensor, (int, torch.Size)
 
     def event(*args: Any, **kwargs: Any) -> Any:
-        if (
-            a.depth
-            or _get_ident() != thread
-            or (
-                skip
-                and (
-                    ("device" not in kwargs and (len(args) < 2 or isinstance(args[1], dtype)))  # .to(dtype): a cast
-                    if skip == SKIP_CAST
-                    else (len(args) < 2 or args[0] is not tensor_cls or isinstance(args[1], shape_like))  # no data
-                )
+        if _get_ident() != thread:
+            return other_thread(*args, **kwargs)
+        if a.depth or (
+            skip
+            and (
+                ("device" not in kwargs and (len(args) < 2 or isinstance(args[1], dtype)))  # .to(dtype): a cast
+                if skip == SKIP_CAST
+                else (len(args) < 2 or args[0] is not tensor_cls or isinstance(args[1], shape_like))  # no data
             )
         ):
             a.passthrough += 1
@@ -183,10 +193,16 @@ def python_event(
             a.pending = False  # the same kind again: one phase (the common case of Attributor.enter, inline)
             a.merged += 1
             a.depth = 1
-        elif a.pending and not a.extras and (not env or not (a.updated or a.started is None)):
+        elif (
+            a.pending
+            and not a.extras
+            and (not env or not (a.updated or a.started is None))
+            and (update or env or not a.updated or a.env_width)
+        ):
             # the common transition: the pending phase closes at its t_exit and this one takes its place on the
             # stack (what Attributor.enter does with a pop and a push, without their calls and list resizing); an
-            # env event that starts an iteration goes through enter()
+            # env event that starts an iteration, and an event that starts a cycle (Attributor.cycle_due), go
+            # through enter()
             a.pending = False
             a.depth = 1
             stack = a.stack
@@ -240,6 +256,7 @@ def native(
     batch_fn: Callable[[Any], int] | None = None,
     target: Callable[..., Any] | None = None,
     forward_event: Callable[..., Any] | None = None,
+    foreign: Callable[..., Any] | None = None,
 ) -> Callable[..., Any]:
     """The compiled hook (``rlbench.profiling._fastevent.Event``) standing for the Python wrapper ``fallback``.
 
@@ -266,7 +283,7 @@ def native(
     return _fastevent.Event(
         a, fn, fallback, name, layer, role, a.clock, a.thread, paths, path_under, MERGE_GAP_S,
         skip=skip, model=model, batch=batch, direct_clock=a.clock is _perf_counter and _MONOTONIC,
-        memory_marks=MEMORY_MARKS, **types,
+        memory_marks=MEMORY_MARKS, foreign=foreign, **types,
     )  # fmt: skip
 
 
@@ -284,7 +301,13 @@ def _grad_enabled() -> Callable[[], bool]:
     return torch.is_grad_enabled
 
 
-def env_wrapper(a: Attributor, fn: Callable[..., Any], name: str, batch: Callable[[Any], int] | None) -> Callable[..., Any]:
+def env_wrapper(
+    a: Attributor,
+    fn: Callable[..., Any],
+    name: str,
+    batch: Callable[[Any], int] | None,
+    foreign: Callable[..., Any] | None = None,
+) -> Callable[..., Any]:
     """An env method timed as ``name``; ``batch(self)`` gives the agent steps one call takes (``None``: a reset).
 
     An env called *inside another env's* phase (a wrapper's inner env, a vector env's sub-envs) is part of that env:
@@ -293,10 +316,14 @@ def env_wrapper(a: Attributor, fn: Callable[..., Any], name: str, batch: Callabl
     """
     method = fn.__name__
     timed, paths, path_under = python_event(a, fn, name, "environment", ENV)
+    thread = a.thread
+    other_thread = fn if foreign is None else foreign
 
     @wraps(fn)
     def env_call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if a.depth or _get_ident() != a.thread:
+        if _get_ident() != thread:
+            return other_thread(self, *args, **kwargs)
+        if a.depth:
             a.passthrough += 1
             outer = a.env_self
             if a.depth and outer is not None and outer is not self and getattr(type(self), method, None) is hook:
@@ -317,7 +344,7 @@ def env_wrapper(a: Attributor, fn: Callable[..., Any], name: str, batch: Callabl
 
     env_call.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
     code = {None: BATCH_NONE, _one: BATCH_ONE, vector_batch: BATCH_VECTOR}.get(batch, BATCH_CALL)
-    hook = native(a, fn, env_call, name, "environment", ENV, paths, path_under, batch=code, batch_fn=batch)
+    hook = native(a, fn, env_call, name, "environment", ENV, paths, path_under, batch=code, batch_fn=batch, foreign=foreign)
     return _dressed(hook, env_call, fn)
 
 
@@ -351,7 +378,7 @@ def shadow(a: Attributor, env: Any, method: str, fn: Callable[..., Any]) -> None
     a.shadowed.append((weakref.ref(env), method))
 
 
-def _module_call_wrapper(a: Attributor) -> Callable[..., Any]:
+def _module_call_wrapper(a: Attributor, foreign: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """``nn.Module.__call__``, whose nested calls (a model's sub-modules) are by far the most frequent hooked calls.
 
     A nested call (or one from another thread) does what torch's own ``_wrapped_call_impl`` does, in the same one
@@ -361,7 +388,7 @@ def _module_call_wrapper(a: Attributor) -> Callable[..., Any]:
     import torch
 
     original = torch.nn.Module.__call__
-    fallback = _model_event(a, original)
+    fallback = _model_event(a, original, foreign)
     fallback.__rlbench_wrapped__ = original  # type: ignore[attr-defined]
     wraps(original)(fallback)
     # the phases a module call opens in C (_fastevent.c's acting_call, target_call, forward_call), each with its paths
@@ -371,6 +398,7 @@ def _module_call_wrapper(a: Attributor) -> Callable[..., Any]:
     hook = native(
         a, original, fallback, ACT, "inference", INFER, *path_cache(a, ACT, "inference"), model=2 if torch_own else 1,
         target=target if target is not fallback else None, forward_event=forward if forward is not fallback else None,
+        foreign=foreign,
     )  # fmt: skip
     event = _dressed(hook, fallback, original)
     if not torch_own:
@@ -378,10 +406,13 @@ def _module_call_wrapper(a: Attributor) -> Callable[..., Any]:
     if native_available():
         return event  # the compiled hook: a nested call runs torch's _call_impl (or its compiled call) from C
     thread = a.thread
+    other_thread = original if foreign is None else foreign
 
     @wraps(original)
     def module_call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if a.depth or _get_ident() != thread:
+        if _get_ident() != thread:
+            return other_thread(self, *args, **kwargs)
+        if a.depth:
             if self._compiled_call_impl is not None:  # torch's own _wrapped_call_impl, line for line
                 return self._compiled_call_impl(*args, **kwargs)
             return self._call_impl(*args, **kwargs)
@@ -407,7 +438,7 @@ def batch_width(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
         return 0
 
 
-def _model_event(a: Attributor, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _model_event(a: Attributor, fn: Callable[..., Any], foreign: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """A module called at top level, decided by what the loop is doing, not only by grad mode.
 
     * On the env's batch (as many rows as the last env step took agent steps, :attr:`Attributor.env_width`), with
@@ -416,7 +447,9 @@ def _model_event(a: Attributor, fn: Callable[..., Any]) -> Callable[..., Any]:
     * With grad enabled on another batch: the sticky training forward ``train/forward``.
     * Under ``no_grad`` on another batch, once the env's width is known: ``train/target``, in the update layer (the
       TD target's target network, SAC's next action and alpha's log-pi); the whole grad-mode block counts.
-    * Before any env step (width unknown): ``inference`` without grad, as a person would call it.
+    * Before any env step (width unknown): ``inference`` without grad, as a person would call it; in a thread that
+      never steps an env, once its training iterations have begun (a learner's), ``train/target``: a no-grad call
+      there computes targets or evaluates, it does not act.
 
     Every module's parameters are noted the first time it is called (:meth:`Attributor.watch_module`): a copy into
     them is a target-network update. Nested calls (a model's sub-modules) call straight through.
@@ -424,9 +457,12 @@ def _model_event(a: Attributor, fn: Callable[..., Any]) -> Callable[..., Any]:
     clock, thread = a.clock, a.thread
     grad_enabled = _grad_enabled()
     seen = a.seen_modules
+    other_thread = fn if foreign is None else foreign
 
     def model_call(*args: Any, **kwargs: Any) -> Any:
-        if a.depth or _get_ident() != thread:
+        if _get_ident() != thread:
+            return other_thread(*args, **kwargs)
+        if a.depth:
             return fn(*args, **kwargs)
         now = clock()
         if id(args[0]) not in seen:
@@ -451,7 +487,9 @@ def _model_event(a: Attributor, fn: Callable[..., Any]) -> Callable[..., Any]:
                 return fn(*args, **kwargs)
             finally:
                 a.depth = 0  # the forward stays open (sticky) for the loss computation
-        if width and not (a.kinds and a.kinds[-1] == EXPLICIT and a.layers.get(a.stack[-1]) == "advantage"):
+        if (width or (a.started is not None and not a.env_ids)) and not (
+            a.kinds and a.kinds[-1] == EXPLICIT and a.layers.get(a.stack[-1]) == "advantage"
+        ):
             opened = a.enter(TARGET, "update", INFER, now)
         else:  # before any env step, or inside a labelled advantage (TorchRL's GAE calls the value network)
             opened = a.enter(ACT, "inference", INFER, now)
@@ -551,13 +589,29 @@ class _Loader(importlib.abc.Loader):
 
 
 class Hooks:
-    """What :func:`install` changed, to undo it."""
+    """What :func:`install` changed, to undo it; and how each hook is made for every thread
+    (:meth:`routed`: built for ``a``'s thread, routed to its own for any other thread of ``threads``)."""
 
-    def __init__(self, a: Attributor) -> None:
+    def __init__(self, a: Attributor, threads: ThreadSet | None = None) -> None:
         self.a = a
+        self.threads = threads
         self.restore: _Restore = []
         self.import_hooks: list[PostImport] = []
         self.patch_s = 0.0  # seconds spent patching modules as they were imported (inside the script's run)
+
+    def routed(self, fn: Callable[..., Any], make: Callable[[Attributor, Any], Callable[..., Any]]) -> Callable[..., Any]:
+        """The hook ``make(attributor, foreign)`` builds around ``fn`` for the session's thread; a call from another
+        thread goes to ``foreign`` (a :class:`~rlbench.profiling.threads.Router`), which builds the same hook for that
+        thread's attributor on its first call. Without threads followed, calls from other threads run ``fn``."""
+        if self.threads is None:
+            return make(self.a, None)
+        router = self.threads.router(fn)
+        router.make = lambda b: make(b, router)
+        return make(self.a, router)
+
+    def event(self, fn: Callable[..., Any], name: str, layer: str, role: int, **kwargs: Any) -> Callable[..., Any]:
+        """:func:`event_wrapper` around ``fn``, for every thread (:meth:`routed`)."""
+        return self.routed(fn, lambda b, f: event_wrapper(b, fn, name, layer, role, foreign=f, **kwargs))
 
     def wrap_env_class(self, cls: type, batch: Callable[[Any], int], delegates: tuple[type, ...] = ()) -> None:
         """Wrap ``step``/``reset`` defined in ``cls`` itself (inherited ones are wrapped where they are defined).
@@ -573,7 +627,11 @@ class Hooks:
             fn = vars(cls).get(method)
             if fn is None or not callable(fn) or hasattr(fn, "__rlbench_wrapped__"):
                 continue
-            replace_attr(self.restore, cls, method, env_wrapper(self.a, fn, name, batch if method == "step" else None))
+            replace_attr(self.restore, cls, method, self.env(fn, name, batch if method == "step" else None))
+
+    def env(self, fn: Callable[..., Any], name: str, batch: Callable[[Any], int] | None) -> Callable[..., Any]:
+        """:func:`env_wrapper` around ``fn``, for every thread (:meth:`routed`)."""
+        return self.routed(fn, lambda b, f: env_wrapper(b, fn, name, batch, f))
 
 
 def all_subclasses(root: type) -> list[type]:
@@ -612,29 +670,29 @@ def _install_torch(h: Hooks, torch: Any) -> None:
     a.profiler_enabled = torch._C._autograd._profiler_enabled
     a.rf_on = a.profiler_enabled()
     a.refresh_extras()
-    replace_attr(h.restore, torch.nn.Module, "__call__", _module_call_wrapper(a))
+    replace_attr(
+        h.restore, torch.nn.Module, "__call__", h.routed(torch.nn.Module.__call__, lambda b, f: _module_call_wrapper(b, f))
+    )
     _install_grad_modes(h)
     _install_target_updates(h)
     for name in ("backward", "grad"):
-        backward = event_wrapper(a, getattr(torch.autograd, name), "train/backward", "update", UPDATE)
-        replace_attr(h.restore, torch.autograd, name, backward)
+        replace_attr(
+            h.restore, torch.autograd, name, h.event(getattr(torch.autograd, name), "train/backward", "update", UPDATE)
+        )
     _install_optimizer_steps(h)
     for owner in (torch.optim.Optimizer, torch.nn.Module):
-        replace_attr(h.restore, owner, "zero_grad", event_wrapper(a, owner.zero_grad, "train/optimizer", "update", UPDATE))
-    clip = event_wrapper(a, torch.nn.utils.clip_grad_norm_, "train/optimizer", "update", UPDATE)
+        replace_attr(h.restore, owner, "zero_grad", h.event(owner.zero_grad, "train/optimizer", "update", UPDATE))
+    clip = h.event(torch.nn.utils.clip_grad_norm_, "train/optimizer", "update", UPDATE)
     replace_attr(h.restore, torch.nn.utils, "clip_grad_norm_", clip)
     replace_attr(h.restore, torch.nn.utils.clip_grad, "clip_grad_norm_", clip)
-    replace_attr(h.restore, torch.Tensor, "__new__", staticmethod(_tensor_new_wrapper(a)))
+    replace_attr(h.restore, torch.Tensor, "__new__", staticmethod(_tensor_new_wrapper(h)))
     for name in ("tensor", "as_tensor", "from_numpy"):  # host data becoming a tensor (on a device, a copy to it)
-        replace_attr(h.restore, torch, name, event_wrapper(a, getattr(torch, name), "transfer", "transfer", NEST))
+        replace_attr(h.restore, torch, name, h.event(getattr(torch, name), "transfer", "transfer", NEST))
     moves = _moves_data()
     for method in ("item", "tolist", "numpy", *(("cpu", "cuda") if moves else ())):
-        replace_attr(
-            h.restore, torch.Tensor, method, event_wrapper(a, getattr(torch.Tensor, method), "transfer", "transfer", NEST)
-        )
+        replace_attr(h.restore, torch.Tensor, method, h.event(getattr(torch.Tensor, method), "transfer", "transfer", NEST))
     if moves:  # a transfer when it names a device or another tensor; a dtype cast is not
-        to = event_wrapper(a, torch.Tensor.to, "transfer", "transfer", NEST, skip=SKIP_CAST)
-        replace_attr(h.restore, torch.Tensor, "to", to)
+        replace_attr(h.restore, torch.Tensor, "to", h.event(torch.Tensor.to, "transfer", "transfer", NEST, skip=SKIP_CAST))
 
 
 def _install_grad_modes(h: Hooks) -> None:
@@ -649,41 +707,50 @@ def _install_grad_modes(h: Hooks) -> None:
     """
     from torch.autograd import grad_mode
 
-    a = h.a
-    clock, thread = a.clock, a.thread
+    def marked_enter(a: Attributor, enter: Callable[..., Any], foreign: Callable[..., Any] | None) -> Callable[..., Any]:
+        clock, thread = a.clock, a.thread
+        other_thread = enter if foreign is None else foreign
 
-    def marked_enter(enter: Callable[..., Any]) -> Callable[..., Any]:
         @wraps(enter)
         def begin(self: Any) -> Any:
-            if not a.depth and _get_ident() == thread:
+            if _get_ident() != thread:
+                return other_thread(self)
+            if not a.depth:
                 a.block_enter(clock())
             return enter(self)
 
         begin.__rlbench_wrapped__ = enter  # type: ignore[attr-defined]
-        return begin
+        return _native_mark(a, enter, begin, MARK_ENTER, foreign)
 
-    def extending_exit(leave: Callable[..., Any]) -> Callable[..., Any]:
+    def extending_exit(a: Attributor, leave: Callable[..., Any], foreign: Callable[..., Any] | None) -> Callable[..., Any]:
+        clock, thread = a.clock, a.thread
+        other_thread = leave if foreign is None else foreign
+
         @wraps(leave)
         def end(self: Any, *args: Any) -> Any:
+            if _get_ident() != thread:
+                return other_thread(self, *args)
             out = leave(self, *args)
-            if not a.depth and _get_ident() == thread and a.blocks:
+            if not a.depth and a.blocks:
                 a.block_exit(clock())
             return out
 
         end.__rlbench_wrapped__ = leave  # type: ignore[attr-defined]
-        return end
+        return _native_mark(a, leave, end, MARK_EXIT, foreign)
 
     for cls in (grad_mode.no_grad, grad_mode.inference_mode):
         enter, leave = vars(cls)["__enter__"], vars(cls)["__exit__"]
-        replace_attr(h.restore, cls, "__enter__", _native_mark(a, enter, marked_enter(enter), MARK_ENTER))
-        replace_attr(h.restore, cls, "__exit__", _native_mark(a, leave, extending_exit(leave), MARK_EXIT))
+        replace_attr(h.restore, cls, "__enter__", h.routed(enter, lambda b, f, enter=enter: marked_enter(b, enter, f)))
+        replace_attr(h.restore, cls, "__exit__", h.routed(leave, lambda b, f, leave=leave: extending_exit(b, leave, f)))
 
 
 MARK_ENTER, MARK_EXIT = 1, 2  # _fastevent.c: an Event that is a grad-mode block's __enter__ or __exit__
 MARK_INTO = 5  # or a copy or lerp into tensors (a target update's), passing through in C when nested
 
 
-def _native_mark(a: Attributor, fn: Callable[..., Any], fallback: Callable[..., Any], mark: int) -> Callable[..., Any]:
+def _native_mark(
+    a: Attributor, fn: Callable[..., Any], fallback: Callable[..., Any], mark: int, foreign: Callable[..., Any] | None = None
+) -> Callable[..., Any]:
     """The compiled form of a grad-mode mark (``fallback``, :func:`_install_grad_modes`'s ``begin`` or ``end``) or of
     a copy into tensors (``MARK_INTO``: :func:`_install_target_updates`'s ``op``: nested calls, copies into tensors
     that are no watched module's parameters, and a polyak loop's copies, the first opening the target update and the
@@ -696,7 +763,7 @@ def _native_mark(a: Attributor, fn: Callable[..., Any], fallback: Callable[..., 
     paths, path_under = path_cache(a, name, layer) if mark == MARK_INTO else ({}, str)  # (a mark opens no phase)
     hook = _fastevent.Event(
         a, fn, fallback, name, layer, role, a.clock, a.thread, paths, path_under, MERGE_GAP_S, mark=mark,
-        direct_clock=a.clock is _perf_counter and _MONOTONIC,
+        direct_clock=a.clock is _perf_counter and _MONOTONIC, foreign=foreign,
     )  # fmt: skip
     return _dressed(hook, fallback, fn)
 
@@ -714,11 +781,8 @@ def _install_target_updates(h: Hooks) -> None:
     """
     import torch
 
-    a = h.a
-    clock, thread, ptrs = a.clock, a.thread, a.param_ptrs
-
-    def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        opened = a.enter(TARGET_UPDATE, "update", UPDATE, clock())
+    def timed(a: Attributor, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        opened = a.enter(TARGET_UPDATE, "update", UPDATE, a.clock())
         try:
             return fn(*args, **kwargs)
         finally:
@@ -727,10 +791,15 @@ def _install_target_updates(h: Hooks) -> None:
             else:
                 a.depth = 0
 
-    def into_params(fn: Callable[..., Any], many: bool) -> Callable[..., Any]:
+    def into_params(a: Attributor, fn: Callable[..., Any], many: bool, foreign: Any) -> Callable[..., Any]:
+        clock, thread, ptrs = a.clock, a.thread, a.param_ptrs
+        other_thread = fn if foreign is None else foreign
+
         @wraps(fn)
         def op(dest: Any, *args: Any, **kwargs: Any) -> Any:
-            if a.depth or not ptrs or _get_ident() != thread:
+            if _get_ident() != thread:
+                return other_thread(dest, *args, **kwargs)
+            if a.depth or not ptrs:
                 return fn(dest, *args, **kwargs)
             try:
                 ptr = (dest[0] if many else dest).data_ptr()
@@ -749,56 +818,80 @@ def _install_target_updates(h: Hooks) -> None:
                     a.depth = 0
                     a.t_exit = clock()
                     a.pending = True
-            return timed(fn, dest, *args, **kwargs)
+            return timed(a, fn, dest, *args, **kwargs)
 
         op.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
-        return _native_mark(a, fn, op, MARK_INTO)  # an optimizer's own lerp_ (nested in its step) passes in C, and a
-        # polyak loop's copies run there (the cases above, where a phase is pending)
+        return _native_mark(a, fn, op, MARK_INTO, foreign)  # an optimizer's own lerp_ (nested in its step) passes in
+        # C, and a polyak loop's copies run there (the cases above, where a phase is pending)
 
-    for name in ("copy_", "lerp_"):
-        replace_attr(h.restore, torch.Tensor, name, into_params(getattr(torch.Tensor, name), False))
-    for name in ("_foreach_copy_", "_foreach_lerp_"):
-        if hasattr(torch, name):
-            replace_attr(h.restore, torch, name, into_params(getattr(torch, name), True))
+    for owner, names, many in ((torch.Tensor, ("copy_", "lerp_"), False), (torch, ("_foreach_copy_", "_foreach_lerp_"), True)):
+        for name in names:
+            fn = getattr(owner, name, None)
+            if fn is not None:
+                hook = h.routed(fn, lambda b, f, fn=fn, many=many: into_params(b, fn, many, f))
+                replace_attr(h.restore, owner, name, hook)
 
     listed = torch.nn.Module.parameters
 
-    @wraps(listed)
-    def parameters(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not a.depth and _get_ident() == thread:  # a polyak loop starts here: `for tp, p in zip(t.parameters(), ...)`
-            a.param_hint = clock()
-        return listed(self, *args, **kwargs)
+    def parameters_hint(a: Attributor, foreign: Any) -> Callable[..., Any]:
+        clock, thread = a.clock, a.thread
+        other_thread = listed if foreign is None else foreign
 
-    parameters.__rlbench_wrapped__ = listed  # type: ignore[attr-defined]
-    replace_attr(h.restore, torch.nn.Module, "parameters", parameters)
+        @wraps(listed)
+        def parameters(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if _get_ident() != thread:
+                return other_thread(self, *args, **kwargs)
+            if not a.depth:  # a polyak loop starts here: `for tp, p in zip(t.parameters(), ...)`
+                a.param_hint = clock()
+            return listed(self, *args, **kwargs)
+
+        parameters.__rlbench_wrapped__ = listed  # type: ignore[attr-defined]
+        return parameters
+
+    replace_attr(h.restore, torch.nn.Module, "parameters", h.routed(listed, parameters_hint))
 
     load = torch.nn.Module.load_state_dict
 
-    @wraps(load)
-    def load_state_dict(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if a.depth or a.started is None or _get_ident() != thread:
-            return load(self, *args, **kwargs)
-        return timed(load, self, *args, **kwargs)
+    def loading(a: Attributor, foreign: Any) -> Callable[..., Any]:
+        thread = a.thread
+        other_thread = load if foreign is None else foreign
 
-    load_state_dict.__rlbench_wrapped__ = load  # type: ignore[attr-defined]
-    replace_attr(h.restore, torch.nn.Module, "load_state_dict", load_state_dict)
+        @wraps(load)
+        def load_state_dict(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if _get_ident() != thread:
+                return other_thread(self, *args, **kwargs)
+            if a.depth or a.started is None:
+                return load(self, *args, **kwargs)
+            return timed(a, load, self, *args, **kwargs)
+
+        load_state_dict.__rlbench_wrapped__ = load  # type: ignore[attr-defined]
+        return load_state_dict
+
+    replace_attr(h.restore, torch.nn.Module, "load_state_dict", h.routed(load, loading))
 
 
 def _install_threads(h: Hooks) -> None:
-    """Python threads started while profiling add their CPU seconds when they end (``Attributor.thread_cpu``): the
-    report says how busy threads other than the attributed one were. Phases follow one thread only."""
+    """Python threads started while profiling: their start is noted (a followed thread's time counts from it), and at
+    their end their attribution is finished in the thread (:class:`~rlbench.profiling.threads.ThreadSet`) and their
+    CPU seconds added (``Attributor.thread_cpu``: what the report says of threads it did not attribute)."""
     inner = getattr(threading.Thread, "_bootstrap_inner", None)
     if inner is None:  # another Python: live threads are still read when attribution ends
         return
     cpu = h.a.thread_cpu
+    threads = h.threads
 
     @wraps(inner)
     def bootstrap_inner(self: Any) -> None:
+        own = self.name.startswith(OWN_THREAD_PREFIX)
+        if threads is not None and not own:
+            threads.thread_started(_get_ident())
         try:
             inner(self)
         finally:
-            if not self.name.startswith(OWN_THREAD_PREFIX):
+            if not own:
                 cpu[_get_ident()] = time.thread_time()
+                if threads is not None:
+                    threads.thread_ended(_get_ident(), self)
 
     bootstrap_inner.__rlbench_wrapped__ = inner  # type: ignore[attr-defined]
     replace_attr(h.restore, threading.Thread, "_bootstrap_inner", bootstrap_inner)
@@ -812,17 +905,16 @@ def _install_optimizer_steps(h: Hooks) -> None:
     """
     from torch.optim.optimizer import Optimizer
 
-    a = h.a
     original = Optimizer.__dict__["profile_hook_step"].__func__
 
     def profile_hook_step(func: Callable[..., Any]) -> Callable[..., Any]:
-        return event_wrapper(a, original(func), "train/optimizer", "update", UPDATE)
+        return h.event(original(func), "train/optimizer", "update", UPDATE)
 
     replace_attr(h.restore, Optimizer, "profile_hook_step", staticmethod(profile_hook_step))
     for cls in all_subclasses(Optimizer):
         step = vars(cls).get("step")
         if step is not None and getattr(step, "hooked", False) and not hasattr(step, "__rlbench_wrapped__"):
-            replace_attr(h.restore, cls, "step", event_wrapper(a, step, "train/optimizer", "update", UPDATE))
+            replace_attr(h.restore, cls, "step", h.event(step, "train/optimizer", "update", UPDATE))
 
 
 def _unwrap_optimizer_steps() -> None:
@@ -838,7 +930,7 @@ def _unwrap_optimizer_steps() -> None:
             cls.step = inner
 
 
-def _tensor_new_wrapper(a: Attributor) -> Callable[..., Any]:
+def _tensor_new_wrapper(h: Hooks) -> Callable[..., Any]:
     """``torch.Tensor(data)``, the legacy constructor scripts use on env output: a transfer when given data.
 
     The wrapper keeps no metadata of ``Tensor.__new__`` and its signature stays ``(*args, **kwargs)`` (or none, for
@@ -848,7 +940,7 @@ def _tensor_new_wrapper(a: Attributor) -> Callable[..., Any]:
     """
     import torch
 
-    return event_wrapper(a, torch._C.TensorBase.__new__, "transfer", "transfer", NEST, skip=SKIP_NO_DATA, copy_metadata=False)
+    return h.event(torch._C.TensorBase.__new__, "transfer", "transfer", NEST, skip=SKIP_NO_DATA, copy_metadata=False)
 
 
 def _moves_data() -> bool:
@@ -864,7 +956,7 @@ def _moves_data() -> bool:
     return bool(torch.cuda.is_available() or (mps is not None and mps.is_available()))
 
 
-def install(a: Attributor) -> Hooks:
+def install(a: Attributor, threads: ThreadSet | None = None) -> Hooks:
     """Install every automatic hook of torch and gymnasium for ``a``, each when the script imports it or at once if
     it has (the labels of SB3 and TorchRL are
     :func:`rlbench.profiling.libraries.install_labels`'s; :func:`rlbench.profiling.session.install_hooks` installs both).
@@ -872,7 +964,7 @@ def install(a: Attributor) -> Hooks:
     Returns:
         The installed hooks; pass them to :func:`uninstall`.
     """
-    h = Hooks(a)
+    h = Hooks(a, threads)
     try:
         PostImport(h, {"torch": ("nn", _install_torch), "gymnasium": ("Env", _install_gymnasium)}, "no hooks for").watch()
         _install_threads(h)

@@ -39,7 +39,6 @@ from rlbench.profiling.autohooks import (
     _fastevent,
     _perf_counter,
     all_subclasses,
-    env_wrapper,
     native_available,
     path_cache,
     replace_attr,
@@ -50,15 +49,25 @@ Patcher = Callable[[Any, Any], None]  # (hooks, module) -> None
 
 
 def label_wrapper(
-    a: Attributor, fn: Callable[..., Any], name: str, layer: str, starts_iteration: bool = False
+    a: Attributor,
+    fn: Callable[..., Any],
+    name: str,
+    layer: str,
+    starts_iteration: bool = False,
+    foreign: Callable[..., Any] | None = None,
 ) -> Callable[..., Any]:
-    """``fn`` as an explicit phase (library label): it always opens, and automatic phases inside become children."""
+    """``fn`` as an explicit phase (library label): it always opens, and automatic phases inside become children.
+    A call from another thread than ``a``'s runs ``foreign`` (its router), else ``fn``."""
 
     suffix = "/" + name
+    thread = a.thread
+    other_thread = fn if foreign is None else foreign
 
     @wraps(fn)
     def labelled(*args: Any, **kwargs: Any) -> Any:
-        if a.thread != get_ident() or (a.stack and (a.stack[-1] == name or a.stack[-1].endswith(suffix))):
+        if thread != get_ident():
+            return other_thread(*args, **kwargs)
+        if a.stack and (a.stack[-1] == name or a.stack[-1].endswith(suffix)):
             return fn(*args, **kwargs)  # already inside this label (a collector's iterator calling its rollout)
         a.open_explicit(name, layer, starts_iteration)
         try:
@@ -73,6 +82,7 @@ def label_wrapper(
     hook = _fastevent.Event(
         a, fn, labelled, name, layer, 0, a.clock, a.thread, *path_cache(a, name, layer), MERGE_GAP_S,
         mark=LABEL_ITERATION if starts_iteration else LABEL, direct_clock=a.clock is _perf_counter and _MONOTONIC,
+        foreign=foreign,
     )  # fmt: skip
     return _dressed(hook, labelled, fn)
 
@@ -80,22 +90,26 @@ def label_wrapper(
 LABEL, LABEL_ITERATION = 3, 4  # _fastevent.c: an Event that is a library's label
 
 
-def label_generator(a: Attributor, fn: Callable[..., Any], name: str, layer: str) -> Callable[..., Any]:
-    """A generator function whose every ``next()`` is the explicit phase ``name`` (a collector's iterator)."""
+def label_generator(h: Any, fn: Callable[..., Any], name: str, layer: str) -> Callable[..., Any]:
+    """A generator function whose every ``next()`` is the explicit phase ``name`` (a collector's iterator), in the
+    attribution of the thread that runs it."""
+    main = h.a
+    threads = h.threads
 
     @wraps(fn)
     def labelled(*args: Any, **kwargs: Any) -> Any:
         inner = fn(*args, **kwargs)
         while True:
-            opened = a.thread == get_ident()
-            if opened:
+            ident = get_ident()
+            a = main if ident == main.thread else threads.attributor(ident) if threads is not None else None
+            if a is not None:
                 a.open_explicit(name, layer, True)
             try:
                 item = next(inner)
             except StopIteration as stop:
                 return stop.value
             finally:
-                if opened:
+                if a is not None:
                     a.close_explicit()
             yield item
 
@@ -106,14 +120,19 @@ def label_generator(a: Attributor, fn: Callable[..., Any], name: str, layer: str
 def _label(h: Any, cls: type, method: str, name: str, layer: str, starts_iteration: bool = False) -> None:
     fn = vars(cls).get(method)
     if fn is not None and callable(fn) and not hasattr(fn, "__rlbench_wrapped__"):
-        replace_attr(h.restore, cls, method, label_wrapper(h.a, fn, name, layer, starts_iteration))
+        replace_attr(h.restore, cls, method, labelled(h, fn, name, layer, starts_iteration))
+
+
+def labelled(h: Any, fn: Callable[..., Any], name: str, layer: str, starts_iteration: bool = False) -> Callable[..., Any]:
+    """:func:`label_wrapper` around ``fn``, for every thread (``Hooks.routed``)."""
+    return h.routed(fn, lambda b, f: label_wrapper(b, fn, name, layer, starts_iteration, f))
 
 
 def _env(h: Any, cls: type, batch: Callable[[Any], int]) -> None:
     for method, name in (("step", "env/step"), ("reset", "env/reset"), ("step_and_maybe_reset", "env/step")):
         fn = vars(cls).get(method)
         if fn is not None and callable(fn) and not hasattr(fn, "__rlbench_wrapped__"):
-            replace_attr(h.restore, cls, method, env_wrapper(h.a, fn, name, batch if method != "reset" else None))
+            replace_attr(h.restore, cls, method, h.env(fn, name, batch if method != "reset" else None))
 
 
 # --- Stable-Baselines3 --------------------------------------------------------------------------------------------
@@ -166,7 +185,7 @@ def _label_function(h: Any, module: Any, name: str, label: str, layer: str) -> N
         return
     original = getattr(fn, "__rlbench_wrapped__", None)
     if original is None:
-        replace_attr(h.restore, module, name, label_wrapper(h.a, fn, label, layer))
+        replace_attr(h.restore, module, name, labelled(h, fn, label, layer))
     elif not any(owner is module and attr == name for owner, attr, *_ in h.restore):
         h.restore.append((module, name, original, True))
 
@@ -188,7 +207,7 @@ def _torchrl_collectors(h: Any, module: Any) -> None:
     for cls in all_subclasses(module.BaseCollector):
         fn = vars(cls).get("iterator")
         if fn is not None and callable(fn) and not hasattr(fn, "__rlbench_wrapped__"):
-            replace_attr(h.restore, cls, "iterator", label_generator(h.a, fn, "collect", "other"))
+            replace_attr(h.restore, cls, "iterator", label_generator(h, fn, "collect", "other"))
         _label(h, cls, "rollout", "collect", "other", starts_iteration=True)
 
 
@@ -264,7 +283,7 @@ def label_replay(h: Any, cls: type) -> None:
         fn = getattr(cls, method)
         if hasattr(fn, "__rlbench_wrapped__") or isinstance(vars(cls).get(method), (staticmethod, classmethod)):
             continue
-        replace_attr(h.restore, cls, method, label_wrapper(h.a, fn, f"replay/{method}", "replay"))
+        replace_attr(h.restore, cls, method, labelled(h, fn, f"replay/{method}", "replay"))
 
 
 def _install_class_watch(h: Any) -> None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from rlbench.core.errors import MeasuredCodeFailed, StoreError, UsageError
 from rlbench.profiling.attribution import INFER, SAMPLE_EVERY, Attribution, Attributor, activate
 from rlbench.profiling.results import attribution_metrics
+from rlbench.profiling.threads import ThreadResult, ThreadSet
 from rlbench.results import metrics as vocabulary
 from rlbench.results.metrics import Metric
 
@@ -53,6 +54,8 @@ class Settings:
             record only their wall time and agent steps (``--all-iterations``: 1, every one). The compiled hooks do
             it, for iterations an env step or a collector's labelled rollout starts at top level (an off-policy
             loop's, one per env step).
+        threads: Attribute every thread on its own (:mod:`rlbench.profiling.threads`); without, only the session's
+            thread is attributed and the others' CPU seconds are summed.
     """
 
     sync: bool = False
@@ -61,6 +64,7 @@ class Settings:
     memory: bool = True
     libraries: bool = True
     sample_every: int = SAMPLE_EVERY
+    threads: bool = True
 
 
 @dataclass
@@ -71,6 +75,8 @@ class Outcome:
     costs: dict[str, float]
     user_metrics: list[Metric] = field(default_factory=list)
     limits: dict[str, Any] = field(default_factory=dict)
+    threads: list[ThreadResult] = field(default_factory=list)
+    """Every other thread that made a hooked call, each with its own attribution (:mod:`rlbench.profiling.threads`)."""
 
     def metrics(self, startup_s: float | None = None) -> list[Metric]:
         """Every metric of the session (attribution first, then the user's)."""
@@ -92,19 +98,22 @@ def sync_function(settings: Settings) -> Callable[[], None] | None:
     return None
 
 
-def install_hooks(a: Attributor, libraries: bool = True) -> Hooks:
+def install_hooks(a: Attributor, libraries: bool = True, threads: ThreadSet | None = None) -> Hooks:
     """Install every automatic hook for ``a``: gymnasium's and torch's, and with ``libraries`` the labels of
-    Stable-Baselines3 and TorchRL (now if imported, else when they are). Pass the result to ``autohooks.uninstall``."""
+    Stable-Baselines3 and TorchRL (now if imported, else when they are); with ``threads``, every other thread's calls
+    go to its own attributor. Pass the result to ``autohooks.uninstall``."""
     from rlbench.profiling.autohooks import install, uninstall
     from rlbench.profiling.libraries import install_labels
+    from rlbench.profiling.waits import install_waits
 
-    h = install(a)
-    if libraries:
-        try:
+    h = install(a, threads)
+    try:
+        install_waits(h)
+        if libraries:
             install_labels(h)
-        except BaseException:
-            uninstall(h)
-            raise
+    except BaseException:
+        uninstall(h)
+        raise
     return h
 
 
@@ -117,6 +126,7 @@ class Session:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
         self.attributor: Attributor | None = None
+        self.threads: ThreadSet | None = None
         self.hooks: Any = None
         self.hooks_kind = "python"  # "compiled" where the C hooks were installed (autohooks.native_available)
         self.user_metrics: list[Metric] = []
@@ -139,16 +149,30 @@ class Session:
             Session.current = self
         try:
             s = self.settings
-            self.attributor = Attributor(
-                sync=sync_function(s),
+            sync = sync_function(s)
+            self.attributor = main = Attributor(
+                sync=sync,
                 trace_limit=s.trace_limit,
                 count_iteration=s.count_iteration,
                 memory=s.memory,
                 sample_every=s.sample_every,
             )
-            self.hooks = install_hooks(self.attributor, libraries=s.libraries)
+
+            def thread_attributor() -> Attributor:
+                # another thread's: its own phases and iterations; ops are counted and memory (the process's peak RSS)
+                # marked in the session's thread only; the library knowledge is shared
+                a = Attributor(
+                    sync=sync, trace_limit=s.trace_limit, count_iteration=None, memory=False, sample_every=s.sample_every
+                )
+                a.profiler_enabled, a.forward_names = main.profiler_enabled, main.forward_names
+                a.rf_on = a.profiler_enabled()
+                a.refresh_extras()
+                return a
+
+            self.threads = ThreadSet(main, thread_attributor) if s.threads else None
+            self.hooks = install_hooks(main, libraries=s.libraries, threads=self.threads)
             self.hooks_kind = "compiled" if native_available() else "python"
-            activate(self.attributor)
+            activate(main, self.threads)
         except BaseException:
             Session.current = None
             raise
@@ -159,14 +183,19 @@ class Session:
         from rlbench.profiling.autohooks import uninstall
 
         assert self.attributor is not None, "stop() before start()"
+        threads: list[ThreadResult] = []
         try:
             result = self.attributor.finish()
+            if self.threads is not None:
+                threads = self.threads.close()
         finally:
             activate(None)
             Session.current = None
             uninstall(self.hooks)
         result.hooks = self.hooks_kind
-        self.outcome = Outcome(result, measure_costs(self.settings), self.user_metrics, measure_limits(result))
+        for t in threads:
+            t.attribution.hooks = self.hooks_kind
+        self.outcome = Outcome(result, measure_costs(self.settings), self.user_metrics, measure_limits(result), threads)
         return self.outcome
 
     def __enter__(self) -> Session:

@@ -251,21 +251,39 @@ def test_acting_inside_a_labelled_inference_ends_with_the_label_and_is_no_advant
     assert inference >= 6 * 2.5 * MS * 0.9, r.excl  # the policy's call and the conversion after it, every step
 
 
-def test_a_threaded_trainer_is_reported_and_its_phases_stay_off_the_main_stack():
+def test_a_threaded_trainer_books_its_own_phases_off_the_main_stack():
     def work():
-        with rlbench.phase("worker"):  # another thread's phase: not on the main thread's stack
+        with rlbench.phase("worker"):  # another thread's phase: its own attribution, not the main thread's stack
             end = time.thread_time() + 30 * MS  # 30 ms of this thread's CPU, however loaded the machine
             while time.thread_time() < end:
                 pass
 
     with _session() as s, rlbench.phase("main"):
+        t = threading.Thread(target=work, name="trainer")
+        t.start()
+        t.join()
+    r = s.outcome.attribution
+    assert "worker" not in r.enters and "main/worker" not in r.enters and r.enters["main"] == 1
+    assert r.enters["main/wait/join"] == 1  # the main thread waited for it
+    assert r.foreign_phases == 0
+    assert r.other_threads == 1 and r.other_threads_cpu_s >= 30 * MS, (r.other_threads, r.other_threads_cpu_s)
+    [thread] = s.outcome.threads
+    assert thread.role == "trainer" and thread.attribution.enters == {"worker": 1}, thread
+    assert thread.attribution.excl["worker"] >= 30 * MS * 0.9, thread.attribution.excl
+
+
+def test_a_thread_that_is_not_followed_keeps_its_phases_off_every_stack():
+    def work():
+        with rlbench.phase("worker"):
+            pass
+
+    with Session(Settings(count_iteration=None, memory=False, threads=False)) as s, rlbench.phase("main"):
         t = threading.Thread(target=work)
         t.start()
         t.join()
     r = s.outcome.attribution
     assert "worker" not in r.enters and "main/worker" not in r.enters and r.enters["main"] == 1
-    assert r.foreign_phases == 1
-    assert r.other_threads == 1 and r.other_threads_cpu_s >= 30 * MS, (r.other_threads, r.other_threads_cpu_s)
+    assert r.foreign_phases == 1 and s.outcome.threads == []
 
 
 def test_the_report_says_what_other_threads_did(tmp_path):
