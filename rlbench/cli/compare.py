@@ -151,11 +151,13 @@ def compare_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"notes": notes, "cases": [r.to_dict() for r in results], "report": args.report}))
         return 0
+    from rich.text import Text
+
     from rlbench.report.summary import print_comparison
 
     console = print_comparison(results, base, cand, notes)
     if args.report:
-        console.print(f"report: {args.report}")
+        console.print(Text(f"report: {args.report}"))  # a path is text, never rich markup
     return 0
 
 
@@ -209,12 +211,14 @@ def compare_by_command(args: argparse.Namespace) -> int:
         cases = {v: [r.to_dict() for r in results] for v, results in outcome.items()}
         print(json.dumps({"by": args.by, "baseline": base_value, "groups": cases, "report": args.report}))
         return 0
+    from rich.text import Text
+
     from rlbench.report.summary import print_comparison
 
     for value, results in outcome.items():
         console = print_comparison(results, groups[base_value], groups[value], [f"{args.by}: {base_value} → {value}"])
     if args.report:
-        console.print(f"report: {args.report}")
+        console.print(Text(f"report: {args.report}"))  # a path is text, never rich markup
     return 0
 
 

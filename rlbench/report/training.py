@@ -343,11 +343,12 @@ def print_summary(summary: dict[str, Any]) -> None:
     """Print the run's headline figures (medians over repeats) and where records and report went."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text  # names and values from records are user text, never rich markup
 
     def get(key: str) -> float | None:
         return summary.get(key)
 
-    table = Table(title=f"{summary['benchmark']} on {summary['device']} ({summary['repeats']} repeat(s), medians)")
+    table = Table(title=Text(f"{summary['benchmark']} on {summary['device']} ({summary['repeats']} repeat(s), medians)"))
     table.add_column("Metric")
     table.add_column("Value", justify="right")
     table.add_row("Training SPS (agent steps/s)", fmt(get(SPS), 0))
@@ -358,7 +359,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     steady = (get(TRAIN_S) or 0.0) - (get(WARMUP_S) or 0.0)
     for phase, seconds in leaf_phase_times(summary)[:8]:  # whatever the run timed, largest first
         if steady > 0 and seconds >= 0.01 * steady:
-            table.add_row(f"  {phase}", f"{fmt_s(seconds)}  ({100 * seconds / steady:.1f}%)")
+            table.add_row(Text(f"  {phase}"), f"{fmt_s(seconds)}  ({100 * seconds / steady:.1f}%)")
     table.add_row("Wall, CLI start to report written", fmt_s(get("cli_wall_s")))
     if get("command_own_s") is not None:  # rlbench profile: its whole cost, measured in this run
         share = get("hooks_share")
