@@ -174,6 +174,7 @@ def history_add_command(argv: list[str]) -> int:
 
     args = build_history_add_parser().parse_args(argv)
     history = HistoryStore(args.store)
+    history.check_writable()  # a link or FIFO where a store file belongs: refused before anything is added
     hist = Path(args.store).resolve()
     out = []
     for src in args.sources:
