@@ -455,10 +455,11 @@ class HistoryStore:
         except ValueError:
             rel = Path(path.name)
         dest = self.root / UNREADABLE / rel
+        stem, dot, suffix = rel.name.partition(".")
         n = 0
         while os.path.lexists(dest):
             n += 1
-            dest = dest.with_name(f"{rel.name.split('.', 1)[0]}.{n}.{rel.name.split('.', 1)[1] if '.' in rel.name else 'old'}")
+            dest = dest.with_name(f"{stem}.{n}{dot}{suffix}")
         with signals_deferred():
             try:
                 dest.parent.mkdir(parents=True, exist_ok=True)
