@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlbench.core.children import pid_alive, run_child, signals_deferred
+from rlbench.core.children import pid_alive, remove_orphan_dirs, run_child, signals_deferred
 from rlbench.core.errors import RlbenchError, UsageError
 from rlbench.results.records import Record
 
@@ -40,7 +40,8 @@ def _git(args: list[str], cwd: Path) -> str:
     except OSError as exc:
         raise UsageError(f"git is needed for rlbench ab ({exc})") from None
     if out.returncode != 0:
-        raise UsageError(f"git {' '.join(args)} failed: {(out.stderr or out.stdout).strip().splitlines()[-1:]}")
+        said = ((out.stderr or out.stdout).strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+        raise UsageError(f"git {' '.join(args)} failed: {said}")
     return out.stdout.strip()
 
 
@@ -132,7 +133,14 @@ def repo_top(repo: Path) -> Path:
     Raises:
         UsageError: Not inside a git repository, or no git.
     """
-    return Path(_git(["rev-parse", "--show-toplevel"], repo))
+    try:
+        return Path(_git(["rev-parse", "--show-toplevel"], repo))
+    except UsageError as exc:
+        if "not a git repository" not in str(exc):
+            raise
+        raise UsageError(
+            f"{str(repo)!r} is not inside a git repository: run rlbench from a checkout of the repository"
+        ) from None
 
 
 def resolve_commit(top: Path, rev: str) -> str:
@@ -425,7 +433,7 @@ def _keep_after_failure(work: Path, keep: Path | None, exc: SideFailed, sides: l
 
 def _remove_orphans(top: Path) -> None:
     """Remove what an ``rlbench ab``, ``history run`` or ``bisect`` killed with SIGKILL left behind: its worktrees in
-    this repo and its directory.
+    this repo and its directory (also one with no worktree in it: a history run killed between two commits).
 
     Work directories are named ``rlbench-<ab|history|bisect>-<pid>-*``; one whose process is gone is an orphan (no
     cleanup code can run after ``kill -9``, so the next command that makes worktrees does it).
@@ -439,6 +447,8 @@ def _remove_orphans(top: Path) -> None:
             continue
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=top, capture_output=True, check=False)
         shutil.rmtree(work, ignore_errors=True)
+    for kind in ("ab", "history", "bisect"):  # killed between two checkouts: no worktree registered, the folder left
+        remove_orphan_dirs(f"rlbench-{kind}-")
     subprocess.run(["git", "worktree", "prune"], cwd=top, capture_output=True, check=False)
 
 

@@ -4,12 +4,13 @@ Like ``git bisect``, but every verdict is measured: each tested commit runs agai
 ``rlbench ab`` runs its two sides (:func:`rlbench.analysis.ab.interleave`), and the gate judges it
 (:func:`rlbench.analysis.gate.evaluate`): FAIL makes it bad, PASS good. A commit that cannot be judged -- an
 INCONCLUSIVE verdict, a verdict refused (a busy machine, a metric it does not record) or a run that fails (a broken
-build) -- is *skipped*, as ``git bisect skip`` does: the search tries the commit nearest the middle that is not
-skipped. The user's checkout is never touched.
+build) -- is *skipped*, as ``git bisect skip`` does: the search tries the next best commit that is not skipped. The
+user's checkout is never touched.
 
 BAD is measured first: bisecting needs a regression between GOOD and BAD, so a BAD that passes (or cannot be judged)
-ends the search with no answer. The search runs over ``git rev-list --topo-order --ancestry-path GOOD..BAD``, so it
-assumes, as git bisect does, that the commits after the first bad one stay bad.
+ends the search with no answer. The search runs over the commit graph of ``GOOD..BAD`` as ``git bisect`` does
+(:func:`search_graph`): it assumes, as git bisect does, that the commits that descend from the first bad one stay bad,
+and the others good, so a merged side branch that never had the regression does not lead it to the merge.
 
 Counters (``ops/``, ``syncs/``, ``copies/``, ``flops/``) are exact: one round per commit judges them. Timings need at
 least five samples per side (``rounds * repeats``).
@@ -86,7 +87,7 @@ class BisectResult:
         good: GOOD's sha.
         bad: BAD's sha.
         first_bad: The first bad commit, or ``None`` when undecided.
-        last_good: The commit before it in the searched order (GOOD or a tested PASS).
+        last_good: Its first parent: good (GOOD, an ancestor of GOOD, a tested PASS or an ancestor of one).
         candidates: When undecided: the commits the first bad one is among, oldest first.
         tested: Every tested commit in the order tested.
         message: One line: the answer, or why there is none.
@@ -127,36 +128,62 @@ def _deciding(checks: list[Check]) -> Check:
     return checks[0]
 
 
-def _pick(lo: int, hi: int, skipped: set[int]) -> int | None:
-    """The untested index strictly between ``lo`` and ``hi`` nearest their middle (git bisect skip's neighbour)."""
-    mid = (lo + hi) // 2
-    left = [i for i in range(lo + 1, hi) if i not in skipped]
-    return min(left, key=lambda i: (abs(i - mid), i)) if left else None
+def search_graph(parents: list[list[int]], judge: Callable[[int], str]) -> list[int] | None:
+    """``git bisect`` over a commit graph, with skips: the first bad commit, or the commits it is among.
+
+    The commits are ``0..n-1`` in topological order (parents first), the last one BAD; ``parents[i]`` are the indices
+    of commit ``i``'s parents inside the range (a parent outside it, GOOD or older, is good). As git does, a commit
+    is taken to be bad when it descends from the first bad one, and good otherwise: a side branch that never merged
+    the regression stays good even where it sorts after it. ``judge(i)`` measures commit ``i`` and returns ``PASS``,
+    ``FAIL`` or ``SKIP``. BAD is judged first: when it does not FAIL there is nothing to search and ``None`` is
+    returned. Then each step judges the commit that best halves the commits the first bad one can still be
+    (``min(ancestors, rest)`` largest, as ``git rev-list --bisect``; ties to the oldest), skipping the skipped ones:
+    a FAIL keeps only its ancestors, a PASS removes its ancestors.
+
+    Returns:
+        The candidates, oldest first, the last one bad: one commit when the answer is exact, else the skipped commits
+        that could be the first bad one and the oldest commit known bad.
+    """
+    n = len(parents)
+    if judge(n - 1) != FAIL:
+        return None
+    ancestors: list[int] = []  # bit j of ancestors[i]: commit j is commit i or one of its ancestors in the range
+    for i, ps in enumerate(parents):
+        bits = 1 << i
+        for p in ps:
+            bits |= ancestors[p]
+        ancestors.append(bits)
+    left, bad, skipped = ancestors[n - 1], n - 1, 0  # bitsets: where the first bad commit can be; skipped commits
+    while True:
+        testable = left & ~skipped & ~(1 << bad)
+        if not testable:
+            break
+        total = left.bit_count()
+        best, score = -1, -1
+        for i in range(n):
+            if testable >> i & 1:
+                weight = (ancestors[i] & left).bit_count()
+                if min(weight, total - weight) > score:
+                    best, score = i, min(weight, total - weight)
+        verdict = judge(best)
+        if verdict == PASS:
+            left &= ~ancestors[best]
+        elif verdict == FAIL:
+            bad, left = best, left & ancestors[best]
+        else:
+            skipped |= 1 << best
+    return [i for i in range(n) if left >> i & 1]
 
 
 def search(n: int, judge: Callable[[int], str]) -> tuple[int, int] | None:
-    """Binary search with skips over commits ``0..n-1`` after GOOD, the last one being BAD.
-
-    ``judge(i)`` measures commit ``i`` and returns ``PASS``, ``FAIL`` or ``SKIP``. BAD (``n - 1``) is judged first:
-    when it does not FAIL there is nothing to search and ``None`` is returned. Then each step judges the commit
-    nearest the middle of the open interval that is not skipped, until none is left.
+    """:func:`search_graph` over a line of commits ``0..n-1`` after GOOD, the last one being BAD.
 
     Returns:
         ``(lo, hi)``: ``lo`` the last good index (-1 for GOOD itself), ``hi`` the first bad index; the commits
         strictly between them were all skipped (none when the answer is exact).
     """
-    if judge(n - 1) != FAIL:
-        return None
-    lo, hi, skipped = -1, n - 1, set()
-    while (i := _pick(lo, hi, skipped)) is not None:
-        verdict = judge(i)
-        if verdict == PASS:
-            lo = i
-        elif verdict == FAIL:
-            hi = i
-        else:
-            skipped.add(i)
-    return lo, hi
+    found = search_graph([[i - 1] if i else [] for i in range(n)], judge)
+    return None if found is None else (found[0] - 1, found[-1])
 
 
 def bisect(
@@ -207,7 +234,12 @@ def bisect(
         _git(["merge-base", "--is-ancestor", g, b], top)
     except UsageError:
         raise UsageError(f"GOOD {good!r} is not an ancestor of BAD {bad!r}: bisect needs GOOD before BAD") from None
-    order = _git(["rev-list", "--reverse", "--topo-order", "--ancestry-path", f"{g}..{b}"], top).split()
+    graph = [
+        line.split() for line in _git(["rev-list", "--reverse", "--topo-order", "--parents", f"{g}..{b}"], top).splitlines()
+    ]
+    order = [line[0] for line in graph]  # parents first: what git bisect searches, BAD last
+    index = {sha: i for i, sha in enumerate(order)}
+    parents = [[index[p] for p in line[1:] if p in index] for line in graph]
     from rlbench.analysis.history_run import commit_infos, failure_line
 
     infos = commit_infos([g, *order], top)
@@ -262,25 +294,32 @@ def bisect(
             result.tested.append(t)
             return t.verdict
 
-        found = search(len(order), judge)
+        found = search_graph(parents, judge)
         if found is None:
             first = result.tested[0]
             said = "passes" if first.verdict == PASS else "cannot be judged"
             result.message = f"BAD {bad!r} ({b[:12]}) {said} against GOOD {good!r} ({first.reason}): no regression to bisect"
             return result
-        lo, hi = found
-        open_ = [order[i] for i in range(lo + 1, hi)]  # every one of them skipped
-        if open_:
-            result.candidates = [*open_, order[hi]]
+        hi = found[-1]
+        if len(found) > 1:  # all but the last were skipped
+            result.candidates = [order[i] for i in found]
             result.message = (
                 f"cannot decide: the first bad commit is one of {len(result.candidates)} "
                 f"({', '.join(s[:12] for s in result.candidates)}); the commits before {order[hi][:12]} could not be judged"
             )
             return result
         result.first_bad = order[hi]
-        result.last_good = order[lo] if lo >= 0 else g
+        result.last_good = _first_parent(top, order[hi]) or g
         result.candidates = [order[hi]]
         t = result.tested_of(order[hi])
         assert t is not None
         result.message = f"first bad commit: {order[hi][:12]} {infos.get(order[hi], CommitInfo('', None, '')).subject or ''}"
         return result
+
+
+def _first_parent(top: Path, sha: str) -> str | None:
+    """The first parent of ``sha`` (``None`` for a root commit)."""
+    try:
+        return _git(["rev-parse", "--verify", "--quiet", f"{sha}^1"], top) or None
+    except UsageError:
+        return None

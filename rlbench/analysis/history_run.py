@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlbench.analysis.ab import Checkout, SideFailed, Worktrees, _git, repo_top, resolve_commit, run_side, split_run_args
-from rlbench.core.errors import UsageError
+from rlbench.core.errors import DataError, StoreError, UsageError
 from rlbench.results.history import CommitInfo, Gap, HistoryStore
 from rlbench.results.records import Record
+from rlbench.results.store import read_text
 
 
 def resolve_commits(spec: str | None, repo: Path, *, steps: int = 1, commits_file: str | Path | None = None) -> list[str]:
@@ -51,10 +53,14 @@ def resolve_commits(spec: str | None, repo: Path, *, steps: int = 1, commits_fil
     top = repo_top(repo)
     if commits_file is not None:
         path = Path(commits_file)
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"--commits {str(path)!r} cannot be read ({exc.__class__.__name__})") from None
+        try:  # a regular file only: a FIFO would block, /dev/zero never end
+            lines = read_text(path).splitlines()
+        except DataError as exc:
+            why = str(exc).replace(f"cannot read {str(path)!r}", "").lstrip(": ")
+            why = why[1:-1] if why.startswith("(") and why.endswith(")") else why
+            raise UsageError(
+                f"--commits {str(path)!r} cannot be read: {why}; give a text file, one revision per line"
+            ) from None
         revs = [line.split("#", 1)[0].strip() for line in lines]
         shas = [resolve_commit(top, rev) for rev in revs if rev]
         if not shas:
@@ -109,10 +115,14 @@ class Measured:
     script: str | None = None  # ``profile``: the script's path (relative to the run's directory), to tell it absent
 
     def absent_in(self, message: str) -> bool:
-        """Whether a failed run's message says the benchmark (or the profiled module) does not exist at that commit."""
+        """Whether a failed run's message says the benchmark (or the profiled module) does not exist at that commit.
+
+        An unknown benchmark while a suite failed to load (a syntax error, a failing import) is a failure: the
+        benchmark may well be in the suite that broke.
+        """
         if self.benchmark.startswith("-m "):
             return f"No module named '{self.benchmark[3:]}'" in message
-        return f"unknown benchmark {self.benchmark!r}" in message
+        return f"unknown benchmark {self.benchmark!r}" in message and "failed to load" not in message
 
     def matches(self, benchmark: str, params: dict[str, Any]) -> bool:
         """Whether a record of ``benchmark`` with ``params`` was made by this command."""
@@ -273,6 +283,7 @@ def run_history(
     machine = machine_fingerprint()
     mid = str(machine.get("id"))
     top = repo_top(repo)
+    store.check_writable(mid)  # a link or FIFO where a store file belongs: refused before anything is measured
     infos = commit_infos(commits, top)
     done = {r.fingerprint.get("git", {}).get("commit") for r in store.records(mid) if what.matches(r.benchmark, r.params)}
     if not retry_gaps:
@@ -291,11 +302,11 @@ def run_history(
                 on_commit(i, info, "measuring")
             name = sha[:12]
             gap: Gap | None = None
+            out = wt.work / f"store-{name}"
             try:
                 checkout = wt.add(name, sha)
                 gap = _absent(checkout, what, mid)
                 if gap is None:
-                    out = wt.work / f"store-{name}"
                     run_side(checkout, args, seed, out, repeats=repeats)
                     records = _stamp(read_records(out), info, machine, top.name)
             except SideFailed as exc:
@@ -306,20 +317,55 @@ def run_history(
                 gap = Gap(mid, sha, what.benchmark, dict(what.params), status, _one_line(str(exc)))
             finally:
                 wt.remove(name)
-            if gap is not None:
-                store.add_gap(gap)
+            try:
+                if gap is not None:
+                    store.add_gap(gap)
+                    result.gaps.append(gap)
+                else:
+                    added = store.add_records(records)
+                    result.measured.append(sha)
+                    result.records += int(getattr(added, "added", len(records)))
                 store.add_commits([info])
-                result.gaps.append(gap)
-                if on_commit:
-                    on_commit(i, info, gap.status)
-                continue
-            added = store.add_records(records)
-            store.add_commits([info])
-            result.measured.append(sha)
-            result.records += int(getattr(added, "added", len(records)))
+            except StoreError as exc:  # a full disk, a read-only store: say what this run saved before it
+                kept = _keep_unsaved(out, name) if gap is None and sha not in result.measured else ""
+                raise StoreError(f"{exc}; {saved_so_far(result)}{kept}") from None
+            finally:
+                shutil.rmtree(out, ignore_errors=True)  # in the history now (or never): TMPDIR holds one commit at most
             if on_commit:
-                on_commit(i, info, "measured")
+                on_commit(i, info, gap.status if gap is not None else "measured")
     return result
+
+
+def saved_so_far(result: HistoryRun) -> str:
+    """What a history run that stops now has saved, naming the commits (for its one-line error)."""
+
+    def named(shas: list[str]) -> str:
+        shown = ", ".join(s[:12] for s in shas[:5])
+        return shown + (f" and {len(shas) - 5} more" if len(shas) > 5 else "")
+
+    gaps = [g.commit for g in result.gaps]
+    if not result.measured and not gaps:
+        return "this run saved no commit before it (the store holds what it held)"
+    parts = [f"{len(result.measured)} commit(s) measured ({named(result.measured)})"] if result.measured else []
+    parts += [f"{len(gaps)} gap(s) ({named(gaps)})"] if gaps else []
+    return f"this run saved {' and '.join(parts)} before it; the same command resumes after them"
+
+
+def _keep_unsaved(out: Path, name: str) -> str:
+    """Move the records of a commit the history could not take out of the work directory (removed on exit), to
+    ``.rlbench/history-unsaved-<commit>`` in the current directory; the end of the error message saying where."""
+    dest = Path.cwd() / ".rlbench" / f"history-unsaved-{name}"
+    n = 0
+    while dest.exists():
+        n += 1
+        dest = dest.with_name(f"history-unsaved-{name}-{n}")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(out), str(dest))
+    except OSError:
+        shutil.rmtree(dest, ignore_errors=True)
+        return f"; the records of {name} could not be kept either"
+    return f"; the records of {name} are kept in {dest} (`rlbench history add {dest}` adds them)"
 
 
 def _absent(checkout: Checkout, what: Measured, machine: str) -> Gap | None:

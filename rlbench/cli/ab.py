@@ -105,6 +105,7 @@ def ab_command(argv: list[str]) -> int:
     report, summary = prepare_output(args.report, "--report"), prepare_output(args.summary, "--summary")
 
     from rich.console import Console
+    from rich.text import Text  # revisions and metric names are user text, never rich markup
 
     err = Console(stderr=True)
     dirty = uncommitted_changes(Path.cwd())
@@ -121,7 +122,9 @@ def ab_command(argv: list[str]) -> int:
     def progress(k: int, side: str) -> None:
         if not args.json:
             upto = f"up to {rounds}" if auto else str(rounds)
-            err.print(f"[dim]round {k + 1}/{upto}: {side} ({args.base_rev if side == 'base' else args.head_rev})[/]")
+            err.print(
+                Text(f"round {k + 1}/{upto}: {side} ({args.base_rev if side == 'base' else args.head_rev})", style="dim")
+            )
 
     def gate(base, head):
         return evaluate(
@@ -145,7 +148,7 @@ def ab_command(argv: list[str]) -> int:
                 decided_at.setdefault(c.threshold.metric, looks[look])
         if not args.json:
             words = ", ".join(f"{c.threshold.metric} {c.verdict}" for c in outcome.checks)
-            err.print(f"[dim]look {look + 1}/{len(looks)} after {looks[look]} rounds: {words}[/]")
+            err.print(Text(f"look {look + 1}/{len(looks)} after {looks[look]} rounds: {words}", style="dim"))
         return stop
 
     result = run_ab(

@@ -182,13 +182,15 @@ def compare_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"notes": notes + shown, "cases": [r.to_dict() for r in results], "report": args.report}))
         return 0
+    from rich.text import Text
+
     from rlbench.report.summary import print_comparison
 
     console = print_comparison(results, base, cand, notes)
     for line in shown:  # a note, not a warning: after the table, dim
         console.print(line, style="dim", markup=False, highlight=False)
     if args.report:
-        console.print(f"report: {args.report}")
+        console.print(Text(f"report: {args.report}"))  # a path is text, never rich markup
     return 0
 
 
@@ -249,6 +251,8 @@ def compare_by_command(args: argparse.Namespace) -> int:
         cases = {v: [r.to_dict() for r in results] for v, results in outcome.items()}
         print(json.dumps({"by": args.by, "baseline": base_value, "groups": cases, "report": args.report}))
         return 0
+    from rich.text import Text
+
     from rlbench.report.summary import print_comparison
 
     for value, results in outcome.items():
@@ -256,7 +260,7 @@ def compare_by_command(args: argparse.Namespace) -> int:
     for line in shown:
         console.print(line, style="dim", markup=False, highlight=False)
     if args.report:
-        console.print(f"report: {args.report}")
+        console.print(Text(f"report: {args.report}"))  # a path is text, never rich markup
     return 0
 
 

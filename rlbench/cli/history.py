@@ -79,7 +79,7 @@ class CommitProgress(Bars):
 
     def __enter__(self) -> CommitProgress:
         if self.enabled:
-            self.progress = start_bars("commits", "commit", title="[bold]history")
+            self.progress = start_bars("commits", "commit", title="history")
             self.task = self.progress.add_task("history", total=self.total, commit="")
         return self
 
@@ -91,7 +91,9 @@ class CommitProgress(Bars):
             self.progress.update(self.task, commit=label)
             return
         if event != "measured":
-            self.progress.console.print(f"[dim]{label}: {event}[/]")
+            from rich.text import Text
+
+            self.progress.console.print(Text(f"{label}: {event}", style="dim"))  # a subject is text, never markup
         self.progress.update(self.task, advance=1, commit="")
 
 
@@ -172,6 +174,7 @@ def history_add_command(argv: list[str]) -> int:
 
     args = build_history_add_parser().parse_args(argv)
     history = HistoryStore(args.store)
+    history.check_writable()  # a link or FIFO where a store file belongs: refused before anything is added
     hist = Path(args.store).resolve()
     out = []
     for src in args.sources:
@@ -269,25 +272,26 @@ def history_show_command(argv: list[str]) -> int:
         return 0
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"history {args.store}: {len(series)} series, {len(infos)} commits", title_justify="left")
+    # every name, value and path is user text: Text, never rich markup (`[/]` in a name would raise)
+    table = Table(title=Text(f"history {args.store}: {len(series)} series, {len(infos)} commits"), title_justify="left")
     for col in ("machine", "benchmark", "params", "metric", "commits", "latest", "steps (first bad: ratio [95% CI])"):
         table.add_column(col, overflow="fold")
     for s in series:
         found = by_key.get(s.key(), [])
-        words = "; ".join(
-            f"{'[red]' if st.worse else ''}{st.first_bad[:8]} x{st.ratio:.3f} [{st.ci[0]:.3f}, {st.ci[1]:.3f}]"
-            f"{'[/]' if st.worse else ''}"
+        words = Text("; ").join(
+            Text(f"{st.first_bad[:8]} x{st.ratio:.3f} [{st.ci[0]:.3f}, {st.ci[1]:.3f}]", style="red" if st.worse else "")
             for st in found
         )
         latest = statistics.median(s.samples[-1])
         table.add_row(
-            s.machine[:12],
-            s.benchmark,
-            _short_params(s.params),
-            s.metric,
+            Text(s.machine[:12]),
+            Text(s.benchmark),
+            Text(_short_params(s.params)),
+            Text(s.metric),
             str(len(s.commits)),
-            f"{latest:.4g} {s.unit}".strip(),
+            Text(f"{latest:.4g} {s.unit}".strip()),
             words,
         )
     Console(width=200 if not sys.stdout.isatty() else None).print(table)
@@ -372,13 +376,14 @@ def bisect_command(argv: list[str]) -> int:
     thresholds = [Threshold.parse(t) for t in args.fail]
     _dirty_warning("bisect")
     from rich.console import Console
+    from rich.text import Text
 
     err = Console(stderr=True)
 
     def progress(number: int, info: Any, k: int, side: str) -> None:
         if not args.json:
             who = "GOOD" if side == "base" else f"{info.sha[:8]} {(info.subject or '')[:50]}"
-            err.print(f"[dim]test {number}, round {k + 1}: {who}[/]")
+            err.print(Text(f"test {number}, round {k + 1}: {who}", style="dim"))  # a subject is text, never markup
 
     result = bisect(
         args.good,
@@ -433,11 +438,15 @@ def _fmt_ratio(t: Any) -> tuple[str, str]:
 def _print_bisect(result: Any, args: Any) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
+    # revisions, subjects, metric names and the gate's reasons are user text: Text, never rich markup
     out = Console(width=200 if not sys.stdout.isatty() else None, highlight=False)
     table = Table(
-        title=f"bisect {args.good}..{args.bad}: {result.searched} commit(s), {len(result.tested)} tested against GOOD "
-        f"({', '.join(args.fail)})",
+        title=Text(
+            f"bisect {args.good}..{args.bad}: {result.searched} commit(s), {len(result.tested)} tested against GOOD "
+            f"({', '.join(args.fail)})"
+        ),
         title_justify="left",
     )
     for col in ("#", "commit", "subject", "verdict", "metric", "ratio", "95% CI", "why"):
@@ -446,14 +455,23 @@ def _print_bisect(result: Any, args: Any) -> None:
         ratio, ci = _fmt_ratio(t)
         colour = {"FAIL": "red", "PASS": "green"}.get(t.verdict, "yellow")
         table.add_row(
-            str(i), t.sha[:12], (t.subject or "")[:50], f"[{colour}]{t.verdict}[/]", t.metric or "", ratio, ci, t.reason
+            str(i),
+            t.sha[:12],
+            Text((t.subject or "")[:50]),
+            Text(t.verdict, style=colour),
+            Text(t.metric or ""),
+            ratio,
+            Text(ci),
+            Text(t.reason),
         )
     out.print(table)
     if result.found:
         t = result.tested_of(result.first_bad)
         ratio, ci = _fmt_ratio(t)
-        out.print(f"first bad commit: {result.first_bad} {t.subject or ''}")
+        out.print(Text(f"first bad commit: {result.first_bad} {t.subject or ''}"))
         out.print(
-            f"  {t.metric} x{ratio} {ci if ci != 'exact' else '(exact count)'} against GOOD {result.good[:12]}; "
-            f"last good: {result.last_good[:12]}"
+            Text(
+                f"  {t.metric} x{ratio} {ci if ci != 'exact' else '(exact count)'} against GOOD {result.good[:12]}; "
+                f"last good: {result.last_good[:12]}"
+            )
         )

@@ -8,20 +8,23 @@ from typing import Any
 from rlbench.instrument.callbacks import Callback, IterationInfo
 
 
-def start_bars(unit: str, *fields: str, title: str = "[bold]{task.description}", refresh_per_second: int = 4) -> Any:
-    """A started rich ``Progress`` on stderr: title, bar, ``k/N unit``, one text column per task field, elapsed time.
+def start_bars(unit: str, *fields: str, title: str = "{task.description}", refresh_per_second: int = 4) -> Any:
+    """A started rich ``Progress`` on stderr: title (bold), bar, ``k/N unit``, one text column per task field, elapsed
+    time.
 
-    Keep ``refresh_per_second`` low where timed code runs beside it: the refresh thread takes the GIL.
+    Every column is plain text, never rich markup: a description or field holds user text (a benchmark's name, a
+    parameter's value, a commit's subject), and ``[/]`` in it would make rich's refresh thread raise, ``[link=...]``
+    a hyperlink. Keep ``refresh_per_second`` low where timed code runs beside it: the refresh thread takes the GIL.
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     progress = Progress(
-        TextColumn(title),
+        TextColumn(title, style="bold", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn(unit),
-        *(TextColumn(f"{{task.fields[{f}]}}") for f in fields),
+        TextColumn(unit, markup=False),
+        *(TextColumn(f"{{task.fields[{f}]}}", markup=False) for f in fields),
         TimeElapsedColumn(),
         console=Console(stderr=True),
         refresh_per_second=refresh_per_second,

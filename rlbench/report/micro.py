@@ -173,17 +173,20 @@ def print_summary(summary: dict[str, Any]) -> None:
     """Per group and size, the fastest implementation and its median time."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text  # names and values from records are user text, never rich markup
 
     best: dict[tuple[str, str, str], dict[str, Any]] = {}
     for c in summary["cases"]:
         key = (c["group"], c["op"], c["size"])
         if key not in best or c["median_s"] < best[key]["median_s"]:
             best[key] = c
-    table = Table(title=f"{summary['benchmark']}: fastest implementation per size (medians)")
+    table = Table(title=Text(f"{summary['benchmark']}: fastest implementation per size (medians)"))
     for col in ("Group", "Size", "Fastest", "Median per call"):
         table.add_column(col, justify="right" if col == "Median per call" else "left")
     for (group, op, size), c in sorted(best.items()):
-        table.add_row(group if op == "call" else f"{group} {op}", size, c["impl"], fmt_s(c["median_s"]))
+        table.add_row(
+            Text(group if op == "call" else f"{group} {op}"), Text(str(size)), Text(str(c["impl"])), fmt_s(c["median_s"])
+        )
     console = Console()
     console.print(table)
     console_footer(console, summary)

@@ -278,22 +278,23 @@ def print_summary(summary: dict[str, Any]) -> None:
     """Per implementation: SPS, rlbench's speed-up over it with its interval, and whether it learned."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text  # names and values from records are user text, never rich markup
 
-    table = Table(title=f"{summary['benchmark']}: {summary['algo']}, seeds interleaved")
+    table = Table(title=Text(f"{summary['benchmark']}: {summary['algo']}, seeds interleaved"))
     for col in ("Implementation", "SPS", "rlbench ÷ this", "95% CI", "Eval return", "Learned"):
         table.add_column(col, justify="left" if col == "Implementation" else "right")
     for r in summary["impls"]:
         ci = f"{fmt(r['ratio_low'], 2)} – {fmt(r['ratio_high'], 2)}" if r["ratio"] is not None else "–"
         table.add_row(
-            r["impl"],
+            Text(str(r["impl"])),
             fmt(r["sps"], 0),
             f"{fmt(r['ratio'], 2)}×" if r["ratio"] is not None else "–",
             ci,
             fmt(r["eval_return"], 1),
-            "yes" if r["learned"] else "[red]no[/]",
+            "yes" if r["learned"] else Text("no", style="red"),
         )
     console = Console()
     console.print(table)
     for f in summary["flags"]:
-        console.print(f"[bold red]{f}[/]")
+        console.print(Text(f, style="bold red"))
     console_footer(console, summary)

@@ -271,6 +271,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     """Throughput, each stage's capacity (the lowest bounds the pipeline), weight sync, lag and learning."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text  # names and values from records are user text, never rich markup
 
     def get(key: str) -> float | None:
         v = summary.get(key)
@@ -279,7 +280,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     caps = {s: get(f"pipeline/capacity/{s}") for s in ("generators", "scorer", "learner")}
     known = {s: v for s, v in caps.items() if v is not None}
     bound = min(known, key=lambda s: known[s]) if known else "–"
-    table = Table(title=f"{summary['benchmark']} ({summary['repeats']} repeat(s), baseline medians)")
+    table = Table(title=Text(f"{summary['benchmark']} ({summary['repeats']} repeat(s), baseline medians)"))
     table.add_column("Metric")
     table.add_column("Value", justify="right")
     rows = [

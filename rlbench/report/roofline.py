@@ -238,16 +238,19 @@ def print_summary(summary: dict[str, Any]) -> None:
     """The machine's limits, then each update phase: time, achieved GFLOP/s and its bound."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text  # names and values from records are user text, never rich markup
 
     m = summary.get("machine", {})
     table = Table(
-        title=f"{summary['benchmark']}: {fmt(m.get('peak_gflops'), 1)} GFLOP/s achievable, "
-        f"{fmt(m.get('memory_gbps'), 1)} GB/s, {fmt(m.get('dispatch_us'), 2)} µs per op (medians)"
+        title=Text(
+            f"{summary['benchmark']}: {fmt(m.get('peak_gflops'), 1)} GFLOP/s achievable, "
+            f"{fmt(m.get('memory_gbps'), 1)} GB/s, {fmt(m.get('dispatch_us'), 2)} µs per op (medians)"
+        )
     )
     for col in ("Phase", "ms", "Achieved GFLOP/s", "Bound"):
         table.add_column(col, justify="left" if col in ("Phase", "Bound") else "right")
     for ph in summary.get("phases", []):
-        table.add_row(ph["phase"], fmt(ph["ms"], 3), fmt(ph["achieved_gflops"], 1), ph["bound"])
+        table.add_row(Text(str(ph["phase"])), fmt(ph["ms"], 3), fmt(ph["achieved_gflops"], 1), Text(str(ph["bound"])))
     console = Console()
     console.print(table)
     console_footer(console, summary)

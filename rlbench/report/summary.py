@@ -34,8 +34,10 @@ def scalar_summary(records: list[Record]) -> dict[str, Any]:
 
 
 def console_footer(console: Any, summary: dict[str, Any]) -> None:
-    """The two lines after every summary table: where the records and the report went."""
-    console.print(f"records: {summary['records']}\nreport:  {summary['report']}")
+    """The two lines after every summary table: where the records and the report went (paths: text, never markup)."""
+    from rich.text import Text
+
+    console.print(Text(f"records: {summary['records']}\nreport:  {summary['report']}"))
 
 
 def where_line(summary: dict[str, Any]) -> str:
@@ -55,31 +57,32 @@ def print_comparison(results: list, base: list, cand: list, notes: list[str]) ->
     """A rich table of compared cases (ratio, 95% CI, verdict coloured); returns the console for further lines."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text  # run ids, benchmarks, metrics and notes are user text, never rich markup
 
     from rlbench.report.comparison import fmt_value
 
     console = Console()
     for n in notes:
-        console.print(f"[bold red]{n}[/]")
+        console.print(Text(n, style="bold red"))
 
     def runs(records: list) -> str:
         return " + ".join(sorted({r.run_id for r in records}))
 
-    table = Table(title=f"{runs(base)} → {runs(cand)}")
+    table = Table(title=Text(f"{runs(base)} → {runs(cand)}"))
     several = len({r.case.benchmark for r in results}) > 1
     for col in ("Benchmark",) * several + ("Metric", "Baseline", "Candidate", "Ratio", "95% CI", "Verdict"):
         table.add_column(col, justify="left" if col in ("Benchmark", "Metric", "Verdict") else "right")
     colors = {"faster": "green", "better": "green", "slower": "red", "worse": "red"}
     for r in results:
         color = colors.get(r.verdict, "")
-        verdict = f"[{color}]{r.verdict}[/]" if color else r.verdict
+        verdict = Text(r.verdict, style=color)
         table.add_row(
-            *((r.case.benchmark,) if several else ()),
-            r.case.metric,
+            *((Text(r.case.benchmark),) if several else ()),
+            Text(r.case.metric),
             fmt_value(r.base_median),
             fmt_value(r.cand_median),
             fmt_value(r.ratio),
-            f"[{fmt_value(r.ci_low)}, {fmt_value(r.ci_high)}]",
+            Text(f"[{fmt_value(r.ci_low)}, {fmt_value(r.ci_high)}]"),
             verdict,
         )
     console.print(table)

@@ -409,11 +409,12 @@ def print_summary(summary: dict[str, Any]) -> None:
     """Print the run's headline figures (medians over repeats) and where records and report went."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text  # names and values from records are user text, never rich markup
 
     def get(key: str) -> float | None:
         return summary.get(key)
 
-    table = Table(title=f"{summary['benchmark']} on {summary['device']} ({summary['repeats']} repeat(s), medians)")
+    table = Table(title=Text(f"{summary['benchmark']} on {summary['device']} ({summary['repeats']} repeat(s), medians)"))
     table.add_column("Metric")
     table.add_column("Value", justify="right")
     table.add_row("Training SPS (agent steps/s, warm-up included)", fmt(get(SPS), 0))
@@ -429,7 +430,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     if phases:  # whatever the run timed, largest first
         table.add_row("Steady-state time by phase (share)", "")
     for phase, seconds in phases:
-        table.add_row(f"  {phase}", f"{fmt_s(seconds)}  ({100 * seconds / steady:.1f}%)")
+        table.add_row(Text(f"  {phase}"), f"{fmt_s(seconds)}  ({100 * seconds / steady:.1f}%)")
     for label, value in _time_rows(summary):
         table.add_row(label, value)
     if get("command_own_s") is not None:  # rlbench profile: its whole cost, measured in this run

@@ -322,13 +322,19 @@ def print_summary(summary: dict[str, Any]) -> None:
     """Per model, env step time and actor count: the fastest transport, its requests/s and p99 latency."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text  # names and values from records are user text, never rich markup
 
-    table = Table(title=f"{summary['benchmark']}: fastest transport per case")
+    table = Table(title=Text(f"{summary['benchmark']}: fastest transport per case"))
     for col in ("Model", "Env step µs", "Actors", "Fastest", "Requests/s", "p99 ms"):
         table.add_column(col, justify="left" if col in ("Model", "Fastest") else "right")
     for c in summary["cases"]:
         table.add_row(
-            c["model"], str(c["env_us"]), str(c["actors"]), c["transport"], fmt(c["requests_per_s"], 0), fmt(c["p99_ms"], 2)
+            Text(str(c["model"])),
+            str(c["env_us"]),
+            str(c["actors"]),
+            Text(str(c["transport"])),
+            fmt(c["requests_per_s"], 0),
+            fmt(c["p99_ms"], 2),
         )
     console = Console()
     console.print(table)

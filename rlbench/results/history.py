@@ -15,18 +15,26 @@ Layout of a history store (default :data:`DEFAULT_HISTORY`, ``.rlbench/history``
   without a commit (measured outside a git repository) is counted as skipped, never stored.
 * **Dirty trees.** A record measured from a tree with uncommitted changes is kept under its commit, and that commit's
   :class:`CommitInfo` is marked ``dirty`` (a page says so).
-* **Writes** are appends of whole lines in one system call (then ``fsync``) or atomic replacements (``machine.json``),
-  with SIGINT/SIGTERM held meanwhile. A torn last line (a writer killed by ``kill -9``) is skipped on read with a
-  warning, and cut off before the next append.
+* **Writes** are appends of whole lines in one system call (then ``fsync``) or atomic replacements (``machine.json``,
+  a ``commits.jsonl`` written afresh), with SIGINT/SIGTERM held meanwhile. A torn last line (a writer killed by
+  ``kill -9``) is skipped on read with a warning, and cut off before the next append; a complete last line that only
+  lacks its newline is kept, and the newline added. Only regular files are written: a link, FIFO, device or folder
+  where a store file belongs is refused with a one-line :class:`~rlbench.core.errors.StoreError` naming it
+  (:meth:`HistoryStore.check_writable` says so before a command measures anything).
+* **Nothing is appended where it would not be seen.** A file of which nothing is readable (not UTF-8, not JSON, no
+  record, gap or commit in it) is moved to ``ROOT/unreadable/`` (the same path below it) before the next append to
+  it, with a warning naming both paths, and the new lines start a fresh file.
 * **Reading never fails on one bad file.** A corrupt line, a corrupt or foreign file (a name that is not
   ``<sha>.jsonl``, text that is not records) or an unexpected directory is skipped with a
   :class:`~rlbench.results.store.RecordsWarning` naming it. Dotfiles are ignored.
 * **Order.** :meth:`HistoryStore.order` sorts commits by the repository's topology (``git rev-list --topo-order``)
-  when a repository is given, else by committer time (from the records' git fingerprint or :meth:`add_commits`).
+  when a repository is given, else by committer time (from :meth:`add_commits`, or the records' git fingerprint: a
+  missing or corrupt ``commits.jsonl`` changes nothing, and the next write puts back what it lacks).
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import math
@@ -34,6 +42,7 @@ import os
 import re
 import secrets
 import shlex
+import stat
 import subprocess
 import warnings
 from collections import defaultdict
@@ -56,6 +65,7 @@ RECORDS = "records"
 GAPS = "gaps.jsonl"
 GAP_STATUSES = ("absent", "failed")
 UNKNOWN_MACHINE = "unknown"
+UNREADABLE = "unreadable"  # ROOT/unreadable/...: store files moved aside because nothing in them could be read
 
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
 _MACHINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -217,27 +227,82 @@ def _merge(old: CommitInfo | None, new: CommitInfo) -> CommitInfo:
 
 
 def _append_lines(path: Path, lines: list[str]) -> None:
-    """Append whole lines in one write (cutting off a torn last line first), then fsync; or leave the file as it was."""
+    """Append whole lines in one write, then fsync; or leave the file as it was.
+
+    A file that does not end in a newline was either cut off mid-line by a writer (``kill -9``, a power cut) or
+    written by hand without its last newline. The last line is cut off only when the reader would skip it as torn
+    (it does not decode as JSON: :func:`_json_lines`); a complete last line is kept, and the missing newline written
+    before the new lines. Only a regular file is written (never a link, FIFO or device).
+    """
     data = "".join(line + "\n" for line in lines).encode("utf-8")
     if not data:
         return
     with signals_deferred():
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         except OSError as exc:
-            raise StoreError(f"cannot write to history store file {str(path)!r} ({exc.strerror or exc})") from None
+            raise StoreError(f"cannot write to history store file {str(path)!r}{_why_not(path, exc)}") from None
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise StoreError(f"cannot write to history store file {str(path)!r}: {_not_regular(path)}{_REPLACE}")
+            os.set_blocking(fd, True)
             size = os.fstat(fd).st_size
-            if size:
-                tail = os.pread(fd, min(size, 1 << 20), max(0, size - (1 << 20)))
-                if not tail.endswith(b"\n"):  # a writer was cut off mid-line: drop its partial line
-                    cut = tail.rfind(b"\n")
-                    size = size - len(tail) + cut + 1 if cut >= 0 else (0 if len(tail) == size else size)
-                    os.ftruncate(fd, size)
+            start = _last_line_start(fd, size)
+            if start < size:  # no newline at the end
+                if _complete(os.pread(fd, size - start, start)):
+                    data = b"\n" + data  # a whole record that lacks its newline: keep it
+                else:
+                    os.ftruncate(fd, start)  # a writer was cut off mid-line: drop its partial line
+                    size = start
             append_whole(fd, data, size, f"cannot write to history store file {str(path)!r}")
         finally:
             os.close(fd)
+
+
+def _last_line_start(fd: int, size: int, chunk: int = 1 << 20) -> int:
+    """The offset just after the file's last newline (0 when it has none; ``size`` when it ends in one)."""
+    end = size
+    while end > 0:
+        begin = max(0, end - chunk)
+        cut = os.pread(fd, end - begin, begin).rfind(b"\n")
+        if cut >= 0:
+            return begin + cut + 1
+        end = begin
+    return 0
+
+
+def _complete(line: bytes) -> bool:
+    """Whether a last line without its newline is whole: the reader decodes it (a torn line is not JSON)."""
+    if not line.strip():
+        return True
+    try:
+        json.loads(line.decode("utf-8"))
+    except Exception:  # not UTF-8, not JSON, nested too deep: the reader skips it as torn
+        return False
+    return True
+
+
+_KINDS = {stat.S_IFLNK: "a symbolic link", stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
+
+
+def _not_regular(path: Path) -> str:
+    """What stands at ``path`` instead of a regular file (for a one-line message)."""
+    try:
+        what = _KINDS.get(stat.S_IFMT(path.lstat().st_mode), "a device")
+    except OSError:
+        return "not a regular file"
+    return f"it is {what}, not a regular file"
+
+
+_REPLACE = " (rlbench never writes through one); move it away, or replace it by the regular file it stands for"
+
+
+def _why_not(path: Path, exc: OSError) -> str:
+    """Why ``path`` could not be opened for an append, as the end of a one-line error."""
+    if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO) or path.is_symlink():
+        return f": {_not_regular(path)}{_REPLACE}"
+    return f" ({exc.strerror or exc})"
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -255,10 +320,11 @@ def _write_atomic(path: Path, text: str) -> None:
             raise StoreError(f"cannot write to history store file {str(path)!r} ({exc.strerror or exc})") from None
 
 
-def _json_lines(path: Path) -> list[tuple[int, Any]]:
+def _json_lines(path: Path, problems: list[str] | None = None) -> list[tuple[int, Any]]:
     """``(line number, decoded JSON)`` of a JSONL file; bad lines skipped with a warning naming ``file:line``.
 
-    A missing file is empty; an unreadable one is skipped whole, with a warning.
+    A missing file is empty; an unreadable one is skipped whole, with a warning. ``problems`` gets why nothing at all
+    could be read (the file does not decode, or no line is JSON).
     """
     if not path.exists():
         return []
@@ -266,6 +332,8 @@ def _json_lines(path: Path) -> list[tuple[int, Any]]:
         text = read_text(path)
     except DataError as exc:
         _warn(f"skipped {path}: {exc}")
+        if problems is not None:
+            problems.append(str(exc))
         return []
     lines = text.split("\n")
     torn = not text.endswith("\n") and bool(text)
@@ -283,6 +351,8 @@ def _json_lines(path: Path) -> list[tuple[int, Any]]:
                 bad.append(i)
     if bad and not out:
         _warn(f"skipped {path}: not a history store file (line {bad[0]} is not JSON)")
+        if problems is not None:
+            problems.append(f"line {bad[0]} is not JSON")
     elif bad:
         _warn(f"{path}: skipped {len(bad)} unreadable line(s) ({', '.join(map(str, bad[:5]))})")
     return out
@@ -303,6 +373,36 @@ class HistoryStore:
 
     # ---- writing -------------------------------------------------------------------------------------------------
 
+    def check_writable(self, machine: str | None = None) -> None:
+        """Refuse, before anything is measured or added, a store whose files cannot be appended to: a link, FIFO,
+        device or directory where ``commits.jsonl``, a machine's ``machine.json`` or ``gaps.jsonl`` or a
+        ``records/<commit>.jsonl`` belongs (rlbench never writes through one), a file where a folder belongs.
+
+        Args:
+            machine: Check this machine's files (it may not exist yet); default: every machine in the store.
+
+        Raises:
+            StoreError: Naming the first such path and what to do.
+        """
+        if os.path.lexists(self.root) and not self.root.is_dir():
+            raise StoreError(f"history store {str(self.root)!r} is not a directory; give a history store directory")
+        files = [self.root / COMMITS]
+        for m in [machine] if machine is not None else self.machines():
+            folder = self._machine_dir(m)
+            for sub in (folder, folder / RECORDS):
+                if os.path.lexists(sub) and not sub.is_dir():
+                    raise StoreError(f"history store folder {str(sub)!r} is not a directory; move it away")
+            files += [folder / MACHINE_FILE, folder / GAPS]
+            if (folder / RECORDS).is_dir():
+                files += [folder / RECORDS / f"{sha}.jsonl" for sha in self._record_shas(m)]
+        for path in files:
+            try:
+                mode = path.lstat().st_mode
+            except OSError:
+                continue  # absent: created when needed
+            if not stat.S_ISREG(mode):
+                raise StoreError(f"cannot write to history store file {str(path)!r}: {_not_regular(path)}{_REPLACE}")
+
     def _machine_dir(self, machine: str) -> Path:
         if not _MACHINE.match(machine):
             raise DataError(f"{machine!r} is not a machine id")
@@ -314,8 +414,65 @@ class HistoryStore:
     def _stored_keys(self, machine: str, sha: str) -> set[tuple[str, str, str, str, int]]:
         k = (machine, sha)
         if k not in self._keys:
-            self._keys[k] = {_record_key(r) for r in self._read_commit(machine, sha)}
+            path = self._records_file(machine, sha)
+            self._keys[k] = {
+                _record_key(r) for r in self._before_append(path, lambda p: self._read_records_file(path, sha, p))
+            }
         return self._keys[k]
+
+    def _before_append(self, path: Path, read: Callable[[list[str]], list[Any]]) -> list[Any]:
+        """What the reader reads of a store file about to be appended to (``read(problems)``).
+
+        A regular file of which nothing is readable (not UTF-8, no line that is JSON, no line that is a record, gap or
+        commit) would swallow every line appended to it, unseen, and a history run would measure its commits again
+        forever: it is moved to ``ROOT/unreadable/`` first (the same path below it), with a warning naming both paths,
+        and the lines go to a fresh file.
+        """
+        problems: list[str] = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = read(problems)
+        try:
+            regular = stat.S_ISREG(path.lstat().st_mode)
+        except OSError:
+            regular = False
+        if got or not problems or not regular:  # a link or FIFO is never moved: _append_lines refuses it, naming it
+            for w in caught:
+                _warn(str(w.message))
+            return got
+        dest = self._set_aside(path)
+        _warn(
+            f"{path} holds nothing readable ({problems[0]}): moved it to {dest} and started the file afresh "
+            "(nothing in it is lost; what it held will not be read)"
+        )
+        return []
+
+    def _set_aside(self, path: Path) -> Path:
+        """Move a store file below ``ROOT/unreadable/`` (``name.1.jsonl``, ... when the name is taken); its new path.
+
+        Raises:
+            StoreError: If it cannot be moved.
+        """
+        try:
+            rel = path.relative_to(self.root)
+        except ValueError:
+            rel = Path(path.name)
+        dest = self.root / UNREADABLE / rel
+        stem, dot, suffix = rel.name.partition(".")
+        n = 0
+        while os.path.lexists(dest):
+            n += 1
+            dest = dest.with_name(f"{stem}.{n}{dot}{suffix}")
+        with signals_deferred():
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(path, dest)
+            except OSError as exc:
+                raise StoreError(
+                    f"cannot move the unreadable history store file {str(path)!r} aside to {str(dest)!r} "
+                    f"({exc.strerror or exc}); move it away yourself"
+                ) from None
+        return dest
 
     def add_records(self, records: Iterable[Record]) -> AddResult:
         """Store records under their machine and commit; idempotent (see the module docstring).
@@ -380,14 +537,21 @@ class HistoryStore:
         if not _SHA.match(sha):
             raise DataError(f"{gap.commit!r} is not a commit id")
         gap = Gap(gap.machine, sha, gap.benchmark, dict(gap.params), gap.status, " ".join(gap.message.split()))
-        if gap in self.gaps(gap.machine):
+        path = self._machine_dir(gap.machine) / GAPS
+        if gap in self._before_append(path, lambda p: self._read_gaps(path, p)):
             return
-        _append_lines(self._machine_dir(gap.machine) / GAPS, [json.dumps(asdict(gap), sort_keys=True, default=str)])
+        _append_lines(path, [json.dumps(asdict(gap), sort_keys=True, default=str)])
 
     def add_commits(self, infos: Iterable[CommitInfo]) -> None:
         """Record commit facts; merged with what is known (an unknown time or subject keeps the known one; ``dirty``
-        sticks). Only a change is written."""
-        known = self.commits()
+        sticks). Only a change is written.
+
+        A ``commits.jsonl`` that lacks commits the records hold (deleted, cut short, or moved aside because nothing in
+        it was readable) is written afresh, whole, with their facts from the records (each record carries its
+        commit's time and subject).
+        """
+        path = self.root / COMMITS
+        known = dict(self._before_append(path, lambda p: list(self._file_commits(path, p).items())))
         lines = []
         for info in infos:
             sha = info.sha.lower()
@@ -397,17 +561,24 @@ class HistoryStore:
             if merged != known.get(sha):
                 known[sha] = merged
                 lines.append(json.dumps(asdict(merged), sort_keys=True))
-        _append_lines(self.root / COMMITS, lines)
+        lacking = {sha for m in self.machines(quiet=True) for sha in self._record_shas(m)} - set(known)
+        regular = not os.path.lexists(path) or stat.S_ISREG(path.lstat().st_mode)
+        if lacking and regular:
+            found = self._facts_from_records(lacking)
+            whole = [*known.values(), *sorted(found.values(), key=lambda c: (c.time is None, c.time or 0, c.sha))]
+            _write_atomic(path, "".join(json.dumps(asdict(c), sort_keys=True) + "\n" for c in whole))
+            return
+        _append_lines(path, lines)
 
     # ---- reading -------------------------------------------------------------------------------------------------
 
     def _read_commit(self, machine: str, sha: str) -> list[Record]:
         return self._read_records_file(self._records_file(machine, sha), sha)
 
-    def _read_records_file(self, path: Path, sha: str) -> list[Record]:
+    def _read_records_file(self, path: Path, sha: str, problems: list[str] | None = None) -> list[Record]:
         out: list[Record] = []
         bad = 0
-        for i, data in _json_lines(path):
+        for i, data in _json_lines(path, problems):
             try:
                 r = from_dict(data, f"{path}:{i}")
             except DataError as exc:
@@ -428,6 +599,8 @@ class HistoryStore:
             out.append(r)
         if bad and not out:
             _warn(f"skipped {path}: no readable record of commit {sha[:12]} ({first})")
+            if problems is not None:
+                problems.append(f"no readable record of commit {sha[:12]}: {first}")
         elif bad:
             _warn(f"{path}: skipped {bad} unreadable record(s) ({first})")
         return out
@@ -455,8 +628,8 @@ class HistoryStore:
             )
         return False
 
-    def machines(self) -> list[str]:
-        """Machine ids present in the store, sorted (unexpected entries are skipped with a warning)."""
+    def machines(self, *, quiet: bool = False) -> list[str]:
+        """Machine ids present in the store, sorted (unexpected entries are skipped with a warning, unless ``quiet``)."""
         if not self.root.is_dir():
             return []
         out = []
@@ -467,9 +640,10 @@ class HistoryStore:
             if entry.is_dir() and _MACHINE.match(entry.name) and any((entry / n).exists() for n in parts):
                 out.append(entry.name)
                 continue
-            if entry.name == COMMITS and entry.is_file():
+            if (entry.name == COMMITS and entry.is_file()) or (entry.name == UNREADABLE and entry.is_dir()):
                 continue
-            _warn(f"skipped {entry}: not part of a history store")
+            if not quiet:
+                _warn(f"skipped {entry}: not part of a history store")
         return out
 
     def machine_fingerprint(self, machine: str) -> dict:
@@ -496,8 +670,11 @@ class HistoryStore:
             if path.name.startswith("."):
                 continue
             sha = path.name[: -len(".jsonl")] if path.name.endswith(".jsonl") else ""
-            if not _SHA.match(sha) or not path.is_file():
+            if not _SHA.match(sha):
                 _warn(f"skipped {path}: not a history records file (expected <commit>.jsonl)")
+                continue
+            if not path.is_file():
+                _warn(f"skipped {path}: {_not_regular(path)}")
                 continue
             out.append((sha, path))
         return out
@@ -511,9 +688,12 @@ class HistoryStore:
 
     def gaps(self, machine: str) -> list[Gap]:
         """The gaps recorded on a machine (unreadable lines skipped with a warning)."""
-        path = self._machine_dir(machine) / GAPS
+        return self._read_gaps(self._machine_dir(machine) / GAPS)
+
+    def _read_gaps(self, path: Path, problems: list[str] | None = None) -> list[Gap]:
         out = []
-        for i, d in _json_lines(path):
+        lines = _json_lines(path, problems)
+        for i, d in lines:
             try:
                 gap = Gap(**d)
                 ok = (
@@ -528,13 +708,46 @@ class HistoryStore:
                 _warn(f"{path}:{i}: skipped a line that is not a gap")
                 continue
             out.append(gap)
+        if lines and not out and problems is not None:
+            problems.append("no line is a gap")
         return out
 
     def commits(self) -> dict[str, CommitInfo]:
-        """Known commit facts by sha (the latest line for a sha wins; unreadable lines skipped with a warning)."""
-        path = self.root / COMMITS
+        """Known commit facts by sha: ``commits.jsonl`` (the latest line for a sha wins; unreadable lines skipped with a
+        warning), then, for the commits it lacks or knows no time of, what their records say (each record carries its
+        commit's time and subject): a missing or corrupt ``commits.jsonl`` does not scramble the order."""
+        out = self._file_commits(self.root / COMMITS)
+        lacking = {sha for m in self.machines(quiet=True) for sha in self._record_shas(m)}
+        lacking -= {sha for sha, info in out.items() if info.time is not None}
+        for sha, info in self._facts_from_records(lacking).items():
+            out[sha] = _merge(info, out[sha]) if sha in out else info
+        return out
+
+    def _record_shas(self, machine: str) -> list[str]:
+        """The commits with a records file on ``machine`` (names only: nothing read, nothing warned)."""
+        try:
+            names = os.listdir(self._machine_dir(machine) / RECORDS)
+        except OSError:
+            return []
+        return [n[: -len(".jsonl")] for n in names if n.endswith(".jsonl") and _SHA.match(n[: -len(".jsonl")])]
+
+    def _facts_from_records(self, shas: set[str]) -> dict[str, CommitInfo]:
+        """Commit facts of ``shas`` as their records carry them (the first record with a time; else the first)."""
         out: dict[str, CommitInfo] = {}
-        for i, d in _json_lines(path):
+        for m in self.machines(quiet=True) if shas else []:
+            for sha in sorted(shas & set(self._record_shas(m))):
+                if out.get(sha, CommitInfo(sha, None, None)).time is not None:
+                    continue
+                for r in self._read_commit(m, sha):
+                    out[sha] = _merge(out.get(sha), _commit_from_record(r, sha))
+                    if out[sha].time is not None:
+                        break
+        return out
+
+    def _file_commits(self, path: Path, problems: list[str] | None = None) -> dict[str, CommitInfo]:
+        out: dict[str, CommitInfo] = {}
+        lines = _json_lines(path, problems)
+        for i, d in lines:
             try:
                 info = CommitInfo(**d)
                 ok = (
@@ -550,11 +763,14 @@ class HistoryStore:
                 _warn(f"{path}:{i}: skipped a line that is not a commit")
                 continue
             out[info.sha] = info
+        if lines and not out and problems is not None:
+            problems.append("no line is a commit")
         return out
 
-    def known_commits(self) -> set[str]:
-        """Every sha the store mentions: in commits.jsonl, in any machine's records or gaps."""
-        shas = set(self.commits())
+    def known_commits(self, infos: dict[str, CommitInfo] | None = None) -> set[str]:
+        """Every sha the store mentions: in commits.jsonl, in any machine's records or gaps (``infos``: what
+        :meth:`commits` returned, if at hand)."""
+        shas = set(self.commits() if infos is None else infos)
         for machine in self.machines():
             shas.update(sha for sha, _ in self._commit_files(machine))
             shas.update(g.commit for g in self.gaps(machine))
@@ -571,8 +787,8 @@ class HistoryStore:
         Raises:
             DataError: If ``repo`` is not a git repository.
         """
-        shas = self.known_commits()
         infos = self.commits()
+        shas = self.known_commits(infos)
 
         first_seen = {sha: i for i, sha in enumerate(infos)}  # commits.jsonl's order: a re-written line keeps its place
 
