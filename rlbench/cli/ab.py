@@ -38,14 +38,15 @@ def build_ab_parser() -> Parser:
         "--max-rounds",
         type=int,
         default=None,
-        help=f"--rounds auto: the most rounds per revision (default: {DEFAULT_MAX_ROUNDS}; at least {MIN_ROUNDS})",
+        metavar="N",
+        help=f"only with --rounds auto: the most rounds per revision (default: {DEFAULT_MAX_ROUNDS}; at least {MIN_ROUNDS})",
     )
     p.add_argument(
         "--max-time",
         type=float,
         default=None,
         metavar="SECONDS",
-        help="--rounds auto: start no new look after this many seconds (default: no limit)",
+        help="only with --rounds auto: start no new look after this many seconds (default: no limit)",
     )
     p.add_argument(
         "--fail",
