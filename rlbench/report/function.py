@@ -108,6 +108,9 @@ def render(
             ["Case", "Calls", "Min", "Median", "Max", "IQR", "Mean", "Calls/s"],
             [[c.label, *_row(c.calls, "s"), fmt(c.calls_per_s(), 1)] for c in runs],
         ),
+        "",
+        "The time per call is the records' `wall_s`: `rlbench gate --fail wall_s:5%` (or `rlbench ab --fail wall_s:5%`) "
+        "gates it, as any returned value declared with a better direction.",
     ]
     for c in runs:
         heading = f" of {c.label}" if len(runs) > 1 else ""
@@ -183,15 +186,15 @@ def print_summary(summary: dict[str, Any]) -> None:
         training.print_summary(summary)
         return
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text  # parameters and value names are user text, never rich markup
 
-    table = Table(title=escape(f"{summary['benchmark']} ({summary['repeats']} call(s) per case)"))
+    table = Table(title=Text(f"{summary['benchmark']} ({summary['repeats']} call(s) per case)"))
     for col in ("Case", "Calls", "Min", "Median", "Max", "IQR", "Calls/s"):
         table.add_column(col, justify="left" if col == "Case" else "right")
     for c in summary["cases"]:
         table.add_row(
-            escape(_params(c["params"])),
+            Text(_params(c["params"])),
             str(c["calls"]),
             *(fmt_s(c[f"{k}_s"]) for k in ("min", "median", "max", "iqr")),
             fmt(c["calls_per_s"], 1),
@@ -206,6 +209,7 @@ def print_summary(summary: dict[str, Any]) -> None:
         for name in names:
             unit = next(c["values"][name]["unit"] for c in summary["cases"] if name in c["values"])
             direction = next(c["values"][name]["direction"] for c in summary["cases"] if name in c["values"])
-            values.add_row(escape(name), _value(summary.get(name), unit), direction if direction != "none" else "–")
+            shown = _value(summary.get(name), unit)
+            values.add_row(Text(name), Text(shown), direction if direction != "none" else "–")
         console.print(values)
     console_footer(console, summary)
