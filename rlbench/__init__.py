@@ -7,6 +7,7 @@ The public API is imported lazily, so ``import rlbench`` stays instant (no torch
 * ``rlbench.record("eval_return", values, unit="return", direction="higher")``: store a metric of your own.
 * ``rlbench.role("learner")``: name the role of the calling thread (or, from a process's main thread, the process).
 * ``rlbench.benchmark``: declare a benchmark function for ``rlbench run`` (in ``./suites/`` or an entry point).
+* ``rlbench.Value(x, unit="s", direction="lower")``: a value such a function returns, with its unit and direction.
 * ``rlbench.BenchmarkSpec`` / ``rlbench.RunContext``: declare a benchmark with its own config dataclass.
 * ``rlbench.load(path)``: stored records as a tidy pandas DataFrame.
 
@@ -30,6 +31,7 @@ _LAZY = {
     "record": ("rlbench.profiling.session", "record"),
     "role": ("rlbench.profiling.threads", "role"),
     "benchmark": ("rlbench.run.userbench", "benchmark"),
+    "Value": ("rlbench.results.metrics", "Value"),
     "BenchmarkSpec": ("rlbench.run.registry", "BenchmarkSpec"),
     "RunContext": ("rlbench.run.registry", "RunContext"),
     "load": ("rlbench.results.store", "load"),

@@ -45,7 +45,7 @@ def _spec(fn: Any) -> BenchmarkSpec:
 
 def test_bare_decorator_defaults_and_the_function_unchanged() -> None:
     spec = _spec(my_gae)
-    assert (spec.name, spec.summary, spec.version, spec.report) == ("my-gae", "GAE of my own.", 1, "training")
+    assert (spec.name, spec.summary, spec.version, spec.report) == ("my-gae", "GAE of my own.", 1, "function")
     assert my_gae(steps=2, lam=0.5) == {"adv_mean": 1.0}  # still a plain function
     assert my_gae.__name__ == "my_gae" and not hasattr(my_gae, "__wrapped__")
     assert spec.defaults() == {"steps": 2048, "lam": 0.95, "mode": "numpy", "fast": False, "seed": 0, "timeout": 0.0}

@@ -13,6 +13,7 @@ by seed, so slow drifts of a shared machine cancel out instead of passing for re
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -344,10 +345,34 @@ def run_ab(
             if max_time is not None and time.monotonic() - t0 > max_time:
                 break
         if keep is not None:
-            keep.mkdir(parents=True, exist_ok=True)
-            for side in shas:
-                shutil.copytree(stores[side], keep / f"store-{side}", dirs_exist_ok=True)
+            keep_stores(stores, keep)
         return ABResult(shas["base"], shas["head"], base, head, done)
+
+
+def keep_stores(stores: dict[str, Path], keep: Path) -> None:
+    """Copy both sides' stores into ``keep`` (``ab --keep``, checked before the first round).
+
+    Raises:
+        UsageError: The copy failed after all (a full disk, a folder changed meanwhile): both stores are then copied to
+            ``.rlbench/ab-kept-<time>-<pid>`` in the current directory instead, and the message says where, so the
+            rounds are never lost with the work directory.
+    """
+    from rlbench.results.outputs import check_output_dir
+
+    try:
+        check_output_dir(keep, "--keep", [f"store-{side}/" for side in stores])
+        for side, store in stores.items():
+            shutil.copytree(store, keep / f"store-{side}", dirs_exist_ok=True)
+        return
+    except (OSError, shutil.Error, UsageError) as exc:
+        why = exc if isinstance(exc, UsageError) else f"--keep {str(keep)!r}: cannot copy the records ({exc})"[:300]
+    spare = Path.cwd() / ".rlbench" / f"ab-kept-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    try:
+        for side, store in stores.items():
+            shutil.copytree(store, spare / f"store-{side}", dirs_exist_ok=True)
+    except (OSError, shutil.Error) as exc:
+        raise UsageError(f"{why}; copying them to {spare} failed too ({exc})"[:400]) from None
+    raise UsageError(f"{why}; both sides' records are kept in {spare} instead")
 
 
 def interleave(
@@ -377,7 +402,8 @@ def interleave(
     Raises:
         SideFailed: A side's run failed and ``work`` is None (the caller keeps its files).
         RlbenchError: A side's run failed: both sides' records and logs were moved out of ``work`` (to ``keep``, or
-            ``.rlbench/ab-failed-*``) and the message says where.
+            ``.rlbench/ab-failed-*``) and the message says where. Its ``exit_code`` is 1 when the side's measured code
+            failed (the run exited 1), else 2.
     """
     from rlbench.results.store import read_records
 
@@ -392,7 +418,10 @@ def interleave(
                 if work is None:
                     raise
                 kept = _keep_after_failure(work, keep, exc, list(sides))
-                raise RlbenchError(f"{exc.message}; records and logs of both sides kept in {kept}") from None
+                where = f"kept in {kept}" if kept else "could not be copied anywhere (is the disk full?)"
+                failed = RlbenchError(f"{exc.message}; records and logs of both sides {where}")
+                failed.exit_code = exc.exit_code  # 1 when the side's measured code failed, as `rlbench run` says
+                raise failed from None
     base, head = read_records(stores["base"]), read_records(stores["head"])
     return [r for r in base if r.repeat >= warmup], [r for r in head if r.repeat >= warmup]
 
@@ -407,28 +436,36 @@ class SideFailed(RlbenchError):
         super().__init__(message)
         self.message, self.store, self.output = message, store, output
         self.returncode, self.last = returncode, last
+        #: the side's measured code failed (its run exited 1): so does ab (exit 1); anything else is exit 2
+        self.exit_code = 1 if returncode == 1 else 2
 
 
-def _keep_after_failure(work: Path, keep: Path | None, exc: SideFailed, sides: list[str]) -> Path:
+def _keep_after_failure(work: Path, keep: Path | None, exc: SideFailed, sides: list[str]) -> Path | None:
     """Move both sides' stores (records, tracebacks) out of the work directory before it is removed.
 
-    They go to ``keep`` when given, else to ``.rlbench/ab-failed-<time>-<pid>`` in the current directory. The failing
-    side's whole output is saved there as ``<side>-output.log``, and every path the message named is rewritten to
-    where the file now is.
+    They go to ``keep`` when given (or where copying there fails after all), else to ``.rlbench/ab-failed-<time>-<pid>``
+    in the current directory. The failing side's whole output is saved there as ``<side>-output.log``, and every path
+    the message named is rewritten to where the file now is. ``None`` when they could be copied nowhere.
     """
-    import time
+    from rlbench.results.outputs import write_output
 
-    dest = keep or Path.cwd() / ".rlbench" / f"ab-failed-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-    dest.mkdir(parents=True, exist_ok=True)
-    for side in sides:
-        src = work / f"store-{side}"
-        if src.is_dir():
-            shutil.copytree(src, dest / f"store-{side}", dirs_exist_ok=True)
-    side = exc.store.name.removeprefix("store-")
-    text = exc.output.replace(str(exc.store), str(dest / exc.store.name))
-    (dest / f"{side}-output.log").write_text(text, encoding="utf-8")
-    exc.message = exc.message.replace(str(exc.store), str(dest / exc.store.name))
-    return dest
+    spare = Path.cwd() / ".rlbench" / f"ab-failed-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    for dest in [keep, spare] if keep is not None else [spare]:
+        try:
+            dest.mkdir(parents=True, exist_ok=True)
+            for side in sides:
+                src = work / f"store-{side}"
+                if src.is_dir():
+                    shutil.copytree(src, dest / f"store-{side}", dirs_exist_ok=True)
+        except (OSError, shutil.Error):
+            continue
+        side = exc.store.name.removeprefix("store-")
+        text = exc.output.replace(str(exc.store), str(dest / exc.store.name))
+        with contextlib.suppress(UsageError):  # the records are what matters; the log is a convenience
+            write_output(dest / f"{side}-output.log", text, "--keep")
+        exc.message = exc.message.replace(str(exc.store), str(dest / exc.store.name))
+        return dest
+    return None  # nowhere to copy them
 
 
 def _remove_orphans(top: Path) -> None:

@@ -226,8 +226,11 @@ def evaluate(
     ignore_params: tuple[str, ...] = (),
     allow_busy: bool = False,
     on_inconclusive: str = "error",
+    more: str = "run more --repeats or ab --rounds",
 ) -> GateOutcome:
     """Apply the thresholds (and the learning check) to the comparison of ``base`` and ``cand``.
+
+    ``more`` is what the message of a metric with too few samples tells the user to do (the calling command's option).
 
     Raises:
         DataError: A threshold's metric is missing on a side, has no samples, or has no direction; or the two sides'
@@ -269,7 +272,7 @@ def evaluate(
             if r.insufficient:
                 raise DataError(
                     f"gate: metric {t.metric!r} has too few samples for a confidence interval (baseline {r.n_base}, "
-                    f"candidate {r.n_cand}; at least 5 each, or 5 shared seeds): run more --repeats or ab --rounds"
+                    f"candidate {r.n_cand}; at least 5 each, or 5 shared seeds): {more}"
                 )
             if r.case.direction not in ("higher", "lower"):
                 raise DataError(f"gate: metric {t.metric!r} has no better direction; it cannot be gated")

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -25,7 +27,7 @@ import numpy as np
 from rlbench.analysis.compare import match_cases
 from rlbench.core.errors import DataError
 from rlbench.results.metrics import MICRO_CASE_KEYS, TIME_CALL
-from rlbench.results.records import Record
+from rlbench.results.records import Record, from_dict
 from rlbench.results.store import new_run_id, utc_now
 
 
@@ -172,10 +174,43 @@ def to_bencher(records: list[Record]) -> dict[str, dict[str, dict[str, float]]]:
     return out
 
 
-def _number(v: Any) -> float:
+def _obj(value: Any, where: str) -> dict[str, Any]:
+    """``value`` if it is a JSON object, ``{}`` if absent (``null``); else a :class:`DataError` naming ``where``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise DataError(f"{where} must be a JSON object, got {json.dumps(value)[:40]}")
+    return value
+
+
+def _text(obj: dict[str, Any], key: str, where: str) -> str | None:
+    """The string at ``obj[key]`` (``None`` if absent or ``null``); else a :class:`DataError` naming the field."""
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise DataError(f"{where}{key} must be a string, got {json.dumps(value)[:40]}")
+    return value
+
+
+def _timing(v: Any, where: str) -> float:
+    """One timing: a finite number of seconds, at least 0; else a :class:`DataError` naming where it is."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError(f"not a number: {v!r}")
-    return float(v)
+        raise DataError(f"{where} must be a number of seconds, got {json.dumps(v)[:40]}")
+    x = float(v)
+    if not math.isfinite(x) or x < 0:
+        shown = "NaN" if math.isnan(x) else f"{x:g}"
+        raise DataError(f"{where} is {shown}: a timing is a finite number of seconds, at least 0")
+    return x
+
+
+def _iso_time(value: Any, where: str) -> str:
+    """pytest-benchmark's ``datetime``: an ISO 8601 time (the records' timestamp, which every reader needs)."""
+    if not isinstance(value, str):
+        raise DataError(f"{where}datetime must be an ISO 8601 time string, got {json.dumps(value)[:40]}")
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        raise DataError(f"{where}datetime must be an ISO 8601 time, got {value[:40]!r}") from None
+    return value
 
 
 def from_pytest_benchmark(data: Any, source: str = "pytest-benchmark JSON") -> list[Record]:
@@ -185,61 +220,93 @@ def from_pytest_benchmark(data: Any, source: str = "pytest-benchmark JSON") -> l
     (``group``, ``impl``, ``size``, ``op``, ``device``: rlbench's micro suites set them), so a run of
     ``pytest suites/micro --benchmark-json`` imports as the same cases ``rlbench run micro`` records.
 
+    Nothing is accepted that the store could not read back, or that is no timing: every field rlbench uses is checked
+    for its type, every timing must be a finite number of seconds at least 0 (not NaN, ``1e999`` or negative), and each
+    record goes through the store's own reader (:func:`rlbench.results.records.from_dict`) before it is returned.
+
     Raises:
-        DataError: If ``data`` is not pytest-benchmark output.
+        DataError: If ``data`` is not pytest-benchmark output, or a field is malformed (one line naming the benchmark
+            and the field).
     """
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise DataError(f"{source}: not pytest-benchmark JSON (no 'benchmarks' list)")
-    mi, ci = data.get("machine_info") or {}, data.get("commit_info") or {}
-    cpu = mi.get("cpu") or {}
+    head = f"{source}: "
+    mi = _obj(data.get("machine_info"), f"{head}machine_info")
+    ci = _obj(data.get("commit_info"), f"{head}commit_info")
+    cpu = _obj(mi.get("cpu"), f"{head}machine_info.cpu")
+    cores = cpu.get("count")
+    if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int)):
+        raise DataError(f"{head}machine_info.cpu.count must be an integer, got {json.dumps(cores)[:40]}")
     hardware = {
-        "cpu": cpu.get("brand_raw") or mi.get("processor"),
-        "cores": cpu.get("count"),
-        "arch": mi.get("machine"),
+        "cpu": _text(cpu, "brand_raw", f"{head}machine_info.cpu.") or _text(mi, "processor", f"{head}machine_info."),
+        "cores": cores,
+        "arch": _text(mi, "machine", f"{head}machine_info."),
         "gpus": [],
     }
+    system = _text(mi, "system", f"{head}machine_info.") or ""
+    release = _text(mi, "release", f"{head}machine_info.") or ""
     machine = {
         **hardware,
-        "os": f"{mi.get('system', '')} {mi.get('release', '')}".strip(),
+        "os": f"{system} {release}".strip(),
         "id": hashlib.sha256(json.dumps(hardware, sort_keys=True).encode()).hexdigest()[:12],
     }
+    dirty = ci.get("dirty")
+    if dirty is not None and not isinstance(dirty, bool):
+        raise DataError(f"{head}commit_info.dirty must be true or false, got {json.dumps(dirty)[:40]}")
     fingerprint = {
         "machine": machine,
-        "software": {"python": mi.get("python_version"), "packages": {"pytest-benchmark": data.get("version")}},
-        "git": {"commit": ci.get("id"), "dirty": ci.get("dirty"), "repo": ci.get("project")},
+        "software": {
+            "python": _text(mi, "python_version", f"{head}machine_info."),
+            "packages": {"pytest-benchmark": _text(data, "version", head)},
+        },
+        "git": {
+            "commit": _text(ci, "id", f"{head}commit_info."),
+            "dirty": dirty,
+            "repo": _text(ci, "project", f"{head}commit_info."),
+        },
     }
     run_id = new_run_id()
-    ts = data.get("datetime") or utc_now()
+    ts = utc_now() if data.get("datetime") in (None, "") else _iso_time(data["datetime"], head)
     records = []
     for i, b in enumerate(data["benchmarks"]):
-        stats = b.get("stats") if isinstance(b, dict) else None
+        if not isinstance(b, dict):
+            raise DataError(f"{head}benchmark #{i} must be a JSON object, got {json.dumps(b)[:40]}")
+        given = _text(b, "fullname", f"{head}benchmark #{i}: ") or _text(b, "name", f"{head}benchmark #{i}: ")
+        name = given or f"benchmark-{i}"
+        at = f"{head}benchmark {name!r}: "
+        stats = b.get("stats")
         if not isinstance(stats, dict) or "median" not in stats:
-            raise DataError(f"{source}: benchmark #{i} has no stats")
+            raise DataError(f"{at}no stats (a JSON object with a median)")
         raw = stats.get("data")
-        has_raw = isinstance(raw, list) and bool(raw)
-        try:
-            samples = [_number(v) for v in raw] if has_raw else [_number(stats["median"])]
-        except (TypeError, ValueError):
-            raise DataError(f"{source}: benchmark #{i} has a non-numeric timing in stats.data or stats.median") from None
+        if raw is not None and not isinstance(raw, list):
+            raise DataError(f"{at}stats.data must be a list of timings, got {json.dumps(raw)[:40]}")
+        has_raw = bool(raw)
+        if has_raw:
+            samples = [_timing(v, f"{at}stats.data[{k}]") for k, v in enumerate(raw)]
+        else:
+            samples = [_timing(stats["median"], f"{at}stats.median")]
         summary = {k: stats[k] for k in ("min", "max", "mean", "stddev", "median", "iqr", "rounds") if k in stats}
         meta = {"imported_from": "pytest-benchmark", "summary_only": not has_raw, "stats": summary}
-        name = b.get("fullname") or b.get("name") or f"benchmark-{i}"
+        params = _obj(b.get("params"), f"{at}params")
         info = b.get("extra_info") if isinstance(b.get("extra_info"), dict) else {}
-        records.append(
-            Record(
-                run_id=run_id,
-                timestamp=ts,
-                benchmark=name,
-                params={**(b.get("params") or {}), **{k: info[k] for k in MICRO_CASE_KEYS if k in info}},
-                definition_hash=hashlib.sha256(name.encode()).hexdigest()[:16],
-                metric=TIME_CALL,
-                unit="s",
-                direction="lower",
-                samples=samples,
-                fingerprint=fingerprint,
-                meta={**meta, "group": b.get("group")},
-            )
+        record = Record(
+            run_id=run_id,
+            timestamp=ts,
+            benchmark=name,
+            params={**params, **{k: info[k] for k in MICRO_CASE_KEYS if k in info}},
+            definition_hash=hashlib.sha256(name.encode()).hexdigest()[:16],
+            metric=TIME_CALL,
+            unit="s",
+            direction="lower",
+            samples=samples,
+            fingerprint=fingerprint,
+            meta={**meta, "group": _text(b, "group", at)},
         )
+        try:  # what the store's reader would refuse is refused here, before anything is written
+            from_dict(json.loads(record.to_json()), f"{at}as a record")
+        except (DataError, ValueError, RecursionError) as exc:
+            raise DataError(str(exc) if isinstance(exc, DataError) else f"{at}cannot be stored ({exc})"[:300]) from None
+        records.append(record)
     if not records:
         raise DataError(f"{source}: holds no benchmarks")
     return records

@@ -6,8 +6,14 @@ import json
 import sys
 from pathlib import Path
 
-from rlbench.cli.parser import Parser, prepare_output, write_output
+from rlbench.cli.parser import Parser, write_output
 from rlbench.core.errors import UsageError
+
+DEFAULT_MAX_ROUNDS = 40
+#: the fewest paired rounds the gate draws an interval from (a metric with one sample per run)
+MIN_ROUNDS = 5
+#: what ``ab --keep DIR`` puts in DIR: both stores, and the output of a side that failed
+KEPT = ("store-base/", "store-head/", "base-output.log", "head-output.log")
 
 
 def build_ab_parser() -> Parser:
@@ -28,13 +34,19 @@ def build_ab_parser() -> Parser:
         "is PASS or FAIL, looking at rounds 10, 20, 40, ... up to --max-rounds with Bonferroni alpha spending, so the "
         "false-verdict rate stays at 5%% however early it stops",
     )
-    p.add_argument("--max-rounds", type=int, default=40, help="--rounds auto: the most rounds per revision (default: 40)")
+    p.add_argument(
+        "--max-rounds",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"only with --rounds auto: the most rounds per revision (default: {DEFAULT_MAX_ROUNDS}; at least {MIN_ROUNDS})",
+    )
     p.add_argument(
         "--max-time",
         type=float,
         default=None,
         metavar="SECONDS",
-        help="--rounds auto: start no new look after this many seconds (default: no limit)",
+        help="only with --rounds auto: start no new look after this many seconds (default: no limit)",
     )
     p.add_argument(
         "--fail",
@@ -90,19 +102,43 @@ def ab_command(argv: list[str]) -> int:
     if auto:
         if not thresholds:
             raise UsageError("--rounds auto adds rounds until the gate can decide: give at least one --fail METRIC:PCT%")
-        if args.max_time is not None and args.max_time <= 0:
-            raise UsageError(f"--max-time must be positive, got {args.max_time:g}")
-        design = AutoRounds.plan(args.max_rounds)
+        if args.max_time is not None and not args.max_time > 0:
+            raise UsageError(f"--max-time must be a positive number of seconds, got {args.max_time:g}")
+        max_rounds = DEFAULT_MAX_ROUNDS if args.max_rounds is None else args.max_rounds
+        if max_rounds < MIN_ROUNDS:
+            raise UsageError(
+                f"--max-rounds must be at least {MIN_ROUNDS} (the gate needs {MIN_ROUNDS} paired rounds for an interval), "
+                f"got {max_rounds}"
+            )
+        design = AutoRounds.plan(max_rounds)
         looks, confidence = list(design.looks), design.confidence
         rounds = looks[-1]
     else:
+        for flag, value in (("--max-rounds", args.max_rounds), ("--max-time", args.max_time)):
+            if value is not None:
+                raise UsageError(
+                    f"{flag} applies to --rounds auto only; with --rounds {args.rounds} ab runs exactly that many rounds: "
+                    f"leave {flag} out, or add rounds until the gate decides with --rounds auto"
+                )
         try:
             rounds = int(args.rounds)
         except ValueError:
             raise UsageError(f"--rounds {args.rounds!r}: give a number of rounds or auto") from None
+        if rounds < 1:
+            raise UsageError(f"--rounds must be at least 1, got {rounds}")
         looks, confidence = None, 0.95
+    more = (
+        f"give a larger --max-rounds (each side's metric needs {MIN_ROUNDS} samples)"
+        if auto
+        else f"give more --rounds (at least {MIN_ROUNDS} when each run records the metric once)"
+    )
     drop = None if args.no_learning_check else Threshold.parse(f"eval_return:{args.learning_drop}").fraction
-    report, summary = prepare_output(args.report, "--report"), prepare_output(args.summary, "--summary")
+    from rlbench.results.outputs import check_outputs
+
+    # every output checked before any checkout or round: nothing measured is lost to a path that cannot be written
+    report, summary = check_outputs(
+        [(args.report, "--report"), (args.summary, "--summary")], folders=[(args.keep, "--keep", KEPT)]
+    )
 
     from rich.console import Console
     from rich.text import Text  # revisions and metric names are user text, never rich markup
@@ -135,6 +171,7 @@ def ab_command(argv: list[str]) -> int:
             confidence=confidence,
             allow_busy=args.allow_busy,
             on_inconclusive=args.inconclusive,
+            more=more,
         )
 
     decided_at: dict[str, int] = {}  # metric -> rounds after which its verdict was first PASS or FAIL

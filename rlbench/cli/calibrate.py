@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlbench.cli.parser import prepare_output, write_output
+from rlbench.cli.parser import write_output
 from rlbench.cli.progress import Bars, start_bars
 from rlbench.core.errors import UsageError
 
@@ -157,25 +157,78 @@ class CalibrationProgress(Bars):
         self.progress.update(self.tasks[key], advance=1, verdicts=f"{words}, last after {result['rounds']} rounds")
 
 
+def outputs(args: argparse.Namespace) -> tuple[Path | None, Path | None]:
+    """The markdown report and the JSON beside it, both checked before anything is measured (``None``: not written).
+
+    A character device (``--out /dev/null``) is written through and nothing is put beside it, so it gets no JSON.
+
+    Raises:
+        UsageError: Either path may not or cannot be written, ``--out`` ends in ``.json`` (its JSON would replace it),
+            or an output is the ``--render`` input.
+    """
+    from rlbench.results.outputs import check_outputs, is_device
+
+    if args.out is None or args.out == "-":
+        return None, None
+    out = Path(args.out)
+    beside = None if args.render or is_device(out) else out.with_suffix(".json")
+    if beside == out:
+        raise UsageError(
+            f"--out {args.out!r}: the report is markdown and its JSON goes beside it as {str(beside)!r}, the same file; "
+            f"give a .md path (e.g. {str(out.with_suffix('.md'))!r})"
+        )
+    report, data = check_outputs(
+        [(out, "--out"), (beside, "--out's JSON")], inputs=[(args.render, "the --render input")] if args.render else ()
+    )
+    return report, data
+
+
+def read_results(path: str) -> dict[str, Any]:
+    """The results an earlier calibration saved (``--render``), read by rlbench's reader (a regular file only).
+
+    Raises:
+        UsageError: Not a regular file, not readable, not JSON, or not a calibration's results.
+    """
+    from rlbench.core.errors import DataError
+    from rlbench.results.store import read_text
+
+    try:
+        data = json.loads(read_text(Path(path)))
+    except DataError as exc:
+        raise UsageError(f"--render: {exc}") from None
+    except Exception as exc:  # not JSON, nested past the recursion limit, too large: unreadable all the same
+        raise UsageError(
+            f"--render {path!r}: cannot read a calibration's results from it ({type(exc).__name__}: {exc})"[:300]
+        ) from None
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), dict):
+        raise UsageError(
+            f"--render {path!r}: cannot read a calibration's results from it (no 'benchmarks' object: give the JSON "
+            "`rlbench calibrate` writes beside its report)"
+        )
+    return data
+
+
 def calibrate_command(args: argparse.Namespace) -> int:
     """Run the calibration and write its report (markdown, and every comparison as JSON beside it)."""
     from rlbench.report.calibration import render
     from rlbench.report.format import finite
 
-    out = prepare_output(args.out, "--out")
+    names, conditions = validate(args) if not args.render else ([], [])
+    out, beside = outputs(args)  # every output checked before anything is measured
     if args.render:
+        data = read_results(args.render)
         try:
-            data = json.loads(Path(args.render).read_text(encoding="utf-8"))
             text = render(data)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise UsageError(f"--render {args.render}: cannot read a calibration's results from it ({exc})") from None
+        except Exception as exc:  # a field of the wrong shape anywhere in the saved results
+            raise UsageError(
+                f"--render {args.render!r}: cannot read a calibration's results from it ({type(exc).__name__}: {exc})"[:300]
+            ) from None
         if out is not None:
             write_output(out, text, "--out")
             print(f"report: {out}")
         else:
             sys.stdout.write(text)
         return 0
-    names, conditions = validate(args)
     from rlbench.analysis.calibration import calibrate
     from rlbench.results.fingerprint import machine_fingerprint
 
@@ -202,10 +255,12 @@ def calibrate_command(args: argparse.Namespace) -> int:
             **data,
         }
     )
+    payload = json.dumps(data, indent=1) + "\n"
+    if beside is not None:  # the measurements first: the report can be written again from them (--render)
+        save_results(beside, payload)
     text = render(data)
     if out is not None:
         write_output(out, text, "--out")
-        write_output(out.with_suffix(".json"), json.dumps(data, indent=1) + "\n", "--out")
     if args.json:
         print(json.dumps(data))
     elif out is not None:
@@ -213,3 +268,25 @@ def calibrate_command(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def save_results(path: Path, payload: str) -> None:
+    """Write the calibration's results; if that fails after all (a full disk), into a temporary file instead.
+
+    Raises:
+        UsageError: Neither could be written (the message says why; ``--json`` prints them on stdout).
+    """
+    import tempfile
+
+    try:
+        write_output(path, payload, "--out's JSON")
+    except UsageError as exc:
+        try:
+            fd, spare = tempfile.mkstemp(prefix="rlbench-calibration-", suffix=".json")
+            with open(fd, "w", encoding="utf-8") as fh:
+                fh.write(payload)
+        except OSError:
+            raise exc from None
+        raise UsageError(
+            f"{exc}; the results are saved in {spare} (`rlbench calibrate --render {spare}` writes the report)"
+        ) from None

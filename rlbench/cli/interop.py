@@ -44,6 +44,13 @@ def import_command(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.exists():
         raise DataError(f"no such file: {str(path)!r}")
+    if path.is_dir():
+        found = sorted(str(p) for p in path.rglob("*.json"))[:3]
+        hint = f" (it holds {', '.join(map(repr, found))}{', ...' if len(found) == 3 else ''})" if found else ""
+        raise UsageError(
+            f"{str(path)!r} is a folder: give one pytest-benchmark JSON file{hint}, as `pytest --benchmark-json FILE` "
+            "or --benchmark-autosave writes them; import several one at a time"
+        )
     text = read_text(path)  # a regular file only: a FIFO or /dev/zero is refused, not read forever
     try:
         data = json.loads(text)

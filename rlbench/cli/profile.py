@@ -147,15 +147,17 @@ def profile_command(argv: list[str], t0: float) -> int:
     from rlbench.profiling.session import Settings
 
     target = parse_command(command)
-    from rlbench.cli.parser import prepare_output
+    from rlbench.results.outputs import check_outputs
     from rlbench.results.store import RunWriter
 
     writer = RunWriter(args.store)
     report_path = Path(args.report) if args.report else writer.store / f"{writer.run_id}.md"
-    prepare_output(str(report_path), "--report")
     trace = Path(args.trace) if args.trace else None
-    if trace is not None:
-        prepare_output(str(trace), "--trace")
+    # a device report (/dev/null) gets nothing written beside it
+    html = (
+        report_path.with_name(report_path.stem + "-profile.html") if args.pyinstrument and not is_device(report_path) else None
+    )
+    check_outputs([(report_path, "--report"), (trace, "--trace"), (html, "--pyinstrument's HTML")])  # before the script runs
     opts = Options(
         repeats=args.repeats,
         seed=args.seed,
@@ -170,12 +172,7 @@ def profile_command(argv: list[str], t0: float) -> int:
             sample_every=1 if args.all_iterations else SAMPLE_EVERY,
         ),
         trace=trace,
-        # a device report (/dev/null) gets nothing written beside it
-        pyinstrument=(
-            report_path.with_name(report_path.stem + "-profile.html")
-            if args.pyinstrument and not is_device(report_path)
-            else None
-        ),
+        pyinstrument=html,
         output="log" if args.quiet else ("stderr" if args.json else "inherit"),
         against_plain=args.against_plain,
     )

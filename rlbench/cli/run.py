@@ -130,10 +130,13 @@ def check_common_options(config: Any, repeats: int) -> None:
         raise UsageError(f"{exc} (a test-only knob: unset {INJECT_ENV} for real measurements)") from None
 
 
-def _check_report_path(path: Path) -> None:
-    from rlbench.results.outputs import check_output
+def _check_report_path(path: Path, pyinstrument: bool = False) -> None:
+    """The report and, with ``--pyinstrument``, its HTML beside it, checked before the run (see
+    :func:`rlbench.results.outputs.check_outputs`)."""
+    from rlbench.results.outputs import check_outputs, is_device
 
-    check_output(path, "--report")
+    html = path.with_name(path.stem + "-profile.html") if pyinstrument and not is_device(path) else None
+    check_outputs([(path, "--report"), (html, "--pyinstrument's HTML")])
 
 
 @contextlib.contextmanager
@@ -234,7 +237,7 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
 
     writer = RunWriter(args.store)
     report_path = Path(args.report) if args.report else writer.store / f"{writer.run_id}.md"
-    _check_report_path(report_path)
+    _check_report_path(report_path, bool(args.pyinstrument))
     startup = Metric(STARTUP_S, "s", "lower", [_since_start(t0)])
     command = "rlbench run " + " ".join(shlex.quote(a) for a in argv)
     profiler = None
@@ -351,7 +354,7 @@ def _run_on_ray(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], de
 
     writer = RunWriter(args.store)
     report_path = Path(args.report) if args.report else writer.store / f"{writer.run_id}.md"
-    _check_report_path(report_path)
+    _check_report_path(report_path, bool(args.pyinstrument))
     command = "rlbench run " + " ".join(shlex.quote(a) for a in argv)
     progress = CaseProgress(spec.name, enabled=not args.quiet)
     with progress:

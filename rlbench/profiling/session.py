@@ -31,7 +31,7 @@ from rlbench.profiling.attribution import INFER, SAMPLE_EVERY, Attribution, Attr
 from rlbench.profiling.results import attribution_metrics
 from rlbench.profiling.threads import ThreadResult, ThreadSet
 from rlbench.results import metrics as vocabulary
-from rlbench.results.metrics import Metric
+from rlbench.results.metrics import Metric, Value
 
 if TYPE_CHECKING:
     from rlbench.profiling.autohooks import Hooks
@@ -321,7 +321,8 @@ def profile_call(
     callback: Any = None,
     timeout: float | None = None,
 ) -> list[Metric]:
-    """Run ``fn(**kwargs)`` under a session; its metrics, plus ``{name: number}`` it returns as the user's own.
+    """Run ``fn(**kwargs)`` under a session; its metrics, plus ``{name: number}`` it returns as the user's own (a
+    :class:`~rlbench.results.metrics.Value` with its unit and direction, a bare number with neither).
 
     Used by ``@rlbench.benchmark`` benchmarks. ``device`` and ``callback`` are the runner's (unused by the
     attribution itself; a CUDA device turns on synchronized boundaries).
@@ -350,7 +351,10 @@ def profile_call(
         who = f"{getattr(fn, '__qualname__', 'the benchmark')} returned"
         for name, value in returned.items():
             check_name(name, who)
-            metrics.append(Metric(name, "", "none", samples_of(value, f"{who} {name!r}")))
+            if isinstance(value, Value):  # declared with its unit and direction: judged by compare, gate and ab
+                metrics.append(Metric(name, value.unit, value.direction, samples_of(value.value, f"{who} {name!r}")))
+            else:
+                metrics.append(Metric(name, "", "none", samples_of(value, f"{who} {name!r}")))
     metrics.append(Metric("profile/call_s", "s", "lower", [time.perf_counter() - t0]))
     return metrics
 

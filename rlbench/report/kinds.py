@@ -32,6 +32,7 @@ KINDS: dict[str, str] = {
     "training": "rlbench.report.training",  # an on-policy loop: phases, layers, learning, advice
     "offpolicy": "rlbench.report.offpolicy",  # the same plus the update breakdown and what-ifs
     "profile": "rlbench.report.training",  # any script under `rlbench profile` (the training report, profile sections)
+    "function": "rlbench.report.function",  # an @rlbench.benchmark function: time per call, phases, returned values
     "external": "rlbench.report.external",  # another library's own loop: timing and learning only
     "micro": "rlbench.report.micro",  # pytest-benchmark timings per group, implementation and size
     "pipeline": "rlbench.report.pipeline",  # generator / scorer / learner on an engine

@@ -113,6 +113,8 @@ def _setting(r: Record, ran_precision: Any = None) -> str:
         if k in _SETTING_KEYS:
             ran = f" (ran {ran_precision})" if k == "precision" and ran_precision and ran_precision != v else ""
             parts.append(md_text(f"{k}={v}{ran}"))
+    if not parts:  # a user's benchmark names its own parameters: all of them are its setting
+        parts = [md_text(f"{k}={v}") for k, v in r.params.items() if k != "seed"]
     return ", ".join(parts)
 
 

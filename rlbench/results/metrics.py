@@ -252,6 +252,41 @@ class Metric:
     params: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Value:
+    """A value an ``@rlbench.benchmark`` function returns, with its unit and which way is better (``rlbench.Value``).
+
+    ::
+
+        @rlbench.benchmark
+        def my_gae(T: int = 128, N: int = 8) -> dict[str, rlbench.Value]:
+            ...
+            return {"time_per_pass": rlbench.Value(seconds / passes, unit="s", direction="lower")}
+
+    A value so declared is recorded with its unit and direction: the report shows it in its unit, and ``rlbench
+    compare``, ``gate --fail time_per_pass:5%`` and ``ab`` can judge it. A bare number is recorded too, with no unit and
+    no better direction: shown, never gated.
+
+    Attributes:
+        value: One number (a float, int, NumPy scalar or 0-d tensor) or a flat sequence of them (the samples).
+        unit: Its unit, as text (``s``, ``ms``, ``bytes``, ``steps/s``); ``s`` is shown as s, ms or µs.
+        direction: ``lower`` or ``higher`` is better, or ``none`` (informational: never gated).
+
+    Raises:
+        ValueError: On a unit that is not text or a direction other than ``lower``, ``higher`` or ``none``.
+    """
+
+    value: Any
+    unit: str = ""
+    direction: str = "none"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.unit, str):
+            raise ValueError(f"rlbench.Value: unit must be text such as 's' or 'bytes', got {self.unit!r}")
+        if self.direction not in ("higher", "lower", "none"):
+            raise ValueError(f"rlbench.Value: direction must be 'higher', 'lower' or 'none', got {self.direction!r}")
+
+
 def training_metrics(result: TrainingResult, overhead: dict[str, float]) -> list[Metric]:
     """The metrics every training benchmark records (one record each): SPS, wall-time parts, returns, phases, timers.
 

@@ -15,6 +15,10 @@ rlbench puts beside it:
 
 :func:`check_output` applies the rule before a command starts measuring; :func:`write_output` and
 :func:`open_output` apply it again when they write (the path may have changed meanwhile).
+
+:func:`check_outputs` checks every output of one command at once, before any measuring: each path under the rule,
+a folder it keeps files in (``ab --keep DIR``) under :func:`check_output_dir`, and no two outputs, nor an output and an
+input, the same file (``calibrate --out x.json`` would overwrite its report with its own JSON).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import contextlib
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -85,6 +89,112 @@ def check_output(path: str | os.PathLike[str], flag: str = "output") -> Path:
     if not os.access(out.parent, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {str(out)!r}: directory {str(out.parent)!r} is not writable; choose another path")
     return out
+
+
+def check_output_dir(path: str | os.PathLike[str], flag: str, inside: Iterable[str] = ()) -> Path:
+    """Check that ``path`` is a folder rlbench may put files in (``ab --keep DIR``); it is created if missing.
+
+    Args:
+        path: The folder.
+        flag: The option that named it (``--keep``), for the message.
+        inside: Names of the files (``name``) and folders (``name/``) the command will put in it: each must be absent
+            or of that kind (never a link: rlbench never writes through one).
+
+    Returns:
+        The folder.
+
+    Raises:
+        UsageError: If the path is a file, a link or anything but a folder, cannot be created (under a file), or is
+            not writable; or one of ``inside`` is of another kind (a link, a file where a folder goes, ...).
+    """
+    out = Path(path)
+    st = _lstat(out)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        what = next((w for test, w in _KINDS if test(st.st_mode)), "a file")
+        hint = "give the path of the folder it points to" if what == "a symbolic link" else "give a folder's path"
+        raise UsageError(f"{flag} {str(out)!r} is {what}, not a folder: {hint}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise UsageError(f"{flag} {str(out)!r}: cannot create the folder ({why}); choose another path") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {str(out)!r}: the folder is not writable; choose another path")
+    for name in inside:
+        folder = name.endswith("/")
+        sub_path = out / name.rstrip("/")
+        sub = _lstat(sub_path)
+        if sub is None or (stat.S_ISDIR(sub.st_mode) if folder else stat.S_ISREG(sub.st_mode)):
+            continue
+        what = "a file" if stat.S_ISREG(sub.st_mode) else next((w for test, w in _KINDS if test(sub.st_mode)), "no file")
+        raise UsageError(
+            f"{flag} {str(out)!r}: {str(sub_path)!r} is {what}, where rlbench puts a {'folder' if folder else 'file'}; "
+            "remove it or choose another folder"
+        )
+    return out
+
+
+def _identity(path: Path) -> tuple[object, ...]:
+    """What makes two paths the same file: its device and inode if it exists, else its resolved path."""
+    try:
+        st = os.stat(path)
+        return ("inode", st.st_dev, st.st_ino)
+    except OSError:
+        return ("path", os.path.realpath(path))
+
+
+def check_outputs(
+    outputs: Iterable[tuple[str | os.PathLike[str] | None, str]],
+    *,
+    folders: Iterable[tuple[str | os.PathLike[str] | None, str, tuple[str, ...]]] = (),
+    inputs: Iterable[tuple[str | os.PathLike[str] | None, str]] = (),
+) -> list[Path | None]:
+    """Check every output of one command before it measures anything: the class of "outputs checked only after the
+    work".
+
+    Each file goes through :func:`check_output`, each folder through :func:`check_output_dir`; then no two files may be
+    the same file, and no file may be one of the command's inputs (a character device such as ``/dev/null`` may be
+    named more than once: it is written through).
+
+    Args:
+        outputs: ``(path, what)`` per output file; ``path`` ``None`` or ``"-"`` (stdout) is skipped. ``what`` names it
+            in messages (``--report``, ``--out's JSON``).
+        folders: ``(path, what, inside)`` per output folder (see :func:`check_output_dir`).
+        inputs: ``(path, what)`` per file the command reads, which no output may replace; ``what`` as in ``the --render
+            input``.
+
+    Returns:
+        Each output's path (``None`` where skipped), in order.
+
+    Raises:
+        UsageError: The first output that may not or cannot be written, or two that are the same file, naming both.
+    """
+    checked: list[Path | None] = []
+    seen: dict[tuple[object, ...], str] = {}
+    for path, what in outputs:
+        if path is None or str(path) == "-":
+            checked.append(None)
+            continue
+        out = check_output(path, what)
+        checked.append(out)
+        if is_device(out):
+            continue
+        key = _identity(out)
+        if key in seen:
+            raise UsageError(
+                f"{what} {str(out)!r} is the same file as {seen[key]}: one would overwrite the other; give different paths"
+            )
+        seen[key] = f"{what} {str(out)!r}"
+    for path, what, inside in folders:
+        if path is not None:
+            check_output_dir(path, what, inside)
+    for path, what in inputs:
+        if path is None:
+            continue
+        key = _identity(Path(path))
+        if key in seen:
+            raise UsageError(f"{seen[key]} is {what} {str(path)!r}: writing it would replace that input; give another path")
+    return checked
 
 
 def _umask() -> int:

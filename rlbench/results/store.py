@@ -174,9 +174,11 @@ def _read_text(file: Path, holding: tuple[str, ...]) -> str | None:
     except OSError as exc:
         raise DataError(f"cannot read {str(file)!r} ({exc.strerror or exc})") from None
     try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):  # (before fdopen, which refuses a directory with a bare IsADirectoryError)
+            os.close(fd)
+            raise DataError(f"cannot read {str(file)!r}: it is {_file_kind(mode)}, not a regular file; give a file's path")
         with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                raise DataError(f"cannot read {str(file)!r}: not a regular file (a FIFO, socket or device holds no records)")
             os.set_blocking(fh.fileno(), True)
             wanted = [w.encode() for w in holding]
             if wanted and not file.name.endswith(ARCHIVED) and os.fstat(fh.fileno()).st_size > 0:
@@ -193,6 +195,20 @@ def _read_text(file: Path, holding: tuple[str, ...]) -> str | None:
         raise
     except Exception as exc:  # OSError, LZMAError, UnicodeDecodeError, MemoryError: unreadable, whatever the cause
         raise DataError(f"cannot read {str(file)!r} ({type(exc).__name__}: {exc})"[:300]) from None
+
+
+def _file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, for a message."""
+    for test, what in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return what
+    return "not a regular file"
 
 
 def _parse_line(line: str, where: str) -> Record:

@@ -121,6 +121,7 @@ def make_spec(
         run=_runner(fn, passed),
         version=version,
         torch_device=False,  # the function takes no device: a benchmark without torch never imports it
+        report="function",  # time per call and returned values (the training report if it runs an RL loop)
     )
 
 

@@ -78,3 +78,13 @@ def test_auto_rounds_need_a_threshold_and_a_number_is_a_number(tmp_path: Path) -
         ["ab", "HEAD", "--rounds", "auto", "--max-rounds", "1", "--fail", "nap_s:5%", "--", "run", "nap"], cwd=tmp_path
     )
     assert proc.returncode == 2 and "--max-rounds" in proc.stderr
+    # issue 57: checked before the first round, naming ab's own option (not --repeats, which ab refuses)
+    for extra, words in (
+        (["--rounds", "auto", "--max-rounds", "2", "--fail", "nap_s:5%"], "--max-rounds must be at least 5"),
+        (["--max-time", "30"], "--max-time applies to --rounds auto only"),
+        (["--rounds", "3", "--max-rounds", "20"], "--max-rounds applies to --rounds auto only"),
+    ):
+        proc = run_cli(["ab", "HEAD", *extra, "--", "run", "nap"], cwd=tmp_path)
+        err = proc.stderr.strip()
+        assert proc.returncode == 2 and err.count("\n") == 0 and words in err, (extra, proc.stderr)
+        assert "round 1" not in proc.stderr and "--repeats" not in err and not (tmp_path / ".rlbench").exists()

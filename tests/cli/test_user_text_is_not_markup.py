@@ -81,7 +81,7 @@ def test_history_show_prints_names_values_and_metrics_as_typed(tmp_path: Path, c
 def test_report_summaries_print_names_as_typed(capsys: pytest.CaptureFixture[str]) -> None:
     """The console table after `run` and `profile` (every report kind), and `compare` and `gate`'s."""
     from rlbench.analysis.compare import compare
-    from rlbench.report import micro, peers, pipeline, roofline, training, transports
+    from rlbench.report import function, micro, peers, pipeline, roofline, training, transports
     from rlbench.report.summary import print_comparison
 
     where = {"records": f"/tmp/{tok('records')}", "report": f"/tmp/{tok('report')}", "benchmark": tok("bench"), "repeats": 1}
@@ -109,14 +109,24 @@ def test_report_summaries_print_names_as_typed(capsys: pytest.CaptureFixture[str
     }
     transports.print_summary({**where, "cases": [case]})
     pipeline.print_summary(where)
+    value = {tok("value"): {"unit": tok("unit"), "direction": "lower"}}
+    call = {f"{k}_s": 1e-3 for k in ("min", "median", "max", "iqr", "mean")}
+    function.print_summary(
+        {
+            **where,
+            tok("value"): 2.0,
+            "cases": [{"params": {"n": tok("param")}, "calls": 1, **call, "calls_per_s": 1.0, "values": value}],
+        }
+    )
     fields = {"benchmark": tok("cbench"), "metric": tok("cmetric")}
     base = [rec(run_id=tok("base"), samples=[1.0 + i / 10], repeat=i, **fields) for i in range(5)]
     cand = [rec(run_id=tok("cand"), samples=[2.0 + i / 10], repeat=i, **fields) for i in range(5)]
     print_comparison(compare(base, cand), base, cand, [tok("note")])
     out, _ = capsys.readouterr()
     texts = ["records", "report", "phase", "group", "impl", "algo", "flag", "peer", "rphase", "bound", "model", "transport"]
+    texts += ["param", "value", "unit"]
     assert_as_typed(out, *map(tok, texts), tok("cmetric"), tok("base"), tok("cand"), tok("note"))
-    assert out.count(tok("bench")) == 6  # each report kind's table title
+    assert out.count(tok("bench")) == 7  # each report kind's table title
 
 
 @pytest.mark.slow  # about 5 s: two commits measured by `rlbench run` in worktrees

@@ -67,7 +67,8 @@ def test_a_failing_sides_log_is_where_the_message_says(tmp_path: Path) -> None:
     git(repo, "commit", "-qam", "break it")
     proc = rlbench(["ab", "HEAD~1", "HEAD", "--rounds", "1", "--", "run", "tiny"], repo)
     err = proc.stderr.strip().splitlines()[-1]
-    assert proc.returncode != 0 and err.startswith("rlbench: error: run of head"), proc.stderr[-2000:]
+    # the measured code failed: exit 1, as `rlbench run` of that benchmark exits (issue 57), never 2
+    assert proc.returncode == 1 and err.startswith("rlbench: error: run of head"), proc.stderr[-2000:]
     assert "records and logs of both sides kept in " in err
     kept = Path(err.rsplit("kept in ", 1)[1])
     assert kept.is_dir() and (kept / "head-output.log").is_file() and "boom" in (kept / "head-output.log").read_text()
@@ -76,6 +77,14 @@ def test_a_failing_sides_log_is_where_the_message_says(tmp_path: Path) -> None:
     assert all(Path(p).exists() for p in named), (named, err)
     assert list((kept / "store-base").glob("*.jsonl"))  # the side that finished keeps its records
     assert worktrees(repo) == 1  # the worktrees went; what they made is kept
+
+
+def test_a_sides_bad_input_is_exit_2_not_a_failure_of_the_measured_code(tmp_path: Path) -> None:
+    repo = user_repo(tmp_path / "repo")
+    proc = rlbench(["ab", "HEAD", "--rounds", "1", "--", "run", "tiny", "--n", "many"], repo)
+    err = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and err.startswith("rlbench: error: run of base") and "exited 2" in err, proc.stderr
+    assert worktrees(repo) == 1
 
 
 def test_submodules_are_checked_out_in_abs_worktrees(tmp_path: Path) -> None:

@@ -93,3 +93,29 @@ def test_run_into_a_store_with_an_undecodable_file_writes_its_report(tmp_path: P
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert Path(tmp_path / out["report"]).is_file() and Path(tmp_path / out["records"]).is_file()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "folder", "list", "deep", "wrong-shape"])
+def test_calibrate_render_reads_regular_json_files_only_and_says_what_is_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """Issue 57: `calibrate --render` of a FIFO hung, of /dev/zero grew without bound, of `[]` or deeply nested JSON
+    was an "internal error"."""
+    from rlbench.cli import main
+
+    path = tmp_path / "cal.json"
+    if kind == "fifo":
+        os.mkfifo(path)  # no writer: an open for reading would wait forever
+    elif kind == "dev-zero":
+        path = Path("/dev/zero")
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        path.write_text({"list": "[]", "deep": DEEP, "wrong-shape": '{"benchmarks": {"ppo": 3}}'}[kind])
+    assert main(["calibrate", "--render", str(path), "--out", str(tmp_path / "cal.md")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rlbench: error: --render") and err.count("\n") == 0, err
+    assert "internal error" not in err and str(path) in err
+    words = {"fifo": "a FIFO", "dev-zero": "a character device", "folder": "a directory"}.get(kind, "calibration's results")
+    assert words in err
+    assert not (tmp_path / "cal.md").exists()

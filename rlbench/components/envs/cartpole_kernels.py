@@ -168,13 +168,15 @@ _NUMBA_SIGNATURE = (
 
 @functools.cache
 def _jit_numba_step() -> Callable[..., int] | None:
-    """:func:`_numba_step` jitted (``cache=True``), or None where numba is not installed. Not yet checked: the env
-    (``cartpole._numba_kernel``) uses it only once it has reproduced the NumPy step bit for bit."""
+    """:func:`_numba_step` jitted (cached on disk: :func:`rlbench.core.jit.njit`), or None where numba is not installed.
+    Not yet checked: the env (``cartpole._numba_kernel``) uses it only once it has reproduced the NumPy step bit for
+    bit."""
+    from rlbench.core.jit import njit
+
     try:
-        import numba
+        return njit(_numba_step, _NUMBA_SIGNATURE, nogil=True, boundscheck=False)
     except ImportError:
         return None
-    return numba.njit(_NUMBA_SIGNATURE, cache=True, nogil=True, boundscheck=False)(_numba_step)
 
 
 class _Kernel(NamedTuple):

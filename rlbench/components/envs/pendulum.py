@@ -174,11 +174,12 @@ _TWO64 = np.array([2.0])
 def _fused_step() -> Callable[..., None] | None:
     """:func:`_step_kernel` jitted, if numba is installed and the kernel matches :func:`_step_numpy` bit for bit on
     random states and torques of both dtypes (checked once per process); else None."""
+    from rlbench.core.jit import njit
+
     try:
-        import numba
+        kernel = njit(_step_kernel, nogil=True)
     except ImportError:
         return None
-    kernel = numba.njit(cache=True, nogil=True)(_step_kernel)
     rng, n = np.random.default_rng(11), 4096
     for dt in (np.float32, np.float64):
         a = rng.uniform(-3.0, 3.0, n).astype(dt)

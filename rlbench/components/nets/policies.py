@@ -61,12 +61,13 @@ def _sampler() -> Callable[..., None] | None:
     At CartPole's batch of 8 the NumPy sampling path is a dozen ufunc calls, about 11 µs per env step, as long as the
     network's forward; the compiled loop replaces them with one call.
     """
+    from rlbench.core.jit import njit
+
+    sig = "void(float32[:, ::1], int64, float32[::1], int64[::1], float32[::1], float32[::1])"
     try:
-        import numba
+        return njit(_sample_categorical, sig, nogil=True, boundscheck=False)
     except ImportError:
         return None
-    sig = "void(float32[:, ::1], int64, float32[::1], int64[::1], float32[::1], float32[::1])"
-    return numba.njit(sig, cache=True, nogil=True, boundscheck=False)(_sample_categorical)
 
 
 class NumpyPolicy:

@@ -144,23 +144,26 @@ class ReplayKernels(NamedTuple):
 @functools.cache
 def kernels() -> ReplayKernels | None:
     """Compiles the kernels on first use (explicit signatures: faster dispatch); None when numba does not import."""
+    from rlbench.core.jit import njit
+
     try:
-        import numba
+        import numba  # noqa: F401  (None without it)
     except ImportError:
         return None
     global _gather_rows
-    jit = functools.partial(numba.njit, cache=True, nogil=True, boundscheck=False)
+    jit = functools.partial(njit, nogil=True, boundscheck=False)
     words = ("uint64", "uint32", "uint16", "uint8")
     if not hasattr(_gather_rows, "py_func"):  # called from the kernels below: jitted first (Python calls still work)
-        _gather_rows = jit([f"void({w}[:, ::1], int64[::1], {w}[:, ::1])" for w in words])(_gather_rows)
+        _gather_rows = jit(_gather_rows, [f"void({w}[:, ::1], int64[::1], {w}[:, ::1])" for w in words])
     return ReplayKernels(
-        jit([f"void({w}[:, ::1], int64, uint64[::1], int64[::1], {w}[:, ::1])" for w in words])(_uniform_gather),
+        jit(_uniform_gather, [f"void({w}[:, ::1], int64, uint64[::1], int64[::1], {w}[:, ::1])" for w in words]),
         jit(
+            _prioritized_sample,
             [
                 f"void(float64[::1], int64, int64, float64, uint64[::1], {w}[:, ::1], int64[::1], float32[::1], {w}[:, ::1])"
                 for w in words
-            ]
-        )(_prioritized_sample),
+            ],
+        ),
     )
 
 
@@ -185,9 +188,10 @@ def _put_rows(records: np.ndarray, rows: np.ndarray, cursor: int) -> int:
 @functools.cache
 def put_rows_kernel() -> Any:
     """The jitted :func:`_put_rows` (explicit signatures, cached on disk); None without numba."""
+    from rlbench.core.jit import njit
+
+    words = ("uint64", "uint32", "uint16", "uint8")
     try:
-        import numba
+        return njit(_put_rows, [f"int64({w}[:, ::1], {w}[:, ::1], int64)" for w in words], nogil=True)
     except ImportError:
         return None
-    words = ("uint64", "uint32", "uint16", "uint8")
-    return numba.njit([f"int64({w}[:, ::1], {w}[:, ::1], int64)" for w in words], cache=True, nogil=True)(_put_rows)

@@ -84,13 +84,13 @@ def _fill_loop(tree: np.ndarray, depth: int, capacity: int, start: int, count: i
 
 @functools.cache
 def _numba_kernels() -> tuple[Callable[..., None], ...] | None:
-    """Jits the loop kernels on first use (``cache=True``); None when numba does not import."""
+    """Jits the loop kernels on first use (cached on disk: :func:`rlbench.core.jit.njit`); None when numba does not import."""
+    from rlbench.core.jit import njit
+
     try:
-        import numba
+        return tuple(njit(f, nogil=True, boundscheck=False) for f in (_find_loop, _update_loop, _fill_loop))
     except ImportError:
         return None
-    jit = numba.njit(cache=True, nogil=True, boundscheck=False)
-    return jit(_find_loop), jit(_update_loop), jit(_fill_loop)
 
 
 class SumTree:

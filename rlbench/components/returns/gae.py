@@ -287,13 +287,14 @@ def _numba_kernel() -> tuple[Callable[..., np.ndarray], Callable[..., np.ndarray
     """Imports numba and jits the scan (output given) and its allocating entry on first use (``cache=True``: the
     compiled code is kept on disk)."""
     global _GAE_SCAN
+    from rlbench.core.jit import njit
+
     try:
-        import numba
+        _GAE_SCAN = njit(_gae_kernel, _KERNEL_SIGNATURES, nogil=True, boundscheck=False)
     except ImportError as exc:
         raise ImportError("gae_numba needs numba (`pip install numba`); use gae_numpy instead") from exc
-    _GAE_SCAN = numba.njit(_KERNEL_SIGNATURES, cache=True, nogil=True, boundscheck=False)(_gae_kernel)
     alloc_signatures = [sig.replace(", float32[:, ::1])", ")") for sig in _KERNEL_SIGNATURES]
-    return _GAE_SCAN, numba.njit(alloc_signatures, cache=True, nogil=True)(_gae_alloc)
+    return _GAE_SCAN, njit(_gae_alloc, alloc_signatures, nogil=True)
 
 
 def gae_numba(

@@ -146,10 +146,11 @@ def _td_lambda_kernel(r: np.ndarray, v: np.ndarray, d: np.ndarray, lv: np.ndarra
 
 @functools.cache
 def _numba_td_lambda() -> Callable[..., np.ndarray]:
-    """Imports numba (ImportError if missing) and jits :func:`_td_lambda_kernel`; ``cache=True`` keeps it on disk."""
-    import numba
+    """Imports numba (ImportError if missing) and jits :func:`_td_lambda_kernel`, cached on disk
+    (:func:`rlbench.core.jit.njit`)."""
+    from rlbench.core.jit import njit
 
-    return numba.njit(cache=True, nogil=True)(_td_lambda_kernel)
+    return njit(_td_lambda_kernel, nogil=True)
 
 
 def td_lambda_numba(
