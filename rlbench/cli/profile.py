@@ -126,6 +126,19 @@ def build_profile_parser() -> Parser:
         "off-policy loop starts an iteration per env step: attributing them all cost a CleanRL-style DQN about 3%% of its "
         "steady state on rlbench's 2-vCPU test machine, sampled 1.3-2%% (docs/profiling.md)",
     )
+    p.add_argument(
+        "--no-follow",
+        action="store_true",
+        help="profile the script's own process only: by default every Python process it starts (multiprocessing "
+        "workers, vector-env and DataLoader workers, subprocesses of Python, torchrun's ranks, Ray's workers) is "
+        "profiled too, each with its role, and the report says who waits on whom",
+    )
+    p.add_argument(
+        "--no-threads",
+        action="store_true",
+        help="attribute each process's main thread only: by default every thread that makes a hooked call (an actor "
+        "thread, a learner thread) books its own phases",
+    )
     p.add_argument("--no-memory", action="store_true", help="do not record peak-RSS growth per phase")
     p.add_argument("--no-labels", action="store_true", help="do not label Stable-Baselines3 / TorchRL methods")
     return p
@@ -170,11 +183,13 @@ def profile_command(argv: list[str], t0: float) -> int:
             memory=not args.no_memory,
             libraries=not args.no_labels,
             sample_every=1 if args.all_iterations else SAMPLE_EVERY,
+            threads=not args.no_threads,
         ),
         trace=trace,
         pyinstrument=html,
         output="log" if args.quiet else ("stderr" if args.json else "inherit"),
         against_plain=args.against_plain,
+        follow=not args.no_follow,
     )
     check_options(opts)
     from rlbench.profiling.launcher import run_profile

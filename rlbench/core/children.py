@@ -250,3 +250,123 @@ def remove_orphan_dirs(prefix: str) -> list[str]:
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d.name)
     return removed
+
+
+class ProcessWatch:
+    """Every process descended from ``root`` while it runs, found in the process table (``/proc``; elsewhere nothing).
+
+    A background thread scans the table every ``every_s`` seconds and remembers each descendant it sees (by its
+    parent links, so one that leaves the group or daemonizes stays known once seen) with its command line.
+    :meth:`stop` scans once more; :meth:`end_leftovers` ends the remembered ones still running (SIGTERM, then SIGKILL),
+    so a grandchild that double-forked away from the group does not outlive the run. With ``subreaper``, this process
+    becomes the Linux child subreaper of its descendants: an orphan is re-parented here, not to init, and stays
+    findable.
+    """
+
+    def __init__(self, root: int, every_s: float = 1.0, *, subreaper: bool = False) -> None:
+        self.root = root
+        self.every_s = every_s
+        self.seen: dict[int, dict[str, Any]] = {}
+        self._starts: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if subreaper:
+            become_subreaper()
+
+    def start(self) -> ProcessWatch:
+        if Path("/proc").is_dir():
+            self._thread = threading.Thread(target=self._run, name="rlbench-process-watch", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.scan()
+
+    def scan(self) -> None:
+        """Remember every descendant of ``root`` (or of one remembered) that the table holds now."""
+        try:
+            pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+        except OSError:
+            return
+        parents: dict[int, int] = {}
+        for pid in pids:
+            fields = _proc_stat(pid)
+            if fields is None or len(fields) < 20 or fields[0] == "Z":
+                continue
+            parents[pid] = int(fields[1])
+            if pid in self._starts and self._starts[pid] != fields[19]:  # the pid was reused: not ours
+                self.seen.pop(pid, None)
+                del self._starts[pid]
+        # descendants of the root, or of one seen before (this process's own other children, a git its fingerprint
+        # runs, are not the script's; an orphan re-parented here was seen before it was orphaned, or is lost)
+        known = {self.root, *self.seen}
+        changed = True
+        while changed:
+            changed = False
+            for pid, ppid in parents.items():
+                if pid not in known and ppid in known:
+                    known.add(pid)
+                    self._remember(pid)
+                    changed = True
+
+    def _remember(self, pid: int) -> None:
+        fields = _proc_stat(pid)
+        if pid == self.root or fields is None or len(fields) < 20:
+            return
+        try:
+            argv = [a.decode("utf-8", "replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+        except OSError:
+            argv = []
+        self.seen[pid] = {"argv": argv[:8], "python": bool(argv) and "python" in Path(argv[0]).name}
+        self._starts[pid] = fields[19]
+
+    def stop(self) -> dict[int, dict[str, Any]]:
+        """Stop watching (one last scan first); returns what was seen."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.scan()
+        return self.seen
+
+    def alive(self) -> list[int]:
+        """The remembered descendants still running (not zombies), the same processes as when first seen."""
+        out = []
+        for pid, start in list(self._starts.items()):
+            fields = _proc_stat(pid)
+            if fields is not None and len(fields) >= 20 and fields[19] == start and fields[0] != "Z":
+                out.append(pid)
+        return out
+
+    def end_leftovers(self, grace_s: float = 2.0) -> list[int]:
+        """End the remembered descendants still running: SIGTERM, then SIGKILL after ``grace_s``. Returns their pids."""
+        left = self.alive()
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and self.alive():
+            self._reap()
+            time.sleep(0.02)
+        for pid in self.alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        self._reap()
+        return left
+
+    def _reap(self) -> None:
+        """Reap the remembered processes that were re-parented here (the subreaper's zombies)."""
+        for pid in list(self._starts):
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+
+
+def become_subreaper() -> bool:
+    """Make this process the child subreaper of its descendants (Linux ``PR_SET_CHILD_SUBREAPER``); whether it is."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False

@@ -378,7 +378,9 @@ def shadow(a: Attributor, env: Any, method: str, fn: Callable[..., Any]) -> None
     a.shadowed.append((weakref.ref(env), method))
 
 
-def _module_call_wrapper(a: Attributor, foreign: Callable[..., Any] | None = None) -> Callable[..., Any]:
+def _module_call_wrapper(
+    a: Attributor, foreign: Callable[..., Any] | None = None, original: Callable[..., Any] | None = None
+) -> Callable[..., Any]:
     """``nn.Module.__call__``, whose nested calls (a model's sub-modules) are by far the most frequent hooked calls.
 
     A nested call (or one from another thread) does what torch's own ``_wrapped_call_impl`` does, in the same one
@@ -387,7 +389,8 @@ def _module_call_wrapper(a: Attributor, foreign: Callable[..., Any] | None = Non
     """
     import torch
 
-    original = torch.nn.Module.__call__
+    if original is None:  # (another thread's hook is made later, around the same original)
+        original = torch.nn.Module.__call__
     fallback = _model_event(a, original, foreign)
     fallback.__rlbench_wrapped__ = original  # type: ignore[attr-defined]
     wraps(original)(fallback)
@@ -670,9 +673,8 @@ def _install_torch(h: Hooks, torch: Any) -> None:
     a.profiler_enabled = torch._C._autograd._profiler_enabled
     a.rf_on = a.profiler_enabled()
     a.refresh_extras()
-    replace_attr(
-        h.restore, torch.nn.Module, "__call__", h.routed(torch.nn.Module.__call__, lambda b, f: _module_call_wrapper(b, f))
-    )
+    call = torch.nn.Module.__call__
+    replace_attr(h.restore, torch.nn.Module, "__call__", h.routed(call, lambda b, f: _module_call_wrapper(b, f, call)))
     _install_grad_modes(h)
     _install_target_updates(h)
     for name in ("backward", "grad"):

@@ -127,7 +127,6 @@ def main(spec_path: str) -> int:
     # torch is not imported here: its hooks go on when the script imports it (a script without torch never pays it)
     from rlbench.profiling.results import metric_to_dict
     from rlbench.profiling.session import Session, Settings, sync_function
-    from rlbench.profiling.trace import write_chrome_trace
 
     settings = Settings(**spec["settings"])
     session = Session(settings)
@@ -156,8 +155,15 @@ def main(spec_path: str) -> int:
         return 2
     status, code, error, tb = "ok", 0, None, None
     session.start()
+    follow = spec.get("follow")
+    if follow:  # the script's processes follow the profile (rlbench.profiling.follow); this one stays the main one
+        from rlbench.profiling.follow import join_as_main
+
+        join_as_main(Path(follow["folder"]), session)
+        os.environ.update(follow["env"])
     if profiler is not None:
         profiler.start()
+    own_pid = os.getpid()
     t_script = t_done = time.perf_counter()
     try:
         if spec["module"]:
@@ -165,17 +171,26 @@ def main(spec_path: str) -> int:
         else:
             runpy.run_path(target, run_name="__main__")
     except SystemExit as exc:
+        if os.getpid() != own_pid:  # a fork of the script (os.fork) ran to the script's end: it leaves as a child
+            os._exit(_exit_code(exc.code))
         code = _exit_code(exc.code)
         status = "ok" if code == 0 else "exit"
         error = None if code == 0 else f"exited with status {code}"
     except KeyboardInterrupt:
+        if os.getpid() != own_pid:
+            os._exit(130)
         status, code, error = "interrupted", 130, "interrupted"
     except BaseException as exc:  # the user's code raised: keep what was measured, say what happened
+        if os.getpid() != own_pid:
+            traceback.print_exc()
+            os._exit(1)
         status, code = "error", 1
         error = f"{type(exc).__name__}: {exc}"
         tb = traceback.format_exc()
         traceback.print_exc()
     finally:
+        if os.getpid() != own_pid:  # (the fork's own result is written by the follower at os._exit)
+            os._exit(code)
         t_done = time.perf_counter()
         for sig in (signal.SIGINT, signal.SIGTERM):  # what was measured is written whole; SIGKILL still ends it
             signal.signal(sig, signal.SIG_IGN)
@@ -188,9 +203,13 @@ def main(spec_path: str) -> int:
     metrics = outcome.metrics(startup_s=startup)
     if profiler is not None:
         metrics += _pyinstrument_metrics(profiler, Path(spec["pyinstrument"]))
-    trace = spec.get("trace")
-    if trace:
-        write_chrome_trace(r, Path(trace), pid=os.getpid())
+    from rlbench.profiling.follow import participants, thread_results
+    from rlbench.profiling.waits import PARTICIPANTS
+
+    # every thread's attribution (the main thread's metrics are `metrics`), what their waits used, their trace events
+    threads = thread_results(outcome, "main", r.begun, main_metrics=False)
+    for t in threads:
+        t["metrics"] = [metric_to_dict(m) for m in t["metrics"]]
     # rlbench's own seconds in this process: importing rlbench and installing the hooks before the script, patching
     # torch, gymnasium and the RL libraries as the script imported them, timing the hooks and turning the attribution
     # into metrics after it (the file write below is left out)
@@ -210,6 +229,11 @@ def main(spec_path: str) -> int:
             # the machine's, for the records' fingerprint (rlbench's own process has no torch); a script that never
             # imported torch is not made to pay its import for them: the parent's fingerprint stands
             "gpus": _gpus(torch) if torch is not None else None,
+            "pid": own_pid,
+            "threads": threads,
+            "participants": participants(PARTICIPANTS, outcome, "main"),
+            "trace": bool(spec.get("trace")),
+            "iteration_t": [m.t for m in r.iterations][: settings.trace_limit] if spec.get("trace") else [],
         },
     )
     done()  # rlbench writes the records and the report while this process exits (the script's atexit work included)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.core.children import (
+    ProcessWatch,
     child_pythonpath,
     end_group,
     end_stragglers,
@@ -35,6 +36,7 @@ from rlbench.core.children import (
 )
 from rlbench.core.errors import StoreError, UsageError, interrupt_exit_code
 from rlbench.instrument.machine_load import LoadProbe
+from rlbench.profiling.follow import followed_any
 from rlbench.profiling.results import metric_from_dict
 from rlbench.profiling.session import Settings
 from rlbench.results.fingerprint import (
@@ -44,7 +46,7 @@ from rlbench.results.fingerprint import (
     software_fingerprint,
     with_gpus,
 )
-from rlbench.results.metrics import PROFILE_CHILD_WALL_S, PROFILE_PLAIN_WALL_S, Metric, load_metrics
+from rlbench.results.metrics import PROFILE_CHILD_WALL_S, PROFILE_PLAIN_WALL_S, PROFILE_PROCESSES, Metric, load_metrics
 from rlbench.results.records import definition_hash, metric_records
 from rlbench.results.store import RunWriter, utc_now
 
@@ -177,6 +179,8 @@ class Options:
         against_plain: Pair every repeat with a run of the same command without rlbench, in the order profiled-plain,
             plain-profiled, plain-profiled, profiled-plain (ABBA, repeating), each process timed from its start to
             its exit (:func:`plain_first`).
+        follow: Follow every Python process the script starts (:mod:`rlbench.profiling.follow`); without, only the
+            script's own process is profiled.
     """
 
     repeats: int = 1
@@ -188,6 +192,7 @@ class Options:
     pyinstrument: Path | None = None
     output: str = "inherit"
     against_plain: bool = False
+    follow: bool = True
 
 
 def plain_first(k: int) -> bool:
@@ -434,6 +439,7 @@ def write_child_spec(
     trace: Path | None = None,
     pyinstrument: Path | None = None,
     done_fd: int | None = None,
+    follow: dict[str, Any] | None = None,
 ) -> Path:
     """Write the request ``python -m rlbench.profiling.bootstrap PATH`` runs: the script, its arguments, where its
     results go, and the session's settings; ``done_fd``: a pipe the child inherits and writes one byte to once its
@@ -448,6 +454,7 @@ def write_child_spec(
         "pyinstrument": str(pyinstrument) if pyinstrument else None,
         "launched": time.time(),
         "done_fd": done_fd,
+        "follow": follow,
     }
     path.write_text(json.dumps(spec), encoding="utf-8")
     return path
@@ -486,6 +493,13 @@ def _run_repeat(
     last: bool = False,
 ) -> _Repeat | None:
     out = tmp / f"repeat-{k}.json"
+    env = child_env()
+    folder, follow = None, None
+    if opts.follow:  # the script's processes join the profile through this folder (rlbench.profiling.follow)
+        from rlbench.profiling.follow import prepare
+
+        folder = tmp / f"follow-{k}"
+        follow = {"folder": str(folder), "env": prepare(folder, vars(opts.settings), env["PYTHONPATH"])}
     # the child writes a byte here once its results are on disk; EOF: it exited (or died) before that
     done_r, done_w = os.pipe()
     spec_path = write_child_spec(
@@ -497,8 +511,8 @@ def _run_repeat(
         trace=_numbered(opts.trace, k) if opts.trace else None,
         pyinstrument=opts.pyinstrument if k == 0 else None,
         done_fd=done_w,
+        follow=follow,
     )
-    env = child_env()
     cmd = [target.python, "-m", "rlbench.profiling.bootstrap", str(spec_path)]
     log, stdout, stderr = _child_output(opts, writer, outcome, f"repeat{k}")
     probe = LoadProbe()
@@ -507,6 +521,7 @@ def _run_repeat(
     interrupted: KeyboardInterrupt | None = None
     timed_out = False
     exiting: _Exiting | None = None
+    watch: ProcessWatch | None = None
     try:
         # the child leads its own process group: its Pool workers and Popen children end with it, whatever ends it
         try:
@@ -515,11 +530,16 @@ def _run_repeat(
             )
         finally:
             os.close(done_w)
+        if folder is not None:  # the script's process tree, for what never joins and what outlives the script
+            watch = ProcessWatch(proc.pid, subreaper=True).start()
         if fp is not None:
             fp.start()
         deadline = None if opts.timeout is None else started + opts.timeout
         try:
-            if _results_signalled(proc, done_r, deadline) and last:
+            signalled = _results_signalled(proc, done_r, deadline)
+            # its processes write their results as they end, often after the script's own (a vector env closed at
+            # exit): a profile that followed any waits for the whole tree
+            if signalled and last and (folder is None or not followed_any(folder)):
                 # the last repeat's results are in while its process exits (the script's atexit work, the
                 # interpreter's teardown): the records and the report are written meanwhile (ProfileOutcome.wait_child)
                 exiting = _Exiting(proc, deadline, where)
@@ -540,6 +560,10 @@ def _run_repeat(
         outcome.child_s += time.perf_counter() - started
         if log is not None:
             log.close()
+        if watch is not None:
+            watch.stop()
+            if exiting is None:
+                watch.end_leftovers()  # a daemon that left the script's process group does not outlive the repeat
     load = probe.stop()
     if not out.is_file():
         if interrupted is not None:
@@ -572,7 +596,38 @@ def _run_repeat(
             raise interrupted
         return None
     metrics = [metric_from_dict(d) for d in data["metrics"]]
+    if folder is not None or data.get("threads"):
+        metrics += _followed(data, metrics, folder, watch, opts, k)
     return _Repeat(metrics, load, str(data.get("device", "cpu")), cut, interrupted, data.get("gpus"), exiting)
+
+
+def _followed(
+    data: dict[str, Any], metrics: list[Metric], folder: Path | None, watch: ProcessWatch | None, opts: Options, k: int
+) -> list[Metric]:
+    """The repeat's other roles (the main process's threads, every followed process) as metrics, the main thread's
+    waits given the roles on their other side, and the merged trace written."""
+    from rlbench.profiling.roles import Collected, collect, role_metrics
+
+    pid = int(data.get("pid") or 0)
+    collected = collect(folder, watch.seen if watch else None, main_pid=pid) if folder is not None else Collected()
+    extra = role_metrics(data, collected, pid)
+    summary = next((m for m in extra if m.name == PROFILE_PROCESSES), None)
+    main_waits = summary.meta.get("main_waits", []) if summary is not None else []
+    for m in metrics:
+        if m.name.startswith("time/") and "wait/" in m.name:
+            channels = [w for w in main_waits if m.name == f"time/{w['phase']}" or m.name.endswith("/" + w["phase"])]
+            if channels:
+                m.meta = {**m.meta, "channels": channels}
+    if opts.trace and data.get("trace"):
+        from rlbench.profiling.roles import trace_waits
+        from rlbench.profiling.trace import merged_trace, write_merged_trace
+
+        threads = data.get("threads") or []
+        main = {"pid": pid, "role": "main", "threads": threads, "iteration_t": data.get("iteration_t") or []}
+        t0 = (data.get("iteration_t") or [None])[0] or (threads[0].get("started") if threads else 0.0)
+        trace = merged_trace(main, collected.processes, float(t0 or 0.0), waits=trace_waits([data, *collected.processes]))
+        write_merged_trace(_numbered(opts.trace, k), trace)
+    return extra
 
 
 def _write_pair(writer: RunWriter, fields: dict[str, Any], k: int, plain_s: float, child_s: float) -> None:

@@ -135,6 +135,37 @@ def _chunks(samples: np.ndarray, limit: int) -> tuple[np.ndarray, int]:
     return samples[: groups * k].reshape(groups, k, samples.shape[1]).mean(axis=1), k
 
 
+def iteration_seconds(r: Attribution, layer: str) -> str | None:
+    """Each iteration's seconds in the phases of ``layer`` (``environment``: an env worker's own env time per
+    command), NaN for an iteration left unattributed, as base64 of float64s (compact in a process's result file);
+    ``None`` without iterations or such phases."""
+    import base64
+
+    import numpy as np
+
+    if not r.iterations:
+        return None
+    keys, cumulative = snapshot_matrix(r.iterations, r.excl)
+    columns = [i for i, k in enumerate(keys) if k and _layer(r, k) == layer]
+    if not columns:
+        return None
+    per = np.clip(np.diff(cumulative[:, columns].sum(axis=1)), 0.0, None)
+    if r.sampled:
+        attributed = np.ones(len(per), dtype=bool)
+        attributed[: min(len(per), len(r.sampled))] = np.asarray(r.sampled[: len(per)], dtype=bool)
+        per[~attributed] = np.nan
+    return base64.b64encode(per.astype("<f8").tobytes()).decode("ascii")
+
+
+def decode_series(text: str) -> np.ndarray:
+    """The inverse of :func:`iteration_seconds`."""
+    import base64
+
+    import numpy as np
+
+    return np.frombuffer(base64.b64decode(text), dtype="<f8")
+
+
 def overhead_s(r: Attribution, costs: dict[str, float]) -> float:
     """Seconds the hooks added to a run: its events of each kind times their measured costs."""
     full = r.transitions / 2

@@ -64,6 +64,23 @@ def thread_role(thread: threading.Thread) -> str:
     return base or "thread"
 
 
+MACHINERY = (
+    "QueueFeederThread",  # multiprocessing.Queue's feeder: hands items to the pipe
+    "_handle_workers",  # multiprocessing.Pool's workers, tasks and results handlers
+    "_handle_tasks",
+    "_handle_results",
+    "_pin_memory_loop",  # torch DataLoader's pin-memory thread
+    "ray_",  # Ray's own threads in a worker
+)
+"""Threads of libraries' machinery (named so, or after their target): not followed. They only move data between the
+roles that do the work; their blocking would read as waits of a role nobody wrote."""
+
+
+def machinery(thread: threading.Thread) -> bool:
+    name = thread.name or ""
+    return any(m in name for m in MACHINERY)
+
+
 class Router:
     """A hook's calls from threads other than its attributor's: each followed thread's own hook, made on its first
     call (``make(attributor)``); a thread that is not followed calls ``fn`` itself."""
@@ -130,7 +147,7 @@ class ThreadSet:
         if ident == self.main.thread:
             return self.main
         t = threading.current_thread()
-        if t.name.startswith(OWN_THREAD_PREFIX):
+        if t.name.startswith(OWN_THREAD_PREFIX) or machinery(t):
             return None
         a = self._make()
         start = self.started.get(ident)

@@ -225,8 +225,9 @@ def install_waits(h: Any) -> None:
         _wait(h, cls, "get", "queue", "get", local_queue)
     _wait(h, mpq.Queue, "put", "queue", "put", local_queue)
     replace_attr(h.restore, mpq.SimpleQueue, "put", _noting(mpq.SimpleQueue.put, "queue", "put"))
-    for method in ("recv", "recv_bytes", "recv_bytes_into"):
-        _wait(h, multiprocessing.connection.Connection, method, "pipe", "recv", lambda c: channel_of(c, "pipe"))
+    connection = getattr(multiprocessing.connection, "_ConnectionBase", multiprocessing.connection.Connection)
+    for method in ("recv", "recv_bytes", "recv_bytes_into"):  # (defined on the base of Connection and PipeConnection)
+        _wait(h, connection, method, "pipe", "recv", lambda c: channel_of(c, "pipe"))
     _wait(h, threading.Event, "wait", "event", "wait", None)
     _wait(h, threading.Condition, "wait", "event", "wait", None)
     _wait(h, threading.Barrier, "wait", "event", "wait", None)

@@ -16,7 +16,7 @@ from typing import Any
 
 from rlbench.analysis.stats import amdahl_bound
 from rlbench.report.data import RunData
-from rlbench.report.format import fmt, fmt_s, md_code, md_table, pct
+from rlbench.report.format import fmt, fmt_s, md_code, md_table, md_text, pct
 from rlbench.report.phases import Breakdown, layer_of, per_event_us, steady_steps
 from rlbench.results.metrics import LAYERS, TIMER_OVERHEAD_S, TRAIN_S, WARMUP, WARMUP_S, time_metric
 
@@ -229,6 +229,18 @@ def _other_named(d: RunData, b: Breakdown, phases: list[str], s: float, measured
     )
 
 
+def _waiting(d: RunData, b: Breakdown, phases: list[str], s: float, measured: dict[str, str]) -> Finding:
+    others = sorted({o for p in phases for c in d.meta(time_metric(p), "channels") or [] for o in c.get("other", [])})
+    on = f" on {', '.join(md_text(o) for o in others)}" if others else ""
+    return Finding(
+        "Waiting on another role",
+        b.share(s),
+        f"{pct(b.share(s))} of steady time blocked{on}: {_phase_list(d, phases)}.",
+        "Waiting is not work: removing it takes the other side (the section on roles says how busy each one was) "
+        "working faster, more of it in parallel, or more room between them (a larger queue, a prefetched batch).",
+    )
+
+
 def _cpu_only(d: RunData) -> bool:
     """Whether the run used no accelerator: every record's device is the CPU (``rlbench profile`` records the
     device the script used: ``cuda`` once CUDA was initialized)."""
@@ -301,6 +313,7 @@ _BY_LAYER = {
     "advantage": _advantage,
     "replay": _replay,
     "transfer": _transfer,
+    "wait": _waiting,
     "other": _other_named,
 }
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlbench.analysis.stats import Summary, median, summarize
-from rlbench.results.records import Record
+from rlbench.results.records import Record, role_of
 from rlbench.results.store import select_run
 
-__all__ = ["RunData", "select_run"]
+__all__ = ["RunData", "role_of", "select_run"]
 
 
 @dataclass
@@ -22,22 +22,28 @@ class RunData:
     """One run's records indexed by metric.
 
     Attributes:
-        records: The run's records.
-        by_metric: Records per metric name, ordered by repeat.
+        records: The run's records of its main process's main thread (every record without ``meta.role``).
+        by_metric: Those records per metric name, ordered by repeat.
+        role_records: The records of every other role a profile followed (its threads, its processes), each with
+            ``meta.role`` (:mod:`rlbench.report.roles` renders them).
     """
 
     records: list[Record]
     by_metric: dict[str, list[Record]] = field(default_factory=dict)
+    role_records: list[Record] = field(default_factory=list)
 
     @classmethod
     def from_records(cls, records: list[Record]) -> RunData:
-        """Index records (all from one run) by metric."""
+        """Index records (all from one run) by metric; records of other roles are kept apart."""
         by_metric: dict[str, list[Record]] = defaultdict(list)
+        main, roles = [], []
         for r in records:
+            (roles if role_of(r) else main).append(r)
+        for r in main:
             by_metric[r.metric].append(r)
         for recs in by_metric.values():
             recs.sort(key=lambda r: r.repeat)
-        return cls(records, dict(by_metric))
+        return cls(main or records, dict(by_metric), roles)
 
     @property
     def first(self) -> Record:

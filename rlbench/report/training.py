@@ -29,6 +29,9 @@ from rlbench.report.profiled import (
     threads_section,
     user_metrics_section,
 )
+from rlbench.report.roles import followed
+from rlbench.report.roles import section as roles_section
+from rlbench.report.roles import summary as roles_summary
 from rlbench.report.summary import console_footer, leaf_phase_times, scalar_summary
 from rlbench.results.fingerprint import cpu_label
 from rlbench.results.metrics import (
@@ -55,7 +58,7 @@ from rlbench.results.metrics import (
     WALL_S,
     WARMUP_S,
 )
-from rlbench.results.records import Record
+from rlbench.results.records import Record, role_of
 
 
 def header(d: RunData, chart_file: str | None) -> list[str]:
@@ -316,6 +319,7 @@ def render(
             learning(d) if d.has(EVAL_RETURN) else no_eval_note(),
             user_metrics_section(d),
             bottlenecks_section(findings(d, b, alternatives=alternatives.measured(d, context or []))),
+            roles_section(records),
             threads_section(d),
             sampling_section(d),
             overhead_section(d, b),
@@ -357,7 +361,11 @@ def summary(records: list[Record]) -> dict[str, Any]:
     * ``init_s_total``, ``warmup_s_total``, ``train_s_total``, ``eval_s_total``: those times summed over the repeats,
       so that, with ``startup_s`` and the CLI's wall, the console table's time rows add up.
     """
+    everyone = records
+    records = [r for r in records if not role_of(r)]  # the main process's main thread; the other roles apart
     out = scalar_summary(records)
+    if followed(everyone):
+        out["roles"] = roles_summary(everyone)
     baseline = [r for r in records if r.params.get(VARIANT, BASELINE) == BASELINE]
     last: dict[int, float] = {}
     totals: dict[str, dict[int, float]] = {}

@@ -61,6 +61,10 @@ PROFILE_ATTRIBUTED = "profile/attributed_iterations"
 PROFILE_COMMAND_S = "profile/command_s"  #: ``rlbench profile``'s own wall outside the children (meta: whole, children)
 PROFILE_CHILD_WALL_S = "profile/child_wall_s"  #: ``--against-plain``: a profiled repeat's process, start to exit
 PROFILE_PLAIN_WALL_S = "profile/plain_wall_s"  #: ``--against-plain``: the same command unprofiled, start to exit
+#: the processes a profile followed (meta: ``unreported``, ``not_followed``, ``main_waits``: the main thread's channels)
+PROFILE_PROCESSES = "profile/processes"
+#: a vector env's step split: its workers' own env time (meta: ``straggler_s``, ``rest_s``, ``main_env_s``, ``workers``)
+PROFILE_ENV_WORKERS = "profile/env_workers"
 MEM = "mem/"  #: prefix: peak-RSS growth per top-level phase, bytes (``cuda_mem/``: CUDA peak allocated per phase)
 CUDA_MEM = "cuda_mem/"
 PEER_PHASE_WALL_S = "peers/phase_wall_s"  #: training wall that a peer's ``time/<phase>`` records are shares of
@@ -113,6 +117,7 @@ LAYERS: dict[str, str] = {
     "update": "training update",
     "replay": "replay buffer",
     "transfer": "host-device transfer",
+    "wait": "waiting on another role",
     "other": "other named phases",
 }
 """Layer ids, in report order, with the label a report prints."""
@@ -121,6 +126,7 @@ PhaseLayers = dict[str, str]
 """Phase name -> layer id, in timing order (parents before their children)."""
 
 _GUESSES = (  # whole-word matches, checked in order on the phase's last path component, then on the whole name
+    ("wait", {"wait", "waiting", "idle", "blocked"}),
     ("transfer", {"transfer", "copy", "h2d", "d2h", "sync", "device"}),
     ("replay", {"replay", "buffer", "rb", "sample", "store", "priority", "priorities"}),
     ("environment", {"env", "envs", "environment", "reset", "sim", "simulate"}),

@@ -175,6 +175,13 @@ def from_dict(data: Any, where: str = "record") -> Record:
     return Record(**kwargs)
 
 
+def role_of(r: Record) -> str | None:
+    """The role a record belongs to (``meta.role``: a thread or process ``rlbench profile`` followed), or ``None`` for
+    the main process's main thread (every record of a run that followed nothing)."""
+    role = r.meta.get("role") if isinstance(r.meta, dict) else None
+    return str(role) if role else None
+
+
 def metric_records(
     metrics: Iterable[Metric],
     *,

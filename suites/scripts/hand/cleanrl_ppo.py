@@ -35,6 +35,9 @@ def parse_args():
     parser.add_argument("--total-timesteps", type=int, default=50000, help="total timesteps of the experiment")
     parser.add_argument("--learning-rate", type=float, default=2.5e-4, help="the learning rate of the optimizer")
     parser.add_argument("--num-envs", type=int, default=4, help="the number of parallel game environments")
+    parser.add_argument(
+        "--async-envs", action="store_true", help="step the envs in worker processes (gymnasium's AsyncVectorEnv)"
+    )
     parser.add_argument("--num-steps", type=int, default=128, help="the number of steps to run in each env per rollout")
     parser.add_argument(
         "--anneal-lr", action=argparse.BooleanOptionalAction, default=True, help="anneal the learning rate linearly to 0"
@@ -126,7 +129,8 @@ if __name__ == "__main__":
 
     # gymnasium >= 1.0 autoresets in NEXT_STEP mode: the step after a done ignores the action and returns the first
     # observation of the new episode (reward 0, not done); like CleanRL we just carry next_done = terminated | truncated.
-    envs = gym.vector.SyncVectorEnv([make_env(args.env_id) for _ in range(args.num_envs)])
+    vector_env = gym.vector.AsyncVectorEnv if args.async_envs else gym.vector.SyncVectorEnv
+    envs = vector_env([make_env(args.env_id) for _ in range(args.num_envs)])
     assert isinstance(envs.single_action_space, gym.spaces.Discrete), "only discrete action space is supported"
 
     agent = Agent(envs).to(device)

@@ -1,0 +1,537 @@
+"""Every Python process a profiled script starts, followed: env workers, data workers, actors, ranks, Ray workers.
+
+How a process joins, whatever starts it:
+
+* **A new interpreter** (``multiprocessing`` spawn and forkserver, ``subprocess`` of Python, ``torchrun``'s ranks, Ray's
+  workers): ``rlbench profile`` puts a folder holding a ``sitecustomize.py`` first on ``PYTHONPATH`` and names its
+  collection folder in ``RLBENCH_FOLLOW``; every Python that inherits that environment runs the hook at start-up,
+  before the script's own code, and joins (:func:`from_site`). It is the route ``opentelemetry-instrument`` and
+  ``ddtrace-run`` take; coverage.py's ``.pth`` route would need a file in the interpreter's own ``site-packages``. A
+  ``sitecustomize`` the environment already had still runs after ours. A Python without rlbench importable (another
+  interpreter) is left alone; the parent names it from the process table instead.
+* **A fork** (``multiprocessing``'s fork start method, a ``Pool``'s workers, ``os.fork``): the child inherits the hooks;
+  an ``os.register_at_fork`` handler clears what it inherited of its parent's measurements, and it joins as itself.
+
+Each followed process runs a :class:`~rlbench.profiling.session.Session` over its lifetime (every thread its own
+attribution) and writes its result, once, to ``<folder>/proc-<pid>-<n>.json`` when it ends: at exit (``atexit``), at the
+end of a ``multiprocessing`` process's run (``BaseProcess._bootstrap``, whose ``os._exit`` skips ``atexit``), at
+``os._exit`` or an ``exec``, and on SIGTERM (then it dies by that signal as it would have). A process killed outright
+(SIGKILL, a segfault) writes nothing: its start marker (``start-<pid>-<n>.json``) names it, and the parent reports it as
+never reported. Writing never raises into the user's code: a folder that is gone (a daemon outliving the run) is
+skipped silently. :mod:`rlbench.profiling.roles` merges the files in the parent.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+FOLLOW_ENV = "RLBENCH_FOLLOW"
+"""The collection folder of the profile this process belongs to (set for the script's whole process tree)."""
+SETTINGS_FILE = "settings.json"
+SITE_DIR = "site"
+
+SITECUSTOMIZE = """\
+# rlbench profile's start-up hook (see rlbench/profiling/follow.py), written for one run and removed with it
+def _rlbench_follow():
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:  # the environment's own sitecustomize, if it had one, runs too
+        import importlib.machinery
+        import importlib.util
+
+        rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+        if spec is not None and spec.loader is not None:
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+    except Exception:
+        pass
+    try:
+        from rlbench.profiling.follow import from_site
+    except Exception:  # another Python, without rlbench: not followed (rlbench names it from the process table)
+        return
+    try:
+        from_site()
+    except Exception:
+        pass
+
+
+_rlbench_follow()
+del _rlbench_follow
+"""
+
+# processes that are machinery, not the job: never followed (named by their role if they report at all)
+_HELPERS = (
+    "multiprocessing.resource_tracker",
+    "multiprocessing.forkserver",
+    "ray/dashboard",
+    "ray/_private/log_monitor",
+    "ray/_private/monitor",
+    "ray/autoscaler",
+    "ray/_private/runtime_env",
+    "ray/util/client",
+    "ray/_private/ray_process_reaper",
+    "ray.util.client.server",
+)
+
+
+def prepare(folder: Path, settings: dict[str, Any], pythonpath: str) -> dict[str, str]:
+    """Make ``folder`` the collection folder of a profile: its settings and start-up hook. Returns the environment
+    variables that make a process tree follow it: ``RLBENCH_FOLLOW``, and ``pythonpath`` (the script's) with the
+    hook's folder first."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / SETTINGS_FILE).write_text(json.dumps(settings), encoding="utf-8")
+    site = folder / SITE_DIR
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+    return {FOLLOW_ENV: str(folder), "PYTHONPATH": os.pathsep.join(p for p in (str(site), pythonpath) if p)}
+
+
+def followed_any(folder: Path) -> bool:
+    """Whether any process joined the profile collected in ``folder`` (a start marker is there)."""
+    return any(folder.glob("start-*.json"))
+
+
+def helper(argv: list[str]) -> bool:
+    """Whether a command line is a library's machinery (a resource tracker, a forkserver, Ray's own daemons)."""
+    text = " ".join(argv)
+    return any(h in text for h in _HELPERS)
+
+
+def process_start() -> float:
+    """When this process started, on ``time.perf_counter``'s clock (``CLOCK_MONOTONIC`` on Linux); now elsewhere."""
+    now = time.perf_counter()
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started_since_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+        return min(now, now - (boot - started_since_boot))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return now
+
+
+class Follower:
+    """This process's part of a followed profile: its session, how it ends, and the result it writes."""
+
+    current: Follower | None = None
+
+    def __init__(self, folder: Path, session: Any, *, main: bool = False, born: float | None = None) -> None:
+        self.folder = folder
+        self.session = session
+        self.main = main  # the profiled script's own process: its results go to rlbench's bootstrap, not the folder
+        self.pid = os.getpid()
+        self.born = process_start() if born is None else born
+        self.flushed = False
+        self.lock = threading.Lock()
+        self.target: str | None = None  # a multiprocessing process's target (module.qualname), once known
+        self.kind = "main" if main else "python"
+        self.n = next(_seq)
+        self.children_started = 0
+
+    # --- joining ----------------------------------------------------------------------------------------------
+    def start(self) -> Follower:
+        Follower.current = self
+        if not self.main:
+            self._marker()
+        _install_exit_hooks()
+        return self
+
+    def _marker(self) -> None:
+        data = {"pid": self.pid, "ppid": os.getppid(), "argv": _argv(), "born": self.born, "kind": self.kind}
+        _write(self.folder / f"start-{self.pid}-{self.n}.json", data)
+
+    def after_fork(self) -> None:
+        """In a forked child: this process's own measurements from now on (what it inherited was its parent's)."""
+        self.pid = os.getpid()
+        self.born = time.perf_counter()
+        self.flushed = False
+        self.lock = threading.Lock()
+        self.main = False
+        self.kind = "fork"
+        self.n = next(_seq)
+        self.target = None
+        reset_session_after_fork(self.session)
+        self._marker()
+        _sigterm_flushes()
+
+    # --- ending -----------------------------------------------------------------------------------------------
+    def flush(self, status: str, exit_code: int | None = None) -> None:
+        """Stop attributing and write this process's result (once; never raises)."""
+        if self.main or self.flushed or os.getpid() != self.pid:
+            return
+        with self.lock:
+            if self.flushed:
+                return
+            self.flushed = True
+        try:
+            result = process_result(self, status, exit_code)
+            _write(self.folder / f"proc-{self.pid}-{self.n}.json", result)
+        except Exception:  # the user's process must end as it would have; the parent names it as never reported
+            if os.environ.get("RLBENCH_DEBUG"):
+                import traceback
+
+                traceback.print_exc()
+
+    def role(self) -> str:
+        """This process's role: what ``rlbench.role`` named in its main thread, a rank's, the library's own kind of
+        worker, the Ray actor's class, else its entry point."""
+        from rlbench.profiling.threads import ROLES
+
+        a = self.session.attributor
+        named = ROLES.get(a.thread) if a is not None else None
+        return named or process_role(self.target)
+
+
+_seq = itertools.count()
+
+
+def process_role(target: str | None = None) -> str:
+    """The role of this process from what started it (see :meth:`Follower.role`)."""
+    env = os.environ
+    if env.get("RANK") and env.get("WORLD_SIZE"):
+        return f"rank-{env['RANK']}"
+    if target:
+        known = {
+            "gymnasium.vector.async_vector_env._async_worker": "env-worker",
+            "stable_baselines3.common.vec_env.subproc_vec_env._worker": "env-worker",
+            "torch.utils.data._utils.worker._worker_loop": "data-worker",
+            "multiprocessing.pool.worker": "pool-worker",
+            "torchrl.envs.batched_envs._run_worker_pipe_shared_mem": "env-worker",
+            "torchrl.envs.batched_envs._run_worker_pipe_direct": "env-worker",
+            "torchrl.collectors._runner._main_async_collector": "collector",
+        }
+        if target in known:
+            return known[target]
+        return _clean(target.rsplit(".", 1)[-1]) or "process"
+    title = _proc_title()
+    if title.startswith("ray::"):
+        name = title[5:].split(".", 1)[0].split(" ", 1)[0]
+        return _clean(name) if name and name != "IDLE" else "ray-worker"
+    argv = sys.orig_argv if hasattr(sys, "orig_argv") else sys.argv
+    args = list(argv[1:])
+    while args and args[0].startswith("-") and args[0] not in ("-m", "-c"):
+        args.pop(0)
+    if len(args) >= 2 and args[0] == "-m":
+        return _clean(args[1])
+    if args and args[0] == "-c":
+        return "python-c"
+    if args:
+        return _clean(Path(args[0]).stem) or "python"
+    return "python"
+
+
+def _clean(name: str) -> str:
+    import re
+
+    out = re.sub(r"[^A-Za-z0-9_.:-]+", "-", name).strip("-_.:")[:64]
+    return out if out and out[0].isalnum() else f"p{out}"[:64] if out else ""
+
+
+def _proc_title() -> str:
+    try:
+        return Path("/proc/self/cmdline").read_bytes().split(b"\0", 1)[0].decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _argv() -> list[str]:
+    return list(getattr(sys, "orig_argv", sys.argv))
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` as JSON whole or not at all; a folder that is gone (the run has ended) is no error."""
+    tmp = path.with_name(path.name + ".part")
+    try:
+        tmp.write_text(json.dumps(data, allow_nan=False, default=_num), encoding="utf-8")
+        os.replace(tmp, path)
+    except (OSError, ValueError):
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+
+
+def _num(v: Any) -> Any:
+    if isinstance(v, float):
+        return None
+    return str(v)
+
+
+# --- results ----------------------------------------------------------------------------------------------------
+def process_result(follower: Follower, status: str, exit_code: int | None) -> dict[str, Any]:
+    """Stop the session and turn every thread's attribution into metrics, with who this process was."""
+    from rlbench.profiling.results import metric_to_dict
+
+    session = follower.session
+    outcome = session.outcome or session.stop()
+    role = follower.role()
+    threads = thread_results(outcome, role, follower.born)
+    for t in threads:
+        t["metrics"] = [metric_to_dict(m) for m in t["metrics"]]
+    from rlbench.profiling.waits import PARTICIPANTS
+
+    return {
+        "pid": follower.pid,
+        "ppid": os.getppid(),
+        "role": role,
+        "kind": follower.kind,
+        "target": follower.target,
+        "argv": _argv(),
+        "born": follower.born,
+        "ended": time.perf_counter(),
+        "status": status,
+        "exit_code": exit_code,
+        "threads": threads,
+        "participants": participants(PARTICIPANTS, outcome, role),
+    }
+
+
+def thread_results(outcome: Any, role: str, born: float, *, main_metrics: bool = True) -> list[dict[str, Any]]:
+    """Every thread's attribution of a finished session as ``{"role", "thread", "ident", "metrics", ...}``: the
+    session's own thread first (``thread`` None, role ``role``), then each other thread (role qualified by ``role``
+    unless this is the main process, ``role == "main"``). ``main_metrics``: compute the session thread's metrics too
+    (the bootstrap has them already)."""
+    from rlbench.profiling.results import attribution_metrics, iteration_seconds
+
+    out = []
+    r = outcome.attribution
+    first = {
+        "role": role,
+        "thread": None,
+        "ident": r.thread,
+        "begun": born,
+        "started": r.started,
+        "ended": r.ended,
+        "channels": [[k, side, v[0], int(v[1])] for (k, side), v in r.channels.items()],
+        "wait_log": r.wait_log,
+        "trace": _trace(r),
+        "metrics": attribution_metrics(r, startup_s=r.started - born) if main_metrics else [],
+    }
+    series = iteration_seconds(r, "environment")
+    if series is not None:
+        first["env_series"] = series
+    out.append(first)
+    for t in outcome.threads:
+        a = t.attribution
+        name = t.role if role == "main" else f"{role}/{t.role}"
+        out.append(
+            {
+                "role": name,
+                "thread": t.name,
+                "ident": t.ident,
+                "native_id": t.native_id,
+                "begun": t.started,
+                "started": a.started,
+                "ended": a.ended,
+                "channels": [[k, side, v[0], int(v[1])] for (k, side), v in a.channels.items()],
+                "wait_log": a.wait_log,
+                "trace": _trace(a),
+                "metrics": attribution_metrics(a, startup_s=a.started - t.started),
+            }
+        )
+    return out
+
+
+def _trace(r: Any) -> list[list[Any]]:
+    return [[e.path, e.start, e.end, r.layers.get(e.path) or ""] for e in r.trace]
+
+
+def participants(known: dict[str, dict[str, set[int]]], outcome: Any, role: str) -> dict[str, dict[str, list[str]]]:
+    """Per channel and side, the roles of this process that used it (thread idents turned into roles)."""
+    roles: dict[int, str] = {}
+    for t in outcome.threads:
+        roles[t.ident] = t.role if role == "main" else f"{role}/{t.role}"
+    roles[outcome.attribution.thread] = role
+    out: dict[str, dict[str, list[str]]] = {}
+    for key, sides in known.items():
+        out[key] = {side: sorted({roles.get(i, f"{role}/thread") for i in idents}) for side, idents in sides.items()}
+    for ident, name in roles.items():  # a thread is the other side of a join on it (and of the futures it set)
+        out.setdefault(f"thread:{os.getpid()}:{ident}", {}).setdefault("set", [])
+        out[f"thread:{os.getpid()}:{ident}"]["set"] = sorted({*out[f"thread:{os.getpid()}:{ident}"]["set"], name})
+    return out
+
+
+# --- joining, from the start-up hook and at fork ------------------------------------------------------------------
+def read_settings(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / SETTINGS_FILE).read_text(encoding="utf-8"))
+
+
+def from_site() -> None:
+    """The start-up hook's entry: join the profile named by ``RLBENCH_FOLLOW`` (a no-op without it, in a machinery
+    process, or where the folder is gone)."""
+    folder = os.environ.get(FOLLOW_ENV)
+    if not folder or Follower.current is not None:
+        return
+    path = Path(folder)
+    if not (path / SETTINGS_FILE).is_file() or helper(_argv()):
+        return
+    from rlbench.profiling.session import Session, Settings
+
+    settings = read_settings(path)
+    born = process_start()
+    session = Session(Settings(**{**settings, "count_iteration": None, "memory": False}))
+    session.start()
+    Follower(path, session, born=born).start()
+    _sigterm_flushes()
+
+
+def join_as_main(folder: Path, session: Any) -> Follower:
+    """The profiled script's own process (the bootstrap) joins: its children follow, its own results are its own."""
+    return Follower(folder, session, main=True).start()
+
+
+_installed = False
+
+
+def _install_exit_hooks() -> None:
+    """How a followed process's end writes its result, installed once per process (a fork inherits them)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    atexit.register(_at_exit)
+    os.register_at_fork(after_in_child=_forked)
+    real_exit = os._exit
+
+    def _exit(code: int) -> None:
+        f = Follower.current
+        if f is not None:
+            f.flush("exit", code)
+        real_exit(code)
+
+    _exit.__rlbench_wrapped__ = real_exit  # type: ignore[attr-defined]
+    os._exit = _exit
+    for name in ("execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp", "execlpe"):
+        real = getattr(os, name, None)
+        if real is None:
+            continue
+
+        def make(real: Any) -> Any:
+            def exec_(*args: Any, **kwargs: Any) -> Any:
+                f = Follower.current
+                if f is not None:
+                    f.flush("exec")
+                return real(*args, **kwargs)
+
+            exec_.__rlbench_wrapped__ = real  # type: ignore[attr-defined]
+            return exec_
+
+        setattr(os, name, make(real))
+    _patch_multiprocessing()
+
+
+def _at_exit() -> None:
+    f = Follower.current
+    if f is not None:
+        f.flush("exit", 0)
+
+
+def _forked() -> None:
+    f = Follower.current
+    if f is not None:
+        try:
+            f.after_fork()
+        except Exception:
+            Follower.current = None  # a child rlbench could not reset is not followed; it runs as it would
+
+
+def _patch_multiprocessing() -> None:
+    """A ``multiprocessing`` process's run: its target names its role, and its end writes its result (the process
+    then leaves by ``os._exit``, which skips ``atexit``)."""
+    import multiprocessing.process as mpp
+
+    real = mpp.BaseProcess._bootstrap
+    if hasattr(real, "__rlbench_wrapped__"):
+        return
+
+    def _bootstrap(self: Any, *args: Any, **kwargs: Any) -> int:
+        f = Follower.current
+        if f is not None and os.getpid() == f.pid:
+            f.target = _target_name(self)
+        try:
+            code = real(self, *args, **kwargs)
+        except BaseException:
+            if f is not None:
+                f.flush("error", 1)
+            raise
+        if f is not None:
+            f.flush("exit", code)
+        return code
+
+    _bootstrap.__rlbench_wrapped__ = real  # type: ignore[attr-defined]
+    mpp.BaseProcess._bootstrap = _bootstrap
+
+
+def _target_name(process: Any) -> str:
+    target = getattr(process, "_target", None)
+    if target is None:
+        run = type(process).run
+        return f"{type(process).__module__}.{type(process).__qualname__}" if run is not _base_run() else "process"
+    return f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', getattr(target, '__name__', 'target'))}"
+
+
+def _base_run() -> Any:
+    import multiprocessing.process as mpp
+
+    return mpp.BaseProcess.run
+
+
+def _sigterm_flushes() -> None:
+    """SIGTERM (a pool's terminate, torchrun stopping its workers, rlbench ending the run) writes the result first,
+    then ends the process by that signal, as it would have. A handler the script installs itself takes over."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+            return
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):
+        pass
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    f = Follower.current
+    if f is not None:
+        f.flush("terminated", -signum)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def reset_session_after_fork(session: Any) -> None:
+    """In a forked child: the session's attribution starts over for the one thread that survived the fork (the
+    forking thread), keeping what is known of the code (paths, layers, modules, envs); other threads' are dropped."""
+    from threading import get_ident
+
+    from rlbench.profiling import waits
+
+    ident = get_ident()
+    threads = session.threads
+    a = session.attributor
+    if a is not None:
+        a.reset_after_fork()
+        if a.thread != ident:  # forked from another thread: the parent's main thread is not in this process
+            a.depth = 1  # its hooks pass through; this thread's own attribution goes on as a thread's
+            mine = threads.live.get(ident) if threads is not None else None
+            if mine is not None:
+                mine.reset_after_fork()
+    if threads is not None:
+        keep = {ident: threads.live[ident]} if ident in threads.live else {}
+        threads.live = keep
+        threads.ended = []
+        threads.started = {}
+        threads.lock = threading.Lock()
+        for r in threads.routers:
+            r.cache = {k: v for k, v in r.cache.items() if k == ident}
+    session.outcome = None
+    waits.PARTICIPANTS.clear()

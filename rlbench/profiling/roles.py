@@ -1,0 +1,243 @@
+"""The parent's side of following processes: collect what every process of a repeat wrote, merge it into roles.
+
+:mod:`rlbench.profiling.follow` has each followed process write ``proc-<pid>-<n>.json`` (its threads' metrics, the
+channels its waits used, who used them) and a start marker. After the repeat, :func:`collect` reads the folder and
+:func:`role_metrics` turns it into ordinary metrics, one set per process and thread, each carrying ``meta.role``,
+``meta.pid`` and, for a thread other than its process's main thread, ``meta.thread``. The main process's main thread
+keeps today's records, without a role. Three more records, on the main process, say what was followed
+(``profile/processes``: the processes that never reported, and those rlbench saw but could not follow), who waited on
+whom (each wait's channel and the roles on its other side, in the wait records' meta) and how a vector env's step
+splits (``profile/env_workers``: the workers' own env time, the wait for the slowest, the rest: IPC and scheduling).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlbench.profiling.results import metric_from_dict
+from rlbench.results.metrics import (
+    ENV_STEPS,
+    ITERATIONS,
+    PROFILE_ENV_WORKERS,
+    PROFILE_PROCESSES,
+    SPS,
+    STARTUP_S,
+    TRAIN_S,
+    WALL_S,
+    WARMUP_S,
+    Metric,
+)
+
+ROLE_METRICS = (SPS, WALL_S, WARMUP_S, TRAIN_S, ENV_STEPS, ITERATIONS, STARTUP_S)
+"""What each role keeps besides its ``time/<phase>`` records (per-iteration series stay with the main process)."""
+
+
+@dataclass
+class Collected:
+    """A repeat's followed processes (the main one's threads come from the bootstrap's own result)."""
+
+    processes: list[dict[str, Any]] = field(default_factory=list)
+    unreported: list[dict[str, Any]] = field(default_factory=list)  # started (a marker), never wrote a result
+    not_followed: list[dict[str, Any]] = field(default_factory=list)  # seen in the process table, never joined
+
+
+def collect(folder: Path, seen: dict[int, dict[str, Any]] | None = None, main_pid: int | None = None) -> Collected:
+    """Read ``folder``'s results and markers; ``seen``: the processes the parent saw in its process table (pid ->
+    ``{"argv", "python"}``), of which those that never joined are named."""
+    out = Collected()
+    reported: set[tuple[int, int]] = set()
+    for path in sorted(folder.glob("proc-*.json")):
+        data = _read(path)
+        if data is None:
+            continue
+        out.processes.append(data)
+        reported.add(_key(path.name))
+    joined: set[int] = {p["pid"] for p in out.processes}
+    for path in sorted(folder.glob("start-*.json")):
+        data = _read(path)
+        if data is None:
+            continue
+        joined.add(int(data.get("pid", 0)))
+        if _key(path.name) not in reported:
+            out.unreported.append({"pid": data.get("pid"), "argv": data.get("argv", []), "kind": data.get("kind")})
+    from rlbench.profiling.follow import helper
+
+    for pid, info in sorted((seen or {}).items()):
+        if pid in joined or pid == main_pid or helper(info.get("argv") or []):
+            continue
+        out.not_followed.append({"pid": pid, **info})
+    return out
+
+
+def _key(name: str) -> tuple[int, int]:
+    parts = name.split(".")[0].split("-")
+    try:
+        return int(parts[1]), int(parts[2])
+    except (IndexError, ValueError):
+        return -1, -1
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def role_metrics(main: dict[str, Any], collected: Collected, main_pid: int) -> list[Metric]:
+    """Every role's metrics: the main process's other threads (``main["threads"]``, from the bootstrap) and every
+    followed process's threads; then the main process's summary records of what was followed."""
+    participants = _participants([main, *collected.processes])
+    for p in collected.processes:  # a process is the other side of a join on it
+        participants[f"process:{p['pid']}"]["set"].add(str(p.get("role")))
+    out: list[Metric] = []
+    entries: list[tuple[int, dict[str, Any], bool, str | None]] = [
+        (main_pid, t, True, None) for t in main.get("threads", [])[1:]
+    ]
+    role_by_pid = {main_pid: "main", **{int(p["pid"]): str(p.get("role")) for p in collected.processes}}
+    for p in collected.processes:
+        for i, t in enumerate(p.get("threads", [])):
+            entries.append((int(p["pid"]), t, i > 0, role_by_pid.get(int(p.get("ppid") or 0))))
+    for pid, t, is_thread, parent in entries:
+        meta: dict[str, Any] = {"role": str(t["role"]), "pid": pid}
+        if is_thread:
+            meta["thread"] = str(t.get("thread") or t.get("ident"))
+        waits = _waits(t, participants)
+        for w in waits:  # a pipe whose other end rlbench cannot see, in a process another one started: its parent's
+            if w["side"] == "recv" and not w["other"] and parent is not None:
+                w["other"] = [parent]
+        for d in t.get("metrics", []):
+            m = metric_from_dict(d)
+            if not (m.name.startswith("time/") or m.name in ROLE_METRICS):
+                continue
+            m.meta = {**m.meta, **meta}
+            if m.name.startswith("time/wait") and waits:
+                m.meta["channels"] = [w for w in waits if _under(m.name, w["phase"])]
+            out.append(m)
+    main_waits = _waits((main.get("threads") or [{}])[0], participants)
+    split = env_split(main, collected)
+    meta: dict[str, Any] = {
+        "followed": len(collected.processes),
+        "unreported": collected.unreported,
+        "not_followed": collected.not_followed,
+        "main_waits": main_waits,
+    }
+    out.append(Metric(PROFILE_PROCESSES, "count", "none", [float(len(collected.processes))], meta=meta))
+    if split is not None:
+        out.append(Metric(PROFILE_ENV_WORKERS, "s", "none", [split["own_s"]], meta=split))
+    return out
+
+
+def _under(metric: str, phase: str) -> bool:
+    return metric == f"time/{phase}" or metric.endswith("/" + phase)
+
+
+def _participants(procs: list[dict[str, Any]]) -> dict[str, dict[str, set[str]]]:
+    merged: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for p in procs:
+        for key, sides in (p.get("participants") or {}).items():
+            for side, roles in sides.items():
+                merged[key][side].update(roles)
+    return merged
+
+
+def trace_waits(procs: list[dict[str, Any]]) -> dict[str, dict[str, list[str]]]:
+    """Per channel and side, the roles on the other side (for the trace's wait events)."""
+    merged = _participants(procs)
+    return {
+        key: {side: sorted({r for s in OTHER_SIDE.get(side, ()) for r in sides.get(s, ())}) for side in sides}
+        for key, sides in merged.items()
+    }
+
+
+OTHER_SIDE = {"get": ("put",), "put": ("get",), "recv": ("send",), "result": ("set",), "join": ("set",), "collective": ()}
+
+
+def _waits(thread: dict[str, Any], participants: dict[str, dict[str, set[str]]]) -> list[dict[str, Any]]:
+    """What one thread waited on: each channel and side, its seconds and calls, and the roles on the other side."""
+    out = []
+    for key, side, seconds, calls in thread.get("channels", []):
+        sides = participants.get(key, {})
+        others = sorted({r for s in OTHER_SIDE.get(side, ()) for r in sides.get(s, ())} - {thread.get("role")})
+        if key.startswith("collective"):
+            others = ["every rank"]
+        out.append(
+            {
+                "phase": f"wait/{_kind(key, side)}",
+                "channel": key,
+                "side": side,
+                "s": float(seconds),
+                "calls": int(calls),
+                "other": others,
+            }
+        )
+    return out
+
+
+def _kind(key: str, side: str) -> str:
+    if side in ("get", "put"):
+        return "queue"
+    if side == "recv":
+        return "pipe"
+    if side == "result":
+        return "future"
+    return {"join": "join", "collective": "collective"}.get(side, side)
+
+
+def env_split(main: dict[str, Any], collected: Collected) -> dict[str, Any] | None:
+    """A vector env's step in the main process, split: the env workers' own env time (each command's mean over the
+    workers), the wait for the slowest worker (each command's max less its mean) and the rest of the main process's
+    env phases (pipes, pickling, shared memory, the scheduler). ``None`` without env workers."""
+    import numpy as np
+
+    from rlbench.profiling.results import decode_series
+
+    workers = [p for p in collected.processes if p.get("role") == "env-worker" and p.get("threads")]
+    series = [decode_series(w["threads"][0]["env_series"]) for w in workers if w["threads"][0].get("env_series")]
+    if len(series) < 1:
+        return None
+    main_env = _main_env_s(main)
+    if main_env is None:
+        return None
+    n = min(len(s) for s in series)
+    lengths = sorted({len(s) for s in series})
+    table = np.vstack([s[:n] for s in series])
+    complete = ~np.isnan(table).any(axis=0)
+    if not complete.any():
+        return None
+    rows = table[:, complete]
+    mean, peak = rows.mean(axis=0), rows.max(axis=0)
+    scale = n / int(complete.sum())  # commands left unattributed in some worker: estimated from the attributed ones
+    own = float(mean.sum()) * scale
+    slowest = float(peak.sum()) * scale
+    return {
+        "own_s": own,
+        "straggler_s": slowest - own,
+        "rest_s": max(main_env - slowest, 0.0),
+        "main_env_s": main_env,
+        "workers": len(series),
+        "commands": n,
+        "command_counts": lengths,
+        "attributed_commands": int(complete.sum()),
+    }
+
+
+def _main_env_s(main: dict[str, Any]) -> float | None:
+    """The main process's env phases over its whole run (``run_s``), summed over their top-most paths."""
+    threads = main.get("threads") or []
+    metrics = main.get("metrics") or (threads[0].get("metrics") if threads else None) or []
+    env = {}
+    for d in metrics:
+        name = d.get("name", "")
+        meta = d.get("meta") or {}
+        if name.startswith("time/") and meta.get("layer") == "environment" and "run_s" in meta:
+            env[name[len("time/") :]] = float(meta["run_s"])
+    tops = [p for p in env if not any(p.startswith(q + "/") for q in env if q != p)]
+    total = sum(env[p] for p in tops)
+    return total if total > 0 and math.isfinite(total) else None

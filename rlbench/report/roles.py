@@ -1,0 +1,277 @@
+"""Every role of a profiled job and who waits on whom, from records alone.
+
+``rlbench profile`` follows a script's threads and processes; each one's records carry ``meta.role`` (and ``meta.pid``,
+``meta.thread``). A role is every thread or process of one kind: the main process's main thread is ``main``; an
+actor thread, the env workers, the data workers, ``rank-1``, a Ray actor class. Each role's time is its own wall after
+its start-up (a spawned worker re-imports the script first): busy in its phases, or blocked in a wait (``wait/*``,
+whose records name the roles on the other side). The verdict names the role the others wait on.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlbench.report.format import fmt, fmt_s, md_code, md_table, md_text, pct
+from rlbench.results.metrics import PROFILE_ENV_WORKERS, PROFILE_PROCESSES, STARTUP_S, WALL_S, guess_layer
+from rlbench.results.records import Record, role_of
+
+MAIN = "main"
+WAIT_SHARE = 0.2
+"""A role that waits this share of its time or more is waiting on someone; one that waits less is busy."""
+
+
+@dataclass
+class Role:
+    """One role's figures: sums over its processes and threads, medians over repeats."""
+
+    name: str
+    pids: list[int] = field(default_factory=list)
+    threads: int = 0
+    run_s: float = 0.0  # its own wall after start-up
+    startup_s: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # seconds over the run (inclusive), per phase path
+    layers: dict[str, str] = field(default_factory=dict)
+    waits: list[dict[str, Any]] = field(default_factory=list)  # each wait's channel, side, seconds, other side
+    thread_role: bool = False  # its records are threads' (meta.thread), not processes' main threads
+
+    @property
+    def wait_s(self) -> float:
+        return sum(s for p, s in self.phases.items() if self._top_wait(p))
+
+    def _top_wait(self, path: str) -> bool:
+        if self._layer(path) != "wait":
+            return False
+        parts = path.split("/")
+        return not any(self._layer("/".join(parts[:i])) == "wait" for i in range(1, len(parts)))
+
+    def _layer(self, path: str) -> str:
+        return self.layers.get(path) or guess_layer(path)
+
+    @property
+    def wait_share(self) -> float:
+        return self.wait_s / self.run_s if self.run_s > 0 else math.nan
+
+    def top(self, n: int = 3) -> list[tuple[str, float]]:
+        """The leaf phases holding the most of its run, largest first (waits included)."""
+        leaves = [p for p in self.phases if not any(q.startswith(p + "/") for q in self.phases)]
+        return sorted(((p, self.phases[p]) for p in leaves), key=lambda x: -x[1])[:n]
+
+    def others(self) -> list[str]:
+        """The roles this one waited on (the other side of its waits), most seconds first."""
+        by: dict[str, float] = defaultdict(float)
+        for w in self.waits:
+            for o in w.get("other", []):
+                by[o] += float(w.get("s", 0.0))
+        return [o for o, _ in sorted(by.items(), key=lambda x: -x[1])]
+
+
+def roles(records: list[Record]) -> dict[str, Role]:
+    """Every role of one run (``main`` first, then in the order they first appear): per repeat summed over the role's
+    processes and threads, then the median over repeats."""
+    per_repeat: dict[str, dict[int, Role]] = defaultdict(dict)
+    order: list[str] = []
+    for r in records:
+        name = role_of(r) or MAIN
+        if name not in order:
+            order.append(name)
+        role = per_repeat[name].setdefault(r.repeat, Role(name))
+        pid = r.meta.get("pid")
+        if isinstance(pid, int) and pid not in role.pids:
+            role.pids.append(pid)
+        if r.metric == WALL_S and r.meta.get("run_s") is not None:
+            role.run_s += float(r.meta["run_s"])
+            role.threads += 1  # one wall per thread
+            role.thread_role = "thread" in r.meta
+        elif r.metric == STARTUP_S and r.samples:
+            role.startup_s += float(r.samples[0]) if math.isfinite(r.samples[0]) else 0.0
+        elif r.metric.startswith("time/") and r.metric != "time/warmup" and r.meta.get("run_s") is not None:
+            path = r.metric[len("time/") :]
+            role.phases[path] = role.phases.get(path, 0.0) + float(r.meta["run_s"])
+            if r.meta.get("layer"):
+                role.layers[path] = str(r.meta["layer"])
+            for c in r.meta.get("channels") or []:
+                if isinstance(c, dict):
+                    role.waits.append(c)
+    out: dict[str, Role] = {}
+    for name in order:
+        reps = per_repeat[name]
+        first = reps[min(reps)]
+        merged = Role(name, sorted({p for r in reps.values() for p in r.pids}), max(r.threads for r in reps.values()))
+        merged.run_s = statistics.median(r.run_s for r in reps.values())
+        merged.startup_s = statistics.median(r.startup_s for r in reps.values())
+        paths = {p for r in reps.values() for p in r.phases}
+        merged.phases = {p: statistics.median(r.phases.get(p, 0.0) for r in reps.values()) for p in paths}
+        merged.layers = {k: v for r in reps.values() for k, v in r.layers.items()}
+        merged.waits = first.waits
+        merged.thread_role = first.thread_role
+        out[name] = merged
+    return out
+
+
+def followed(records: list[Record]) -> bool:
+    """Whether the run holds records of roles other than the main one."""
+    return any(role_of(r) for r in records)
+
+
+def summary(records: list[Record]) -> dict[str, Any]:
+    """``rlbench profile --json``'s ``roles``: role -> ``{"pids", "threads", "wall_s", "startup_s", "wait_s",
+    "phases"}`` (seconds; the main process's main thread is ``main``)."""
+    return {
+        name: {
+            "pids": r.pids,
+            "threads": r.threads,
+            "wall_s": r.run_s,
+            "startup_s": r.startup_s,
+            "wait_s": r.wait_s,
+            "phases": {p: r.phases[p] for p in sorted(r.phases)},
+        }
+        for name, r in roles(records).items()
+    }
+
+
+def verdict(table: dict[str, Role]) -> str:
+    """Who the job waits on, in a sentence a user can act on."""
+    waiting = sorted((r for r in table.values() if r.run_s > 0 and r.wait_share >= WAIT_SHARE), key=lambda r: -r.wait_share)
+    if not waiting:
+        busiest = max(table.values(), key=lambda r: r.run_s if r.run_s > 0 else -1.0)
+        return (
+            f"No role waits {pct(WAIT_SHARE, 0)} of its time or more: every one is busy. Speed up the work itself; "
+            f"{md_text(busiest.name)}'s phases are in its own table below."
+        )
+    r = waiting[0]
+    others = [o for o in r.others() if o != r.name]
+    on = ", ".join(md_text(o) for o in others) if others else "another role (rlbench could not see the other side)"
+    text = f"**{md_text(r.name)}** waited **{pct(r.wait_share)}** of its time, on {on}"
+    busy = [table[o] for o in others if o in table]
+    if busy:
+        shares = ", ".join(f"{md_text(o.name)} busy {pct(1 - o.wait_share)}" for o in busy)
+        if all(o.wait_share < WAIT_SHARE for o in busy):
+            names = " and ".join(md_text(o.name) for o in busy)
+            return (
+                f"{text}; {shares}: **{names} {'is' if len(busy) == 1 else 'are'} the bottleneck**. Making "
+                f"{names} faster (or running more of {'it' if len(busy) == 1 else 'them'}) speeds up the job; making "
+                f"{md_text(r.name)} faster does not."
+            )
+        return f"{text}; {shares}: the roles wait on each other, so the job is bound by the hand-offs between them."
+    return f"{text}."
+
+
+def section(records: list[Record]) -> list[str]:
+    """The report's section on roles: the verdict, a table of every role (busy against waiting), each role's top
+    phases and what it waited on, a vector env's step split, and the processes that never reported."""
+    if not followed(records):
+        return []
+    table = roles(records)
+    rows = []
+    for r in table.values():
+        top = ", ".join(f"{md_code(p)} {pct(s / r.run_s if r.run_s else math.nan)}" for p, s in r.top())
+        if r.thread_role:
+            who = f"{r.threads} thread{'s' if r.threads != 1 else ''}"
+        elif len(r.pids) > 1:
+            who = f"{len(r.pids)} processes"
+        else:
+            who = f"pid {r.pids[0]}" if r.pids else "the script's"
+        rows.append(
+            [
+                md_code(r.name),
+                who,
+                fmt_s(r.run_s),
+                fmt_s(r.startup_s),
+                pct(1 - r.wait_share),
+                pct(r.wait_share),
+                top,
+            ]
+        )
+    out = [
+        "## Roles: who waits on whom",
+        "",
+        verdict(table),
+        "",
+        "Each role is every thread or process of one kind: `main` is the script's own main thread; other threads are "
+        "named by `rlbench.role(...)` or their name, other processes by what started them. Shares are of the role's "
+        "own wall after its start-up (a spawned worker re-imports the script first); its start-up is shown apart. "
+        "With several processes or threads, their seconds are summed.",
+        "",
+        md_table(["Role", "Processes / threads", "Wall after start-up", "Start-up", "Busy", "Waiting", "Top phases"], rows),
+    ]
+    waits = []
+    for r in table.values():
+        merged: dict[tuple[str, str, str], float] = defaultdict(float)
+        for w in r.waits:  # one row per kind of wait and other side (a role's processes and channels summed)
+            other = ", ".join(md_text(o) for o in w.get("other", [])) or "not seen"
+            merged[(str(w.get("phase", "wait")), str(w.get("side", "")), other)] += float(w.get("s", 0.0))
+        for (phase, side, other), seconds in merged.items():
+            share = seconds / r.run_s if r.run_s else math.nan
+            waits.append([md_code(r.name), md_code(phase), md_text(side), other, pct(share)])
+    if waits:
+        out += [
+            "",
+            "What each role waited on (the other side: the roles that used the same queue, pipe or future from the "
+            "other end; seconds from the first repeat):",
+            "",
+            md_table(["Role", "Wait", "Its side", "Other side", "Share of its time"], waits),
+        ]
+    out += env_split_lines(records)
+    out += unreported_lines(records)
+    return out
+
+
+def env_split_lines(records: list[Record]) -> list[str]:
+    """How the main loop's vector-env step splits (``profile/env_workers``), as a sentence."""
+    r = next((r for r in records if r.metric == PROFILE_ENV_WORKERS and not role_of(r)), None)
+    if r is None:
+        return []
+    m = r.meta
+    total = float(m.get("main_env_s") or 0.0)
+    if total <= 0:
+        return []
+    own, straggler, rest = (float(m.get(k) or 0.0) for k in ("own_s", "straggler_s", "rest_s"))
+    return [
+        "",
+        f"**The vector env's step, split.** The main loop spent {fmt_s(total)} in its env phases over "
+        f"{fmt(float(m.get('commands') or 0), 0)} commands to {m.get('workers')} env workers: the workers' own env time "
+        f"{fmt_s(own)} ({pct(own / total)}, each command's mean over the workers), waiting for the slowest worker "
+        f"{fmt_s(straggler)} ({pct(straggler / total)}, each command's slowest less its mean), and the rest "
+        f"{fmt_s(rest)} ({pct(rest / total)}: pipes, pickling, shared memory, and the workers waiting for a CPU). "
+        + _env_advice(own / total, straggler / total, rest / total),
+    ]
+
+
+def _env_advice(own: float, straggler: float, rest: float) -> str:
+    if rest >= max(own, straggler):
+        return (
+            "The IPC around the env is the largest part: fewer, larger steps per message (more envs per worker), "
+            "shared memory for observations, or fewer workers than CPU cores would cut it."
+        )
+    if straggler >= own:
+        return "The slowest worker sets the pace: uneven envs or too few cores for the workers."
+    return "The envs' own stepping is the largest part: a faster env (or more workers, given free cores) would help."
+
+
+def unreported_lines(records: list[Record]) -> list[str]:
+    """The processes that never reported, and those rlbench saw but could not follow."""
+    r = next((r for r in records if r.metric == PROFILE_PROCESSES and not role_of(r)), None)
+    if r is None:
+        return []
+    lost = r.meta.get("unreported") or []
+    foreign = r.meta.get("not_followed") or []
+    out = []
+    if lost:
+        names = "; ".join(f"pid {p.get('pid')} ({md_text(' '.join(map(str, p.get('argv', [])[:4])))})" for p in lost[:8])
+        out += [
+            "",
+            f"**{len(lost)} process(es) joined and never reported** (killed, crashed, or still running when the script "
+            f"ended; their numbers are missing from the tables): {names}.",
+        ]
+    if foreign:
+        names = "; ".join(f"pid {p.get('pid')} ({md_text(' '.join(map(str, p.get('argv', [])[:4])))})" for p in foreign[:8])
+        out += [
+            "",
+            f"**{len(foreign)} process(es) seen but not followed** (another program, or a Python without rlbench "
+            f"importable, or started without the environment): {names}.",
+        ]
+    return out
