@@ -29,7 +29,7 @@ import numpy as np
 
 from rlbench.results.fingerprint import HARDWARE_FIELDS
 from rlbench.results.metrics import MACHINE, MACHINE_OTHER_CPU
-from rlbench.results.records import Record
+from rlbench.results.records import Record, case_metric
 
 RATE_OR_TIME_UNITS = ("s", "steps/s", "us", "ms", "ops/s", "req/s")
 MIN_SAMPLES = 5  # below this, a bootstrap interval is not trusted: no verdict (and the gate refuses)
@@ -242,7 +242,7 @@ def _num(v: float) -> float | None:
 
 def _key(r: Record, ignore: frozenset[str]) -> tuple[str, str, str]:
     params = {k: v for k, v in r.params.items() if k not in ignore}
-    return r.benchmark, json.dumps(params, sort_keys=True, default=str), r.metric
+    return r.benchmark, json.dumps(params, sort_keys=True, default=str), case_metric(r)
 
 
 def match_cases(
@@ -258,14 +258,14 @@ def match_cases(
     seen: dict[str, set] = defaultdict(set)
     for side, records in (("base", base), ("cand", cand)):
         for r in records:
-            if metrics is not None and r.metric not in metrics:
+            if metrics is not None and case_metric(r) not in metrics:
                 continue
             if r.metric.startswith(MACHINE):  # context of a measurement, not a measurement to compare
                 continue
             k = _key(r, ignore)
             case = sides.get(k)
             if case is None:
-                case = sides[k] = Case(r.benchmark, k[1], r.metric, r.unit, r.direction)
+                case = sides[k] = Case(r.benchmark, k[1], k[2], r.unit, r.direction)
             getattr(case, side).setdefault(r.seed, []).extend(r.samples)
             seen[side].add(k)
     both = seen["base"] & seen["cand"]

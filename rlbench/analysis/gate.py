@@ -30,7 +30,7 @@ from rlbench.core.errors import DataError, UsageError
 from rlbench.results.metrics import EVAL_RETURN
 from rlbench.results.records import Record
 
-_THRESHOLD = re.compile(r"^(?P<metric>[A-Za-z0-9_./-]+):(?P<value>\d+(\.\d+)?)%$")
+_THRESHOLD = re.compile(r"^(?P<metric>[A-Za-z0-9_./-]+(@[A-Za-z0-9_./-]+)?):(?P<value>\d+(\.\d+)?)%$")
 LEARNING_METRIC = EVAL_RETURN
 
 
@@ -50,7 +50,10 @@ class Threshold:
         """
         m = _THRESHOLD.match(text.strip())
         if not m:
-            raise UsageError(f"malformed threshold {text!r}: use METRIC:PERCENT%, e.g. sps:5% or time/update:10%")
+            raise UsageError(
+                f"malformed threshold {text!r}: use METRIC:PERCENT%, e.g. sps:5% or time/update:10%, or a followed "
+                "role's METRIC@ROLE:PERCENT%, e.g. time/wait/queue@learner:10%"
+            )
         fraction = float(m["value"]) / 100.0
         if not math.isfinite(fraction):
             raise UsageError(f"malformed threshold {text!r}: the percentage must be a finite number")

@@ -23,6 +23,7 @@ boundary snapshots the exclusive seconds, so per-iteration figures come out.
 
 from __future__ import annotations
 
+import math
 import resource
 import threading
 from array import array
@@ -164,6 +165,8 @@ class Attribution:
     sample_every: int = 1  # one iteration in this many attributed from SAMPLE_FROM on (1: every one)
     begun: float = 0.0  # when attribution began (the session's start; a thread's start)
     thread: int = 0  # the thread attributed (threading.get_ident)
+    sched: tuple[float, float] = (math.nan, math.nan)  # the thread's seconds on a CPU and waiting for one, from started
+    threads_followed: bool = False  # the other threads were attributed on their own (rlbench.profiling.threads)
     channels: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (channel, side) -> [seconds, calls]
     wait_log: list[tuple[float, float, str, str]] = field(default_factory=list)  # traced waits: (start, end, channel, side)
 
@@ -196,6 +199,7 @@ class Attributor:
         "count_iteration",
         "counted",
         "counter",
+        "cpu0",
         "cuda_peak_bytes",
         "depth",
         "enters",
@@ -221,6 +225,7 @@ class Attributor:
         "memory",
         "merged",
         "merges",
+        "native_id",
         "param_hint",
         "param_ptrs",
         "parent",
@@ -339,6 +344,8 @@ class Attributor:
         self.wait_log: list[tuple[float, float, str, str]] = []  # traced waits, for the trace's links between roles
         self.learns = False  # an update has been seen (its waits no longer set the actor's rhythm)
         self.forked = False  # a forked child's, reset inside a hooked call: careful (slow) until its first iteration
+        self.native_id = threading.get_native_id()  # the thread's OS id: its scheduler statistics (sched_seconds)
+        self.cpu0 = sched_seconds(self.native_id)  # on a CPU and waiting for one, when attribution began
         self.extras: bool | int = False
         self.refresh_extras()
         self.t = self.t_begin = _clock()
@@ -695,6 +702,7 @@ class Attributor:
         if self.started is None:
             self.started = now
             self.excl.clear()  # what ran before the first env event is start-up, not training
+            self.cpu0 = sched_seconds(self.native_id)
         self._cuda = _cuda_initialized()
         index = len(self.iteration_t)
         self.iteration_t.append(now)
@@ -733,6 +741,54 @@ class Attributor:
             "flops": dict(counter.flops),
         }
         self.matmuls = {phase: dict(per) for phase, per in counter.matmuls.items()}
+
+    def _sched(self) -> tuple[float, float]:
+        """The thread's seconds on a CPU and waiting for one (in a run queue) since attribution started."""
+        now = sched_seconds(self.native_id)
+        return (now[0] - self.cpu0[0], now[1] - self.cpu0[1])
+
+    def peek(self) -> Attribution:
+        """What has been measured so far, without closing anything: the time since the last transition is booked as
+        it would be at the next one (to a pending phase up to its end, then to the phase below it). Read from another
+        thread (a follower's periodic snapshot): every copy is one call under the GIL, so the snapshot may miss the
+        transition in flight, never corrupt the attributor."""
+        now = _clock()
+        # the marks first: a phase booked meanwhile adds a key to the totals after them, never one before
+        ts, steps, packed = list(self.iteration_t), list(self.iteration_steps), list(self.iteration_excl)
+        excl = dict(self.excl)
+        stack = list(self.stack)
+        if not self.paused:
+            top = stack[-1] if stack else ""
+            if self.pending and stack:
+                excl[top] = excl.get(top, 0.0) + max(self.t_exit - self.t, 0.0)
+                below = stack[-2] if len(stack) > 1 else ""
+                excl[below] = excl.get(below, 0.0) + max(now - self.t_exit, 0.0)
+            else:
+                excl[top] = excl.get(top, 0.0) + max(now - self.t, 0.0)
+        n = min(len(ts), len(steps), len(packed))
+        sampled = list(self.iteration_sampled)[:n]
+        return Attribution(
+            started=self.started if self.started is not None else self.t_begin,
+            ended=now,
+            excl=excl,
+            enters=dict(self.enters),
+            layers=dict(self.layers),
+            steps=self.steps,
+            iterations=_marks(ts[:n], steps[:n], packed[:n], list(excl)),
+            sampled=[] if all(sampled) else sampled,
+            sample_every=self.sample_every,
+            mem_bytes={},
+            cuda_peak_bytes={},
+            transitions=2 * (sum(self.enters.values()) - self.merges),
+            passthrough=self.passthrough,
+            merges=self.merges,
+            mem_marks=self.mem_marks,
+            counted_iteration=None,
+            begun=self.t_begin,
+            thread=self.thread,
+            sched=self._sched(),
+            channels={k: list(v) for k, v in dict(self.channels).items()},
+        )
 
     def finish(self) -> Attribution:
         """Close every open phase, stop counting, and return what was measured."""
@@ -785,6 +841,7 @@ class Attributor:
             foreign_phases=self.foreign_phases,
             begun=self.t_begin,
             thread=self.thread,
+            sched=self._sched(),
             channels={k: list(v) for k, v in self.channels.items()},
             wait_log=list(self.wait_log),
         )
@@ -823,6 +880,17 @@ def _live_threads_cpu(main: int) -> dict[int, float]:
 
 def _false() -> bool:
     return False
+
+
+def sched_seconds(native_id: int) -> tuple[float, float]:
+    """A thread's seconds on a CPU and waiting for one, so far (Linux's ``/proc/self/task/TID/schedstat``; NaN where
+    it cannot be read). A thread's wall is these two and its time blocked (asleep, waiting on a lock, on I/O)."""
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat", "rb") as f:
+            on_cpu, queued = f.read().split()[:2]
+        return int(on_cpu) / 1e9, int(queued) / 1e9
+    except (OSError, ValueError):
+        return math.nan, math.nan
 
 
 def _cuda_initialized() -> bool:

@@ -24,7 +24,6 @@ skipped silently. :mod:`rlbench.profiling.roles` merges the files in the parent.
 from __future__ import annotations
 
 import atexit
-import itertools
 import json
 import os
 import signal
@@ -34,6 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+SNAPSHOT_S = 0.5
+"""A followed interpreter writes what it has measured so far this often (the last snapshot stands for a process that is
+killed before it ends)."""
 FOLLOW_ENV = "RLBENCH_FOLLOW"
 """The collection folder of the profile this process belongs to (set for the script's whole process tree)."""
 SETTINGS_FILE = "settings.json"
@@ -83,6 +85,9 @@ _HELPERS = (
     "ray/util/client",
     "ray/_private/ray_process_reaper",
     "ray.util.client.server",
+    "ray/core/src/ray/",  # Ray's own binaries: the GCS server, the raylet
+    "ray::DashboardAgent",
+    "ray::RuntimeEnvAgent",
 )
 
 
@@ -136,16 +141,35 @@ class Follower:
         self.lock = threading.Lock()
         self.target: str | None = None  # a multiprocessing process's target (module.qualname), once known
         self.kind = "main" if main else "python"
-        self.n = next(_seq)
-        self.children_started = 0
+        self.n = _unique()
 
     # --- joining ----------------------------------------------------------------------------------------------
-    def start(self) -> Follower:
+    def start(self, snapshot_s: float = 0.0) -> Follower:
+        """Join: the start marker, the exit hooks, and (``snapshot_s`` > 0) a snapshot of the results so far every
+        ``snapshot_s`` seconds, for a process killed before it can write them (Ray ends its workers so)."""
         Follower.current = self
         if not self.main:
             self._marker()
         _install_exit_hooks()
+        if snapshot_s > 0:
+            threading.Thread(target=self._snapshots, args=(snapshot_s,), name="rlbench-snapshot", daemon=True).start()
         return self
+
+    def _snapshots(self, every: float) -> None:
+        pid = self.pid
+        path = self.folder / f"snap-{self.pid}-{self.n}.json"
+        while True:
+            time.sleep(every)
+            if self.flushed or os.getpid() != pid or not self.folder.is_dir():
+                return
+            try:
+                _write(path, snapshot(self))
+            except Exception:
+                if os.environ.get("RLBENCH_DEBUG"):
+                    import traceback
+
+                    traceback.print_exc()
+                return
 
     def _marker(self) -> None:
         data = {"pid": self.pid, "ppid": os.getppid(), "argv": _argv(), "born": self.born, "kind": self.kind}
@@ -159,7 +183,7 @@ class Follower:
         self.lock = threading.Lock()
         self.main = False
         self.kind = "fork"
-        self.n = next(_seq)
+        self.n = _unique()
         self.target = None
         reset_session_after_fork(self.session)
         self._marker()
@@ -193,7 +217,9 @@ class Follower:
         return named or process_role(self.target)
 
 
-_seq = itertools.count()
+def _unique() -> int:
+    """A number no other follower of this pid has (an exec keeps the pid and starts the count again)."""
+    return time.monotonic_ns()
 
 
 def process_role(target: str | None = None) -> str:
@@ -234,7 +260,7 @@ def process_role(target: str | None = None) -> str:
 def _clean(name: str) -> str:
     import re
 
-    out = re.sub(r"[^A-Za-z0-9_.:-]+", "-", name).strip("-_.:")[:64]
+    out = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-_.")[:64]
     return out if out and out[0].isalnum() else f"p{out}"[:64] if out else ""
 
 
@@ -269,12 +295,13 @@ def _num(v: Any) -> Any:
 
 
 # --- results ----------------------------------------------------------------------------------------------------
-def process_result(follower: Follower, status: str, exit_code: int | None) -> dict[str, Any]:
-    """Stop the session and turn every thread's attribution into metrics, with who this process was."""
+def process_result(follower: Follower, status: str, exit_code: int | None, peek: bool = False) -> dict[str, Any]:
+    """Stop the session and turn every thread's attribution into metrics, with who this process was (``peek``: what
+    it has measured so far, the session going on: a periodic snapshot)."""
     from rlbench.profiling.results import metric_to_dict
 
     session = follower.session
-    outcome = session.outcome or session.stop()
+    outcome = _peek(session) if peek else (session.outcome or session.stop())
     role = follower.role()
     threads = thread_results(outcome, role, follower.born)
     for t in threads:
@@ -295,6 +322,65 @@ def process_result(follower: Follower, status: str, exit_code: int | None) -> di
         "threads": threads,
         "participants": participants(PARTICIPANTS, outcome, role),
     }
+
+
+def snapshot(follower: Follower) -> dict[str, Any]:
+    """What this process has measured so far, raw (each thread's phase totals so far, :meth:`Attributor.peek`): cheap
+    to take every fraction of a second; the parent makes metrics of it (:func:`rlbench.profiling.roles.collect`) if
+    the process never writes its result."""
+    from rlbench.profiling.waits import PARTICIPANTS
+
+    outcome = _peek(follower.session)
+    role = follower.role()
+    threads = []
+    for name, thread, a, begun in [(role, None, outcome.attribution, follower.born)] + [
+        (t.role if role == "main" else f"{role}/{t.role}", t.name, t.attribution, t.started) for t in outcome.threads
+    ]:
+        threads.append(
+            {
+                "role": name,
+                "thread": thread,
+                "ident": a.thread,
+                "begun": begun,
+                "started": a.started,
+                "ended": a.ended,
+                "channels": [[k, side, v[0], int(v[1])] for (k, side), v in a.channels.items()],
+                "raw": {"excl": a.excl, "enters": a.enters, "layers": a.layers, "steps": a.steps, "sched": list(a.sched)},
+                "metrics": [],
+            }
+        )
+    return {
+        "pid": follower.pid,
+        "ppid": os.getppid(),
+        "role": role,
+        "kind": follower.kind,
+        "target": follower.target,
+        "argv": _argv(),
+        "born": follower.born,
+        "ended": time.perf_counter(),
+        "status": "snapshot",
+        "exit_code": None,
+        "threads": threads,
+        "participants": participants(PARTICIPANTS, outcome, role),
+    }
+
+
+def _peek(session: Any) -> Any:
+    """A running session's outcome so far (:meth:`Attributor.peek` of every thread)."""
+    from rlbench.profiling.session import Outcome
+    from rlbench.profiling.threads import ROLES, ThreadResult, thread_role
+
+    threads = []
+    if session.threads is not None:
+        by_ident = {t.ident: t for t in threading.enumerate()}
+        threads = list(session.threads.ended)
+        for ident, a in list(session.threads.live.items()):
+            t = by_ident.get(ident)
+            name = ROLES.get(ident) or (thread_role(t) if t is not None else "thread")
+            threads.append(
+                ThreadResult(ident, t.name if t else str(ident), name, getattr(t, "native_id", None), a.peek(), a.t_begin)
+            )
+    return Outcome(session.attributor.peek(), {}, [], {}, threads)
 
 
 def thread_results(outcome: Any, role: str, born: float, *, main_metrics: bool = True) -> list[dict[str, Any]]:
@@ -380,9 +466,11 @@ def from_site() -> None:
 
     settings = read_settings(path)
     born = process_start()
-    session = Session(Settings(**{**settings, "count_iteration": None, "memory": False}))
+    # ops are counted and memory marked in the script's own process only
+    fields = {k: v for k, v in settings.items() if k in Settings.__dataclass_fields__}
+    session = Session(Settings(**{**fields, "count_iteration": None, "memory": False}))
     session.start()
-    Follower(path, session, born=born).start()
+    Follower(path, session, born=born).start(snapshot_s=float(settings.get("snapshot_s", SNAPSHOT_S)))
     _sigterm_flushes()
 
 
@@ -429,6 +517,27 @@ def _install_exit_hooks() -> None:
 
         setattr(os, name, make(real))
     _patch_multiprocessing()
+    _patch_popen()
+
+
+def _patch_popen() -> None:
+    """A ``subprocess`` child runs another program (or another interpreter, which joins as itself): its pid is noted
+    (``exec-<pid>.json``), so the fork marker its ``preexec_fn`` left is not taken for a process that never reported."""
+    import subprocess
+
+    real = subprocess.Popen.__init__
+    if hasattr(real, "__rlbench_wrapped__"):
+        return
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        f = Follower.current
+        pid = getattr(self, "pid", None)
+        if f is not None and pid:
+            _write(f.folder / f"exec-{pid}.json", {"pid": pid, "parent": os.getpid()})
+
+    __init__.__rlbench_wrapped__ = real  # type: ignore[attr-defined]
+    subprocess.Popen.__init__ = __init__  # type: ignore[method-assign]
 
 
 def _at_exit() -> None:

@@ -51,6 +51,10 @@ from rlbench.results.records import definition_hash, metric_records
 from rlbench.results.store import RunWriter, utc_now
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+LAUNCHERS = {"torchrun": "torch.distributed.run"}
+"""Console scripts that start Python workers, run as the module behind them (their workers are followed)."""
+LAUNCHER_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch"})
+"""Modules that only start and watch the processes doing the work: not a role the job waits on."""
 PROFILE_VERSION = 1
 MAX_SEED = 2**31 - 1  # as `rlbench run`: every seeding library accepts it
 
@@ -78,16 +82,22 @@ class Target:
 
 
 def parse_command(argv: list[str]) -> Target:
-    """``python train.py ARGS``, ``python -m pkg.train ARGS``, ``train.py ARGS`` or ``-m pkg.train ARGS``.
+    """``python train.py ARGS``, ``python -m pkg.train ARGS``, ``train.py ARGS``, ``-m pkg.train ARGS``, or
+    ``torchrun ARGS`` (``-m torch.distributed.run ARGS``: the ranks it starts are followed).
 
     Raises:
         UsageError: When it is not a Python script or module, or the script does not exist.
     """
     if not argv:
-        raise UsageError("nothing to profile: `rlbench profile -- python train.py [ARGS]` (or `-- python -m pkg.train`)")
+        raise UsageError(
+            "nothing to profile: `rlbench profile -- python train.py [ARGS]` (or `-- python -m pkg.train`, "
+            "`-- torchrun --nproc-per-node 2 train.py`)"
+        )
     python = sys.executable
     rest = list(argv)
     head = Path(rest[0]).name
+    if head in LAUNCHERS:  # `torchrun ...` is `python -m torch.distributed.run ...`: its ranks are followed
+        return Target(python, True, LAUNCHERS[head], rest[1:])
     if _PYTHON.match(head):
         python = _interpreter(rest[0])
         rest = rest[1:]
@@ -598,6 +608,9 @@ def _run_repeat(
     metrics = [metric_from_dict(d) for d in data["metrics"]]
     if folder is not None or data.get("threads"):
         metrics += _followed(data, metrics, folder, watch, opts, k)
+        for m in metrics:
+            if m.name == PROFILE_PROCESSES and target.module and target.target in LAUNCHER_MODULES:
+                m.meta["main_is_launcher"] = True  # torchrun's agent: it starts and watches the ranks
     return _Repeat(metrics, load, str(data.get("device", "cpu")), cut, interrupted, data.get("gpus"), exiting)
 
 

@@ -22,6 +22,7 @@ from rlbench.results.metrics import (
     LIMITS,
     MEM,
     PROFILE_ATTRIBUTED,
+    PROFILE_CPU_S,
     PROFILE_EVENT_US,
     PROFILE_EVENTS,
     PROFILE_EXCLUDED_S,
@@ -283,8 +284,16 @@ def attribution_metrics(
         m.append(Metric(PROFILE_ATTRIBUTED, "count", "none", [float(kept.sum())], meta=meta))
     if startup_s is not None:
         m.append(Metric(STARTUP_S, "s", "lower", [startup_s]))
+    on_cpu, queued = r.sched
+    if math.isfinite(on_cpu):  # the thread's wall is on a CPU, waiting for one, or blocked
+        m.append(Metric(PROFILE_CPU_S, "s", "none", [on_cpu], meta={"queued_s": queued, "run_s": r.ended - r.started}))
     if r.other_threads or r.foreign_phases:  # phases follow one thread: say what the others did meanwhile
-        meta = {"threads": r.other_threads, "foreign_phases": r.foreign_phases, "run_s": r.ended - r.started}
+        meta = {
+            "threads": r.other_threads,
+            "foreign_phases": r.foreign_phases,
+            "run_s": r.ended - r.started,
+            "followed": r.threads_followed,
+        }
         m.append(Metric(PROFILE_THREADS_S, "s", "none", [r.other_threads_cpu_s], meta=meta))
     if warm:
         # what the first iteration held: agent steps, and seconds in update phases (a replay prefill has ~none)

@@ -23,6 +23,7 @@ from rlbench.profiling.results import metric_from_dict
 from rlbench.results.metrics import (
     ENV_STEPS,
     ITERATIONS,
+    PROFILE_CPU_S,
     PROFILE_ENV_WORKERS,
     PROFILE_PROCESSES,
     SPS,
@@ -33,7 +34,7 @@ from rlbench.results.metrics import (
     Metric,
 )
 
-ROLE_METRICS = (SPS, WALL_S, WARMUP_S, TRAIN_S, ENV_STEPS, ITERATIONS, STARTUP_S)
+ROLE_METRICS = (SPS, WALL_S, WARMUP_S, TRAIN_S, ENV_STEPS, ITERATIONS, STARTUP_S, PROFILE_CPU_S)
 """What each role keeps besides its ``time/<phase>`` records (per-iteration series stay with the main process)."""
 
 
@@ -57,12 +58,35 @@ def collect(folder: Path, seen: dict[int, dict[str, Any]] | None = None, main_pi
             continue
         out.processes.append(data)
         reported.add(_key(path.name))
+    for path in sorted(folder.glob("snap-*.json")):  # a process killed before it ended: its last snapshot
+        data = _read(path)
+        if data is None or _key(path.name) in reported:
+            continue
+        for t in data.get("threads", []):
+            t["metrics"] = _snapshot_metrics(t)
+        out.processes.append(data)
+        reported.add(_key(path.name))
+        out.unreported.append(
+            {"pid": data.get("pid"), "argv": data.get("argv", []), "kind": data.get("kind"), "snapshot": True}
+        )
     joined: set[int] = {p["pid"] for p in out.processes}
+    execed = {_key(p.name)[0] for p in folder.glob("exec-*.json")}  # pids subprocess started: another program
     for path in sorted(folder.glob("start-*.json")):
         data = _read(path)
         if data is None:
             continue
-        joined.add(int(data.get("pid", 0)))
+        pid = int(data.get("pid", 0))
+        now = (seen or {}).get(pid)
+        if (
+            _key(path.name) not in reported
+            and (
+                pid in {p["pid"] for p in out.processes}  # it exec'd a Python that joined as itself
+                or (data.get("kind") == "fork" and pid in execed)
+                or (now is not None and now.get("argv") and now["argv"][:1] != data.get("argv", [])[:1])
+            )
+        ):
+            continue  # a fork that exec'd another program (subprocess's preexec_fn runs the fork handlers first)
+        joined.add(pid)
         if _key(path.name) not in reported:
             out.unreported.append({"pid": data.get("pid"), "argv": data.get("argv", []), "kind": data.get("kind")})
     from rlbench.profiling.follow import helper
@@ -74,10 +98,27 @@ def collect(folder: Path, seen: dict[int, dict[str, Any]] | None = None, main_pi
     return out
 
 
+def _snapshot_metrics(thread: dict[str, Any]) -> list[dict[str, Any]]:
+    """A snapshot's raw totals as metrics: the thread's whole time after its start-up as one iteration."""
+    from rlbench.profiling.attribution import Attribution
+    from rlbench.profiling.results import attribution_metrics, metric_to_dict
+
+    raw = thread.get("raw") or {}
+    started, ended = float(thread.get("started") or 0.0), float(thread.get("ended") or 0.0)
+    r = Attribution(
+        started=started, ended=ended, excl=dict(raw.get("excl") or {}), enters=dict(raw.get("enters") or {}),
+        layers=dict(raw.get("layers") or {}), steps=int(raw.get("steps") or 0), iterations=[], mem_bytes={},
+        cuda_peak_bytes={}, transitions=0, passthrough=0, merges=0, mem_marks=0, counted_iteration=None,
+        sched=tuple(float("nan") if v is None else float(v) for v in (raw.get("sched") or [None, None]))[:2],
+    )  # fmt: skip
+    begun = float(thread.get("begun") or started)
+    return [metric_to_dict(m) for m in attribution_metrics(r, startup_s=max(started - begun, 0.0))]
+
+
 def _key(name: str) -> tuple[int, int]:
     parts = name.split(".")[0].split("-")
     try:
-        return int(parts[1]), int(parts[2])
+        return int(parts[1]), int(parts[2]) if len(parts) > 2 else 0
     except (IndexError, ValueError):
         return -1, -1
 
@@ -96,6 +137,8 @@ def role_metrics(main: dict[str, Any], collected: Collected, main_pid: int) -> l
     participants = _participants([main, *collected.processes])
     for p in collected.processes:  # a process is the other side of a join on it
         participants[f"process:{p['pid']}"]["set"].add(str(p.get("role")))
+        if any("ray/_private/workers/default_worker.py" in str(a) for a in p.get("argv", [])):
+            participants["ray"]["put"].add(str(p.get("role")))  # ray.get waits on the Ray workers' tasks
     out: list[Metric] = []
     entries: list[tuple[int, dict[str, Any], bool, str | None]] = [
         (main_pid, t, True, None) for t in main.get("threads", [])[1:]
@@ -181,6 +224,11 @@ def _waits(thread: dict[str, Any], participants: dict[str, dict[str, set[str]]])
 
 
 def _kind(key: str, side: str) -> str:
+    """The wait phase (``wait/<kind>``) a channel and side were noted under (:mod:`rlbench.profiling.waits`)."""
+    if key == "ray":
+        return "ray"
+    if key.startswith("collective"):
+        return "collective"
     if side in ("get", "put"):
         return "queue"
     if side == "recv":

@@ -193,6 +193,7 @@ class Session:
             Session.current = None
             uninstall(self.hooks)
         result.hooks = self.hooks_kind
+        result.threads_followed = self.threads is not None
         for t in threads:
             t.attribution.hooks = self.hooks_kind
         self.outcome = Outcome(result, measure_costs(self.settings), self.user_metrics, measure_limits(result), threads)

@@ -27,7 +27,7 @@ from rlbench.profiling.attribution import OWN_THREAD_PREFIX, Attribution, Attrib
 ROLE_ENV = "RLBENCH_ROLE"  # a process's role, where the command that started it said it (rlbench's own children)
 ROLES: dict[int, str] = {}
 """Roles named by :func:`role`, per thread ident (the main thread's is the process's)."""
-_ROLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+_ROLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 def role(name: str) -> None:
@@ -37,11 +37,11 @@ def role(name: str) -> None:
     process's function); from another thread, that thread. Outside a profile it only remembers the name (no cost).
 
     Raises:
-        ValueError: For a name that is not 1-64 letters, digits, ``_ . : -`` (starting with a letter or digit).
+        ValueError: For a name that is not 1-64 letters, digits, ``_ . -`` (starting with a letter or digit).
     """
     if not isinstance(name, str) or not _ROLE.match(name):
         raise ValueError(
-            f"rlbench.role: a role is 1-64 letters, digits, '_', '.', ':' or '-', starting with a letter or digit "
+            f"rlbench.role: a role is 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit "
             f"(e.g. 'learner', 'actor-0'), got {name!r}"
         )
     ROLES[_get_ident()] = name
@@ -49,7 +49,14 @@ def role(name: str) -> None:
 
 def thread_role(thread: threading.Thread) -> str:
     """A thread's role from its name: ``Thread-3 (actor_loop)`` is ``actor_loop``, ``actor-2`` is ``actor`` (numbered
-    threads of one kind are one role), a ``Thread`` subclass's default name is its class's."""
+    threads of one kind are one role), a ``Thread`` subclass's default name is its class's; letters, digits and
+    ``_ . -`` only."""
+    role = _role_of_name(thread)
+    role = re.sub(r"[^A-Za-z0-9_.-]+", "-", role).strip("-_.")[:64]
+    return role if role and role[0].isalnum() else "thread"
+
+
+def _role_of_name(thread: threading.Thread) -> str:
     name = thread.name or ""
     m = re.match(r"^Thread-\d+ \((.+)\)$", name)  # Python >= 3.10 names a thread after its target
     if m:
@@ -71,6 +78,8 @@ MACHINERY = (
     "_handle_results",
     "_pin_memory_loop",  # torch DataLoader's pin-memory thread
     "ray_",  # Ray's own threads in a worker
+    "RendezvousKeepAliveTimer",  # torch.distributed.elastic's keep-alive timer
+    "PythonGCThread",  # Ray's garbage-collection thread
 )
 """Threads of libraries' machinery (named so, or after their target): not followed. They only move data between the
 roles that do the work; their blocking would read as waits of a role nobody wrote."""

@@ -245,8 +245,11 @@ def install_waits(h: Any) -> None:
 
 
 def _install_ray(h: Any, ray: Any) -> None:
-    _wait(h, ray, "get", "ray", "get", None)
-    _wait(h, ray, "wait", "ray", "get", None)
+    def tasks(*_: Any) -> str:
+        return "ray"  # the Ray workers running the tasks (the parent names them)
+
+    _wait(h, ray, "get", "ray", "get", tasks)
+    _wait(h, ray, "wait", "ray", "get", tasks)
 
 
 def _install_collectives(h: Any, dist: Any) -> None:

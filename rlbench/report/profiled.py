@@ -357,6 +357,8 @@ def threads_section(d: RunData) -> list[str]:
     if not d.has(PROFILE_THREADS_S):
         return []
     meta = d.by_metric[PROFILE_THREADS_S][0].meta
+    if meta.get("followed"):  # each thread that made a hooked call is a role of its own, in the section on roles
+        return []
     cpu, run_s = d.med(PROFILE_THREADS_S), float(meta.get("run_s") or math.nan)
     lines = [
         "## Other threads",

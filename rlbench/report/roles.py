@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlbench.report.format import fmt, fmt_s, md_code, md_table, md_text, pct
-from rlbench.results.metrics import PROFILE_ENV_WORKERS, PROFILE_PROCESSES, STARTUP_S, WALL_S, guess_layer
+from rlbench.results.metrics import (
+    PROFILE_CPU_S,
+    PROFILE_ENV_WORKERS,
+    PROFILE_PROCESSES,
+    STARTUP_S,
+    WALL_S,
+    guess_layer,
+)
 from rlbench.results.records import Record, role_of
 
 MAIN = "main"
@@ -37,6 +44,22 @@ class Role:
     layers: dict[str, str] = field(default_factory=dict)
     waits: list[dict[str, Any]] = field(default_factory=list)  # each wait's channel, side, seconds, other side
     thread_role: bool = False  # its records are threads' (meta.thread), not processes' main threads
+    cpu_s: float = math.nan  # on a CPU over its run (NaN: not known on this system)
+    queued_s: float = math.nan  # runnable, waiting for a CPU
+
+    @property
+    def blocked_s(self) -> float:
+        """Off the CPU and not in a wait rlbench hooked: blocked where it cannot see (a C++ wait, a sleep, I/O; a Ray
+        worker waiting for its next task). NaN where the scheduler's figures are not known."""
+        if not (math.isfinite(self.cpu_s) and math.isfinite(self.queued_s)):
+            return math.nan
+        return max(self.run_s - self.cpu_s - self.queued_s - self.wait_s, 0.0)
+
+    @property
+    def idle_share(self) -> float:
+        """Waiting on another role (hooked waits) and blocked elsewhere, as a share of its run."""
+        blocked = self.blocked_s if math.isfinite(self.blocked_s) else 0.0
+        return (self.wait_s + blocked) / self.run_s if self.run_s > 0 else math.nan
 
     @property
     def wait_s(self) -> float:
@@ -54,6 +77,12 @@ class Role:
     @property
     def wait_share(self) -> float:
         return self.wait_s / self.run_s if self.run_s > 0 else math.nan
+
+    @property
+    def work_s(self) -> float:
+        """Seconds in its attributed phases that are not waits (leaves summed)."""
+        leaves = [p for p in self.phases if not any(q.startswith(p + "/") for q in self.phases)]
+        return sum(self.phases[p] for p in leaves if self._layer(p) != "wait")
 
     def top(self, n: int = 3) -> list[tuple[str, float]]:
         """The leaf phases holding the most of its run, largest first (waits included)."""
@@ -86,6 +115,10 @@ def roles(records: list[Record]) -> dict[str, Role]:
             role.run_s += float(r.meta["run_s"])
             role.threads += 1  # one wall per thread
             role.thread_role = "thread" in r.meta
+        elif r.metric == PROFILE_CPU_S and r.samples and math.isfinite(r.samples[0]):
+            role.cpu_s = (0.0 if math.isnan(role.cpu_s) else role.cpu_s) + float(r.samples[0])
+            queued = float(r.meta.get("queued_s") or 0.0)
+            role.queued_s = (0.0 if math.isnan(role.queued_s) else role.queued_s) + queued
         elif r.metric == STARTUP_S and r.samples:
             role.startup_s += float(r.samples[0]) if math.isfinite(r.samples[0]) else 0.0
         elif r.metric.startswith("time/") and r.metric != "time/warmup" and r.meta.get("run_s") is not None:
@@ -108,6 +141,8 @@ def roles(records: list[Record]) -> dict[str, Role]:
         merged.layers = {k: v for r in reps.values() for k, v in r.layers.items()}
         merged.waits = first.waits
         merged.thread_role = first.thread_role
+        merged.cpu_s = statistics.median(r.cpu_s for r in reps.values())
+        merged.queued_s = statistics.median(r.queued_s for r in reps.values())
         out[name] = merged
     return out
 
@@ -133,31 +168,64 @@ def summary(records: list[Record]) -> dict[str, Any]:
     }
 
 
-def verdict(table: dict[str, Role]) -> str:
-    """Who the job waits on, in a sentence a user can act on."""
-    waiting = sorted((r for r in table.values() if r.run_s > 0 and r.wait_share >= WAIT_SHARE), key=lambda r: -r.wait_share)
+def verdict(table: dict[str, Role], launcher: bool = False) -> str:
+    """Who the job waits on, in a sentence a user can act on (``launcher``: the main process only starts and watches
+    the others, torchrun's agent, and is left out). A role is idle when it waits on another role (a hooked wait) or is
+    blocked where rlbench cannot see (off the CPU outside any hooked wait)."""
+    if launcher:
+        table = {k: v for k, v in table.items() if k != MAIN}
+        if not table:
+            return "The main process only launched the workers, and no worker reported."
+    # a role that only ever waited (a timer thread, an idle helper) does no work the job waits on: left out
+    table = {k: v for k, v in table.items() if v.run_s > 0 and v.work_s > 0}
+    if not table:
+        return "No role did any work rlbench could attribute."
+    cpu = _cpu_bound(table)
+    waiting = sorted((r for r in table.values() if r.idle_share >= WAIT_SHARE), key=lambda r: -r.idle_share)
     if not waiting:
-        busiest = max(table.values(), key=lambda r: r.run_s if r.run_s > 0 else -1.0)
+        tops = "; ".join(
+            f"{md_text(r.name)}: {', '.join(f'{md_code(p)} {pct(s / r.run_s)}' for p, s in r.top(2))}" for r in table.values()
+        )
         return (
-            f"No role waits {pct(WAIT_SHARE, 0)} of its time or more: every one is busy. Speed up the work itself; "
-            f"{md_text(busiest.name)}'s phases are in its own table below."
+            f"No role waits {pct(WAIT_SHARE, 0)} of its time or more: every one is busy, so the job is as fast as its "
+            f"work. Their largest phases: {tops}.{cpu}"
         )
     r = waiting[0]
     others = [o for o in r.others() if o != r.name]
-    on = ", ".join(md_text(o) for o in others) if others else "another role (rlbench could not see the other side)"
-    text = f"**{md_text(r.name)}** waited **{pct(r.wait_share)}** of its time, on {on}"
+    hooked = r.wait_s / r.run_s if r.run_s > 0 else 0.0
+    if others:
+        on = ", ".join(md_text(o) for o in others)
+    elif math.isfinite(r.blocked_s) and r.blocked_s > r.wait_s:
+        on = "something outside Python rlbench cannot see (a C/C++ wait, a sleep, I/O; a Ray worker's next task)"
+    else:
+        on = "another role (rlbench could not see the other side)"
+    unseen = r.idle_share - hooked
+    how = f" ({pct(hooked)} in waits it saw, {pct(unseen)} blocked elsewhere)" if unseen >= 0.05 and hooked >= 0.05 else ""
+    text = f"**{md_text(r.name)}** waited **{pct(r.idle_share)}** of its time{how}, on {on}"
     busy = [table[o] for o in others if o in table]
     if busy:
-        shares = ", ".join(f"{md_text(o.name)} busy {pct(1 - o.wait_share)}" for o in busy)
-        if all(o.wait_share < WAIT_SHARE for o in busy):
+        shares = ", ".join(f"{md_text(o.name)} busy {pct(1 - o.idle_share)}" for o in busy)
+        if all(o.idle_share < WAIT_SHARE for o in busy):
             names = " and ".join(md_text(o.name) for o in busy)
             return (
                 f"{text}; {shares}: **{names} {'is' if len(busy) == 1 else 'are'} the bottleneck**. Making "
                 f"{names} faster (or running more of {'it' if len(busy) == 1 else 'them'}) speeds up the job; making "
-                f"{md_text(r.name)} faster does not."
+                f"{md_text(r.name)} faster does not.{cpu}"
             )
-        return f"{text}; {shares}: the roles wait on each other, so the job is bound by the hand-offs between them."
-    return f"{text}."
+        return f"{text}; {shares}: the roles wait on each other, so the job is bound by the hand-offs between them.{cpu}"
+    return f"{text}.{cpu}"
+
+
+def _cpu_bound(table: dict[str, Role]) -> str:
+    """A sentence when roles spent a large part of their time runnable but waiting for a free CPU core."""
+    queued = [r for r in table.values() if r.run_s > 0 and math.isfinite(r.queued_s) and r.queued_s / r.run_s >= 0.1]
+    if not queued:
+        return ""
+    names = ", ".join(f"{md_text(r.name)} {pct(r.queued_s / r.run_s)}" for r in queued)
+    return (
+        f" Time spent ready to run but waiting for a free CPU core: {names}: the job's processes and threads want more "
+        "CPU than the machine gives them (fewer workers, or a machine with more cores, would remove that wait)."
+    )
 
 
 def section(records: list[Record]) -> list[str]:
@@ -166,8 +234,11 @@ def section(records: list[Record]) -> list[str]:
     if not followed(records):
         return []
     table = roles(records)
+    processes = next((r for r in records if r.metric == PROFILE_PROCESSES and not role_of(r)), None)
+    launcher = bool(processes is not None and processes.meta.get("main_is_launcher"))
     rows = []
     for r in table.values():
+        name = md_code(r.name) + (" (the launcher: it starts and watches the others)" if launcher and r.name == MAIN else "")
         top = ", ".join(f"{md_code(p)} {pct(s / r.run_s if r.run_s else math.nan)}" for p, s in r.top())
         if r.thread_role:
             who = f"{r.threads} thread{'s' if r.threads != 1 else ''}"
@@ -175,28 +246,47 @@ def section(records: list[Record]) -> list[str]:
             who = f"{len(r.pids)} processes"
         else:
             who = f"pid {r.pids[0]}" if r.pids else "the script's"
+        share = _share_of(r.run_s)
         rows.append(
             [
-                md_code(r.name),
+                name,
                 who,
                 fmt_s(r.run_s),
                 fmt_s(r.startup_s),
-                pct(1 - r.wait_share),
-                pct(r.wait_share),
+                share(r.cpu_s),
+                share(r.wait_s),
+                share(r.blocked_s),
+                share(r.queued_s),
                 top,
             ]
         )
     out = [
         "## Roles: who waits on whom",
         "",
-        verdict(table),
+        verdict(table, launcher),
         "",
         "Each role is every thread or process of one kind: `main` is the script's own main thread; other threads are "
         "named by `rlbench.role(...)` or their name, other processes by what started them. Shares are of the role's "
         "own wall after its start-up (a spawned worker re-imports the script first); its start-up is shown apart. "
-        "With several processes or threads, their seconds are summed.",
+        "With several processes or threads, their seconds are summed. The wall splits into time on a CPU, waits "
+        "rlbench hooked (`wait/*`: a queue, a pipe, a future, a collective), time blocked elsewhere (off the CPU "
+        "outside those waits: a C/C++ wait, a sleep, I/O) and time ready to run but waiting for a free core "
+        "(the scheduler's own figures).",
         "",
-        md_table(["Role", "Processes / threads", "Wall after start-up", "Start-up", "Busy", "Waiting", "Top phases"], rows),
+        md_table(
+            [
+                "Role",
+                "Processes / threads",
+                "Wall after start-up",
+                "Start-up",
+                "On a CPU",
+                "In waits",
+                "Blocked elsewhere",
+                "Waiting for a core",
+                "Top phases",
+            ],
+            rows,
+        ),
     ]
     waits = []
     for r in table.values():
@@ -218,6 +308,13 @@ def section(records: list[Record]) -> list[str]:
     out += env_split_lines(records)
     out += unreported_lines(records)
     return out
+
+
+def _share_of(total: float) -> Any:
+    def share(v: float) -> str:
+        return pct(v / total) if total > 0 and math.isfinite(v) else "–"
+
+    return share
 
 
 def env_split_lines(records: list[Record]) -> list[str]:
@@ -260,6 +357,15 @@ def unreported_lines(records: list[Record]) -> list[str]:
     lost = r.meta.get("unreported") or []
     foreign = r.meta.get("not_followed") or []
     out = []
+    snapped = [p for p in lost if p.get("snapshot")]
+    lost = [p for p in lost if not p.get("snapshot")]
+    if snapped:
+        names = "; ".join(f"pid {p.get('pid')} ({md_text(' '.join(map(str, p.get('argv', [])[:4])))})" for p in snapped[:8])
+        out += [
+            "",
+            f"{len(snapped)} process(es) were ended before they could write their results (Ray ends its workers so): "
+            f"their figures are those of their last snapshot, taken every half second: {names}.",
+        ]
     if lost:
         names = "; ".join(f"pid {p.get('pid')} ({md_text(' '.join(map(str, p.get('argv', [])[:4])))})" for p in lost[:8])
         out += [

@@ -55,7 +55,7 @@ from rlbench.core.children import signals_deferred
 from rlbench.core.errors import DataError, StoreError
 from rlbench.results.fingerprint import machine_id
 from rlbench.results.metrics import COUNTERS, MACHINE
-from rlbench.results.records import Record, from_dict
+from rlbench.results.records import Record, case_metric, from_dict
 from rlbench.results.store import RecordsWarning, append_whole, read_records, read_text
 
 DEFAULT_HISTORY = ".rlbench/history"
@@ -199,7 +199,7 @@ def record_commit(r: Record) -> str | None:
 
 
 def _record_key(r: Record) -> tuple[str, str, str, str, int]:
-    return r.run_id, r.benchmark, params_json(r.params), r.metric, r.repeat
+    return r.run_id, r.benchmark, params_json(r.params), case_metric(r), r.repeat
 
 
 def _commit_from_record(r: Record, sha: str) -> CommitInfo:
@@ -830,7 +830,7 @@ class HistoryStore:
                 if r.metric.startswith(MACHINE):
                     continue
                 params = identity(r)
-                k = (r.benchmark, params_json(params), r.metric)
+                k = (r.benchmark, params_json(params), case_metric(r))
                 finite = [v for v in r.samples if math.isfinite(v)]
                 groups.setdefault(k, {}).setdefault(sha, []).extend(finite)
                 meta[k] = (params, r.unit, r.direction, r.params)

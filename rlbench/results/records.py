@@ -182,6 +182,13 @@ def role_of(r: Record) -> str | None:
     return str(role) if role else None
 
 
+def case_metric(r: Record) -> str:
+    """The metric a comparison or a history keys a record by: its name, and for a followed role's record
+    ``METRIC@ROLE`` (``time/wait/queue@learner``), so each role's figures are their own case (``--fail`` names one so)."""
+    role = role_of(r)
+    return r.metric if role is None else f"{r.metric}@{role}"
+
+
 def metric_records(
     metrics: Iterable[Metric],
     *,

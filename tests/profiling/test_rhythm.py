@@ -304,9 +304,19 @@ def test_the_report_says_what_other_threads_did(tmp_path):
         "t.join()\n",
         encoding="utf-8",
     )
+    # followed (the default): the thread is a role of its own, with its env steps
     proc = run_cli(["profile", "--quiet", "--store", "st", "--", "python", str(script)], cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = next((tmp_path / "st").glob("*.md")).read_text(encoding="utf-8")
-    assert "## Other threads" in report or "Other threads" in report, report[:3000]
+    assert "Roles: who waits on whom" in report and "Other threads" not in report, report[:3000]
+    row = next(x for x in report.splitlines() if x.startswith("| `train` |"))
+    assert "1 thread" in row and "`env/step`" in row, row
+    assert "`wait/join`" in next(x for x in report.splitlines() if x.startswith("| `main` |"))
+    # --no-threads: phases follow the main thread only, and the report says what the others did meanwhile
+    proc = run_cli(
+        ["profile", "--quiet", "--no-threads", "--store", "st2", "--", "python", str(script)], cwd=tmp_path, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = next((tmp_path / "st2").glob("*.md")).read_text(encoding="utf-8")
     line = next(x for x in report.splitlines() if "Python thread(s) besides the profiled one" in x)
     assert line.startswith("1 Python thread(s)"), line
