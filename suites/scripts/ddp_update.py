@@ -8,7 +8,6 @@ Run: torchrun --nproc-per-node 2 ddp_update.py --iterations 20
 """
 
 import argparse
-import os
 
 import gymnasium as gym
 import numpy as np
@@ -49,8 +48,7 @@ def main():
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(args.num_envs)])
     obs, _ = envs.reset(seed=args.seed + 100 * rank)
     for _ in range(args.iterations):
-        batch_obs, batch_act, batch_logp, batch_ret = [], [], [], []
-        rewards = []
+        batch_obs, batch_act, batch_logp, rewards, dones = [], [], [], [], []
         for _ in range(args.num_steps):
             with torch.no_grad():
                 logits, value = agent(torch.as_tensor(obs, dtype=torch.float32))
@@ -61,7 +59,12 @@ def main():
             batch_logp.append(dist_.log_prob(action))
             obs, reward, term, trunc, _ = envs.step(action.numpy())
             rewards.append(reward)
-        returns = np.cumsum(np.array(rewards)[::-1], axis=0)[::-1].copy()
+            dones.append(np.logical_or(term, trunc))
+        returns = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)  # discounted, cut at episode ends
+        running = np.zeros(args.num_envs, dtype=np.float32)
+        for t in reversed(range(args.num_steps)):
+            running = rewards[t] + 0.99 * running * (1.0 - dones[t])
+            returns[t] = running
         b_obs = torch.as_tensor(np.array(batch_obs), dtype=torch.float32).reshape(-1, 4)
         b_act = torch.stack(batch_act).reshape(-1)
         b_logp = torch.stack(batch_logp).reshape(-1)
