@@ -270,8 +270,7 @@ class ProcessWatch:
         self._starts: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        if subreaper:
-            become_subreaper()
+        self.subreaper = subreaper and become_subreaper()
 
     def start(self) -> ProcessWatch:
         if Path("/proc").is_dir():
@@ -338,8 +337,24 @@ class ProcessWatch:
                 out.append(pid)
         return out
 
+    def orphans(self) -> list[int]:
+        """With ``subreaper``: this process's children other than ``root``: the script's descendants re-parented here
+        when their parent exited (a daemon that double-forked away from the group)."""
+        out = []
+        for pid in (int(d) for d in os.listdir("/proc") if d.isdigit()) if Path("/proc").is_dir() else ():
+            fields = _proc_stat(pid)
+            if fields is not None and len(fields) >= 20 and fields[0] != "Z" and int(fields[1]) == os.getpid():
+                if pid != self.root and pid not in self._starts:
+                    self._remember(pid)
+                if pid != self.root:
+                    out.append(pid)
+        return out
+
     def end_leftovers(self, grace_s: float = 2.0) -> list[int]:
-        """End the remembered descendants still running: SIGTERM, then SIGKILL after ``grace_s``. Returns their pids."""
+        """End the remembered descendants still running (and, as subreaper, the orphans re-parented here): SIGTERM,
+        then SIGKILL after ``grace_s``. Returns their pids."""
+        if self.subreaper:
+            self.orphans()
         left = self.alive()
         for pid in left:
             with contextlib.suppress(ProcessLookupError, PermissionError):

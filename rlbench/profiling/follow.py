@@ -140,6 +140,8 @@ class Follower:
         self.flushed = False
         self.lock = threading.Lock()
         self.target: str | None = None  # a multiprocessing process's target (module.qualname), once known
+        self.writing = False  # its result is being written
+        self.signalled = 0  # a SIGTERM that came while it was: delivered once it is written
         self.kind = "main" if main else "python"
         self.n = _unique()
 
@@ -179,7 +181,8 @@ class Follower:
         """In a forked child: this process's own measurements from now on (what it inherited was its parent's)."""
         self.pid = os.getpid()
         self.born = time.perf_counter()
-        self.flushed = False
+        self.flushed = self.writing = False
+        self.signalled = 0
         self.lock = threading.Lock()
         self.main = False
         self.kind = "fork"
@@ -191,13 +194,14 @@ class Follower:
 
     # --- ending -----------------------------------------------------------------------------------------------
     def flush(self, status: str, exit_code: int | None = None) -> None:
-        """Stop attributing and write this process's result (once; never raises)."""
+        """Stop attributing and write this process's result (once; never raises). A SIGTERM that arrives meanwhile (a
+        pool terminating a worker that is already leaving) ends the process once the result is written."""
         if self.main or self.flushed or os.getpid() != self.pid:
             return
         with self.lock:
             if self.flushed:
                 return
-            self.flushed = True
+            self.flushed = self.writing = True
         try:
             result = process_result(self, status, exit_code)
             _write(self.folder / f"proc-{self.pid}-{self.n}.json", result)
@@ -206,6 +210,10 @@ class Follower:
                 import traceback
 
                 traceback.print_exc()
+        finally:
+            self.writing = False
+            if self.signalled:
+                _die(self.signalled)
 
     def role(self) -> str:
         """This process's role: what ``rlbench.role`` named in its main thread, a rank's, the library's own kind of
@@ -466,9 +474,9 @@ def from_site() -> None:
 
     settings = read_settings(path)
     born = process_start()
-    # ops are counted and memory marked in the script's own process only
+    # memory is marked in the script's own process only (ops are counted in each, in its own second iteration)
     fields = {k: v for k, v in settings.items() if k in Settings.__dataclass_fields__}
-    session = Session(Settings(**{**fields, "count_iteration": None, "memory": False}))
+    session = Session(Settings(**{**fields, "memory": False}))
     session.start()
     Follower(path, session, born=born).start(snapshot_s=float(settings.get("snapshot_s", SNAPSHOT_S)))
     _sigterm_flushes()
@@ -612,9 +620,17 @@ def _sigterm_flushes() -> None:
 def _on_sigterm(signum: int, frame: Any) -> None:
     f = Follower.current
     if f is not None:
+        if f.writing:  # interrupting the result being written: it is delivered when the write is done
+            f.signalled = signum
+            return
         f.flush("terminated", -signum)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
+    _die(signum)
+
+
+def _die(signum: int) -> None:
+    """End this process by ``signum``, as it would have ended without rlbench's handler."""
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def reset_session_after_fork(session: Any) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from rlbench.profiling.results import metric_from_dict
 from rlbench.results.metrics import (
+    COUNTERS,
     ENV_STEPS,
     ITERATIONS,
     PROFILE_CPU_S,
@@ -157,7 +158,7 @@ def role_metrics(main: dict[str, Any], collected: Collected, main_pid: int) -> l
                 w["other"] = [parent]
         for d in t.get("metrics", []):
             m = metric_from_dict(d)
-            if not (m.name.startswith("time/") or m.name in ROLE_METRICS):
+            if not (m.name.startswith("time/") or m.name in ROLE_METRICS or m.name.split("/", 1)[0] in COUNTERS):
                 continue
             m.meta = {**m.meta, **meta}
             if m.name.startswith("time/wait") and waits:

@@ -111,12 +111,6 @@ def wait_wrapper(
             return other_thread(*args, **kwargs)
         if a.depth or a.paused:  # nested in another phase (a vector env's step): part of it
             return fn(*args, **kwargs)
-        key = None
-        if channel is not None and args:
-            try:
-                key = channel(args[0])
-            except Exception:
-                key = None
         t0 = clock()
         opened = a.enter(phase, "wait", WAIT, t0)
         try:
@@ -127,8 +121,11 @@ def wait_wrapper(
                 a.exit(t1)
             else:
                 a.depth = 0
-            if key is not None:
-                _note(a, key, side, t1 - t0, t0)
+            if channel is not None and args:  # (after the wait: who set a future is known once it is set)
+                try:
+                    _note(a, channel(args[0]), side, t1 - t0, t0)
+                except Exception:
+                    pass
             if not a.updated and not a.learns:
                 a.learns = any(a.layers.get(p) == "update" for p in a.enters)
                 if not a.learns:
