@@ -490,7 +490,7 @@ def _model_event(a: Attributor, fn: Callable[..., Any], foreign: Callable[..., A
                 return fn(*args, **kwargs)
             finally:
                 a.depth = 0  # the forward stays open (sticky) for the loss computation
-        if (width or (a.started is not None and not a.env_ids)) and not (
+        if (width or ((a.started is not None or a.cycle_due()) and not a.env_ids)) and not (
             a.kinds and a.kinds[-1] == EXPLICIT and a.layers.get(a.stack[-1]) == "advantage"
         ):
             opened = a.enter(TARGET, "update", INFER, now)

@@ -201,6 +201,38 @@ def test_compiled_and_python_hooks_book_the_same_phases_merges_and_counts(monkey
     assert steps > 0 and iterations in (6, 8) and "env/step" in enters
 
 
+def _learner_loop() -> None:
+    """A learner that steps no env (fed by a queue, a replay sample or a DDP rank): a no-grad target, the forward,
+    backward and step, then the next batch's transfer; its iterations are its update cycles (Attributor.cycle_due),
+    started in C and in Python alike."""
+    import queue
+
+    items: queue.Queue = queue.Queue()
+    items.queue.extend(torch.zeros(3, 4) for _ in range(7))  # (filled as an actor would have, unhooked)
+    net, target = SlowNet(), SlowNet()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for _ in range(7):
+        x = items.get()
+        with torch.no_grad():
+            y = target(x).max(1)[0]
+        loss = (net(x).max(1)[0] - y).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()
+
+
+@pytest.mark.slow
+def test_a_learners_update_cycles_are_its_iterations_in_c_as_in_python(monkeypatch):
+    compiled = _structure(monkeypatch, False, _learner_loop)
+    python = _structure(monkeypatch, True, _learner_loop)
+    assert compiled == python
+    enters, _, _, steps, iterations, *_ = compiled
+    # a cycle starts at the first event after an update: the first at the first target (after the first wait), the
+    # others at each update's loss.item(); 7 targets, none of them acting
+    assert steps == 0 and iterations == 8 and "inference" not in enters and enters["train/target"] == 7, compiled
+
+
 @pytest.mark.slow
 def test_iterations_started_in_c_match_python_across_memory_marked_iterations(monkeypatch):
     # an off-policy loop that updates every step starts an iteration per env step: the compiled hooks start it inline

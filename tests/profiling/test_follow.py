@@ -199,7 +199,7 @@ open("pids.txt", "w").write(" ".join(str(p.pid) for p in [*procs, victim, hung])
 
 @pytest.mark.slow
 def test_children_that_crash_exit_are_killed_daemonize_or_run_elsewhere_are_named_and_none_is_left(tmp_path):
-    out, records, report = _profile(tmp_path, FAULTS, "--quiet", timeout=300)
+    _, records, report = _profile(tmp_path, FAULTS, "--quiet", timeout=300)
     segv, exited, stripped, elsewhere, victim, hung = (int(p) for p in (tmp_path / "pids.txt").read_text().split())
     meta = next(r for r in records if r.metric == "profile/processes").meta
     unreported = {p["pid"] for p in meta["unreported"]}
@@ -273,3 +273,58 @@ def test_a_child_that_joins_costs_little_start_up(tmp_path):
     joined = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert joined.stdout.split() == ["True", "False", "False"], joined  # joined, without importing torch or numpy
     assert list((tmp_path / "follow").glob("start-*.json"))
+
+
+DDP = """
+import gymnasium as gym
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+torch.manual_seed(dist.get_rank())
+torch.set_num_threads(1)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
+obs, _ = envs.reset(seed=dist.get_rank())
+for it in range(4):
+    for t in range(8):
+        with torch.no_grad():
+            logits = model.module(torch.as_tensor(obs))
+        CHECK
+        obs, *_ = envs.step(logits.argmax(-1).numpy())
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_ab_gates_a_ranks_own_counter_under_torchrun(tmp_path):
+    """`rlbench ab ... -- profile -- torchrun --nproc-per-node 2 train.py` gating one rank's metric: a host sync added
+    to rank 0's acting is a FAIL of ``syncs/iteration@rank-0`` (a counter: exact, one round decides)."""
+    from tests.cli.cli_helpers import run_cli_together
+
+    def commit(message: str) -> None:
+        subprocess.run(["git", "add", "-A"], cwd=tmp_path, check=True)
+        subprocess.run(
+            ["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", message], cwd=tmp_path, check=True
+        )
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "train.py").write_text(DDP.replace("CHECK", "pass"), encoding="utf-8")
+    commit("ddp")
+    check = "if dist.get_rank() == 0: assert float(logits.abs().max()) < 1e6"
+    (tmp_path / "train.py").write_text(DDP.replace("CHECK", check), encoding="utf-8")
+    commit("rank 0 checks every step")
+    gate = ["--rounds", "1", "--fail", "syncs/iteration@rank-0:0%", "--fail", "syncs/iteration@rank-1:0%", "--json", "--"]
+    profile = ["profile", "--count-ops", "--", "torchrun", "--nproc-per-node", "2", "train.py"]
+    slow, same = run_cli_together(
+        [["ab", "HEAD~1", "HEAD", *gate, *profile], ["ab", "HEAD", "HEAD", *gate, *profile]], cwd=tmp_path, timeout=600
+    )
+    assert slow.returncode == 1, slow.stderr[-3000:]
+    verdicts = {c["metric"]: c["verdict"] for c in json.loads(slow.stdout)["checks"]}
+    assert verdicts == {"syncs/iteration@rank-0": "FAIL", "syncs/iteration@rank-1": "PASS"}, slow.stdout[-2000:]
+    assert same.returncode == 0, same.stderr[-3000:]

@@ -163,5 +163,5 @@ def test_a_thread_stepping_an_env_in_a_vector_env_counts_its_agent_steps():
 
 def test_role_refuses_a_name_it_could_not_key_records_by():
     for bad in ("", "learner:1", "a b", "-x", "x" * 65, 3):
-        with pytest.raises(ValueError, match="rlbench.role"):
+        with pytest.raises(ValueError, match=r"rlbench\.role"):
             rlbench.role(bad)  # type: ignore[arg-type]
