@@ -770,8 +770,12 @@ def _native_mark(
     return _dressed(hook, fallback, fn)
 
 
+WEIGHTS = "weights/load"
+"""``Module.load_state_dict`` in a thread that has never run an update (an actor taking the learner's weights)."""
+
+
 def _install_target_updates(h: Hooks) -> None:
-    """Target-network updates: ``train/target_update``.
+    """Target-network updates: ``train/target_update`` (and an actor's weight sync: :data:`WEIGHTS`).
 
     ``Tensor.copy_`` and ``Tensor.lerp_`` (and their ``torch._foreach_`` forms) into the parameters of a module the
     script has called (a hand-written polyak loop: ``tp.data.copy_(tau * p.data + (1 - tau) * tp.data)``), and
@@ -785,6 +789,16 @@ def _install_target_updates(h: Hooks) -> None:
 
     def timed(a: Attributor, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         opened = a.enter(TARGET_UPDATE, "update", UPDATE, a.clock())
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if opened:
+                a.exit()
+            else:
+                a.depth = 0
+
+    def synced(a: Attributor, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        opened = a.enter(WEIGHTS, "other", INFER, a.clock())
         try:
             return fn(*args, **kwargs)
         finally:
@@ -864,6 +878,8 @@ def _install_target_updates(h: Hooks) -> None:
                 return other_thread(self, *args, **kwargs)
             if a.depth or a.started is None:
                 return load(self, *args, **kwargs)
+            if not a.learns and not any(a.layers.get(p) == "update" for p in a.enters):
+                return synced(a, load, self, *args, **kwargs)  # a thread that never updates: an actor taking weights
             return timed(a, load, self, *args, **kwargs)
 
         load_state_dict.__rlbench_wrapped__ = load  # type: ignore[attr-defined]

@@ -76,7 +76,6 @@ del _rlbench_follow
 # processes that are machinery, not the job: never followed (named by their role if they report at all)
 _HELPERS = (
     "multiprocessing.resource_tracker",
-    "multiprocessing.forkserver",
     "ray/dashboard",
     "ray/_private/log_monitor",
     "ray/_private/monitor",
@@ -141,6 +140,7 @@ class Follower:
         self.lock = threading.Lock()
         self.target: str | None = None  # a multiprocessing process's target (module.qualname), once known
         self.writing = False  # its result is being written
+        self.quiet = False  # machinery that only forks the workers (a forkserver): no marker, no result
         self.signalled = 0  # a SIGTERM that came while it was: delivered once it is written
         self.kind = "main" if main else "python"
         self.n = _unique()
@@ -174,6 +174,8 @@ class Follower:
                 return
 
     def _marker(self) -> None:
+        if self.quiet:
+            return
         data = {"pid": self.pid, "ppid": os.getppid(), "argv": _argv(), "born": self.born, "kind": self.kind}
         _write(self.folder / f"start-{self.pid}-{self.n}.json", data)
 
@@ -184,7 +186,7 @@ class Follower:
         self.flushed = self.writing = False
         self.signalled = 0
         self.lock = threading.Lock()
-        self.main = False
+        self.main = self.quiet = False
         self.kind = "fork"
         self.n = _unique()
         self.target = None
@@ -196,7 +198,7 @@ class Follower:
     def flush(self, status: str, exit_code: int | None = None) -> None:
         """Stop attributing and write this process's result (once; never raises). A SIGTERM that arrives meanwhile (a
         pool terminating a worker that is already leaving) ends the process once the result is written."""
-        if self.main or self.flushed or os.getpid() != self.pid:
+        if self.main or self.quiet or self.flushed or os.getpid() != self.pid:
             return
         with self.lock:
             if self.flushed:
@@ -470,6 +472,8 @@ def from_site() -> None:
     path = Path(folder)
     if not (path / SETTINGS_FILE).is_file() or helper(_argv()):
         return
+    # a forkserver only forks the workers: it joins (its forks inherit the hooks) but reports nothing of its own
+    quiet = any("multiprocessing.forkserver" in a for a in _argv())
     from rlbench.profiling.session import Session, Settings
 
     settings = read_settings(path)
@@ -478,7 +482,9 @@ def from_site() -> None:
     fields = {k: v for k, v in settings.items() if k in Settings.__dataclass_fields__}
     session = Session(Settings(**{**fields, "memory": False}))
     session.start()
-    Follower(path, session, born=born).start(snapshot_s=float(settings.get("snapshot_s", SNAPSHOT_S)))
+    follower = Follower(path, session, born=born)
+    follower.quiet = quiet
+    follower.start(snapshot_s=0.0 if quiet else float(settings.get("snapshot_s", SNAPSHOT_S)))
     _sigterm_flushes()
 
 

@@ -99,19 +99,30 @@ def wait_wrapper(
     """``fn`` (a blocking call) as the phase ``wait/<name>`` at top level, its channel and side noted.
 
     A thread that has never run an update (an actor, an env worker) starts a training iteration at its next env step
-    after a wait: its rhythm is command (or item) by command. ``channel(args[0])`` names what it waited on.
+    after a wait: its rhythm is command (or item) by command. A thread that steps no env starts its first iteration
+    at its first get (a learner's loop begins by waiting for the first item). ``channel(args[0])`` names what it
+    waited on.
     """
     thread, clock = a.thread, a.clock
     other_thread = fn if foreign is None else foreign
     phase = f"wait/{name}"
+    consumes = side in ("get", "result")  # taking the work of another role: a learner's queue get, a driver's ray.get
 
     @wraps(fn)
     def waited(*args: Any, **kwargs: Any) -> Any:
         if _get_ident() != thread:
             return other_thread(*args, **kwargs)
-        if a.depth or a.paused:  # nested in another phase (a vector env's step): part of it
+        if a.depth:  # nested in another phase (a vector env's step): part of it
             return fn(*args, **kwargs)
+        if a.paused:  # an unattributed iteration: nothing is booked, but the rhythm goes on (the next env step)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                if not a.learns:
+                    a.updated = True
         t0 = clock()
+        if consumes and a.started is None and not a.env_ids:
+            a._new_iteration(t0)  # a consumer's loop (a learner's) starts at its first get: waiting for it is the run's
         opened = a.enter(phase, "wait", WAIT, t0)
         try:
             return fn(*args, **kwargs)

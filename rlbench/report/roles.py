@@ -21,7 +21,9 @@ from rlbench.results.metrics import (
     PROFILE_ENV_WORKERS,
     PROFILE_PROCESSES,
     STARTUP_S,
+    TRAIN_S,
     WALL_S,
+    WARMUP_S,
     guess_layer,
 )
 from rlbench.results.records import Record, role_of
@@ -38,9 +40,11 @@ class Role:
     name: str
     pids: list[int] = field(default_factory=list)
     threads: int = 0
-    run_s: float = 0.0  # its own wall after start-up
+    run_s: float = 0.0  # its own steady state: its wall after start-up and after its first iteration (the warm-up)
     startup_s: float = 0.0
-    phases: dict[str, float] = field(default_factory=dict)  # seconds over the run (inclusive), per phase path
+    phases: dict[str, float] = field(default_factory=dict)  # steady-state seconds (inclusive), per phase path
+    whole_s: float = 0.0  # its wall after start-up, warm-up included (what its hand timers' loop covers)
+    whole_phases: dict[str, float] = field(default_factory=dict)  # seconds over that (inclusive), per phase path
     layers: dict[str, str] = field(default_factory=dict)
     waits: list[dict[str, Any]] = field(default_factory=list)  # each wait's channel, side, seconds, other side
     thread_role: bool = False  # its records are threads' (meta.thread), not processes' main threads
@@ -49,17 +53,22 @@ class Role:
 
     @property
     def blocked_s(self) -> float:
-        """Off the CPU and not in a wait rlbench hooked: blocked where it cannot see (a C++ wait, a sleep, I/O; a Ray
-        worker waiting for its next task). NaN where the scheduler's figures are not known."""
+        """Off the CPU and not in a wait rlbench hooked, over its wall after start-up: blocked where rlbench cannot see
+        (a C++ wait, a sleep, I/O; a Ray worker waiting for its next task). NaN where the scheduler's figures are not
+        known (the scheduler's figures cover the whole run, not the steady state alone)."""
         if not (math.isfinite(self.cpu_s) and math.isfinite(self.queued_s)):
             return math.nan
-        return max(self.run_s - self.cpu_s - self.queued_s - self.wait_s, 0.0)
+        whole_wait = sum(s for p, s in self.whole_phases.items() if self._top_wait(p))
+        return max(self.whole_s - self.cpu_s - self.queued_s - whole_wait, 0.0)
 
     @property
     def idle_share(self) -> float:
-        """Waiting on another role (hooked waits) and blocked elsewhere, as a share of its run."""
-        blocked = self.blocked_s if math.isfinite(self.blocked_s) else 0.0
-        return (self.wait_s + blocked) / self.run_s if self.run_s > 0 else math.nan
+        """Waiting on another role (its hooked waits' share of its steady state) and blocked elsewhere (that share of
+        its wall after start-up)."""
+        if not self.run_s > 0:
+            return math.nan
+        blocked = self.blocked_s / self.whole_s if math.isfinite(self.blocked_s) and self.whole_s > 0 else 0.0
+        return self.wait_s / self.run_s + blocked
 
     @property
     def wait_s(self) -> float:
@@ -112,9 +121,11 @@ def roles(records: list[Record]) -> dict[str, Role]:
         if isinstance(pid, int) and pid not in role.pids:
             role.pids.append(pid)
         if r.metric == WALL_S and r.meta.get("run_s") is not None:
-            role.run_s += float(r.meta["run_s"])
+            role.whole_s += float(r.meta["run_s"])
             role.threads += 1  # one wall per thread
             role.thread_role = "thread" in r.meta
+        elif r.metric in (TRAIN_S, WARMUP_S) and r.samples and math.isfinite(r.samples[0]):
+            role.run_s += float(r.samples[0]) * (1 if r.metric == TRAIN_S else -1)
         elif r.metric == PROFILE_CPU_S and r.samples and math.isfinite(r.samples[0]):
             role.cpu_s = (0.0 if math.isnan(role.cpu_s) else role.cpu_s) + float(r.samples[0])
             queued = float(r.meta.get("queued_s") or 0.0)
@@ -123,7 +134,9 @@ def roles(records: list[Record]) -> dict[str, Role]:
             role.startup_s += float(r.samples[0]) if math.isfinite(r.samples[0]) else 0.0
         elif r.metric.startswith("time/") and r.metric != "time/warmup" and r.meta.get("run_s") is not None:
             path = r.metric[len("time/") :]
-            role.phases[path] = role.phases.get(path, 0.0) + float(r.meta["run_s"])
+            role.whole_phases[path] = role.whole_phases.get(path, 0.0) + float(r.meta["run_s"])
+            if r.samples and math.isfinite(r.samples[0]):
+                role.phases[path] = role.phases.get(path, 0.0) + float(r.samples[0])
             if r.meta.get("layer"):
                 role.layers[path] = str(r.meta["layer"])
             for c in r.meta.get("channels") or []:
@@ -135,9 +148,12 @@ def roles(records: list[Record]) -> dict[str, Role]:
         first = reps[min(reps)]
         merged = Role(name, sorted({p for r in reps.values() for p in r.pids}), max(r.threads for r in reps.values()))
         merged.run_s = statistics.median(r.run_s for r in reps.values())
+        merged.whole_s = statistics.median(r.whole_s for r in reps.values())
         merged.startup_s = statistics.median(r.startup_s for r in reps.values())
         paths = {p for r in reps.values() for p in r.phases}
         merged.phases = {p: statistics.median(r.phases.get(p, 0.0) for r in reps.values()) for p in paths}
+        paths = {p for r in reps.values() for p in r.whole_phases}
+        merged.whole_phases = {p: statistics.median(r.whole_phases.get(p, 0.0) for r in reps.values()) for p in paths}
         merged.layers = {k: v for r in reps.values() for k, v in r.layers.items()}
         merged.waits = first.waits
         merged.thread_role = first.thread_role
@@ -153,16 +169,20 @@ def followed(records: list[Record]) -> bool:
 
 
 def summary(records: list[Record]) -> dict[str, Any]:
-    """``rlbench profile --json``'s ``roles``: role -> ``{"pids", "threads", "wall_s", "startup_s", "wait_s",
-    "phases"}`` (seconds; the main process's main thread is ``main``)."""
+    """``rlbench profile --json``'s ``roles``: role -> ``{"pids", "threads", "wall_s", "phases", "startup_s",
+    "steady_s", "steady_phases", "wait_s"}``: its wall after start-up and the seconds of each phase over it (summed over
+    the role's processes and threads; the main process's main thread is ``main``), its start-up, and its steady
+    state (after its first iteration) with its seconds in waits there."""
     return {
         name: {
             "pids": r.pids,
             "threads": r.threads,
-            "wall_s": r.run_s,
+            "wall_s": r.whole_s,
+            "phases": {p: r.whole_phases[p] for p in sorted(r.whole_phases)},
             "startup_s": r.startup_s,
+            "steady_s": r.run_s,
+            "steady_phases": {p: r.phases[p] for p in sorted(r.phases)},
             "wait_s": r.wait_s,
-            "phases": {p: r.phases[p] for p in sorted(r.phases)},
         }
         for name, r in roles(records).items()
     }
@@ -246,17 +266,18 @@ def section(records: list[Record]) -> list[str]:
             who = f"{len(r.pids)} processes"
         else:
             who = f"pid {r.pids[0]}" if r.pids else "the script's"
-        share = _share_of(r.run_s)
+        whole, steady = _share_of(r.whole_s), _share_of(r.run_s)
         rows.append(
             [
                 name,
                 who,
-                fmt_s(r.run_s),
+                fmt_s(r.whole_s),
                 fmt_s(r.startup_s),
-                share(r.cpu_s),
-                share(r.wait_s),
-                share(r.blocked_s),
-                share(r.queued_s),
+                fmt_s(r.run_s),
+                whole(r.cpu_s),
+                steady(r.wait_s),
+                whole(r.blocked_s),
+                whole(r.queued_s),
                 top,
             ]
         )
@@ -266,12 +287,13 @@ def section(records: list[Record]) -> list[str]:
         verdict(table, launcher),
         "",
         "Each role is every thread or process of one kind: `main` is the script's own main thread; other threads are "
-        "named by `rlbench.role(...)` or their name, other processes by what started them. Shares are of the role's "
-        "own wall after its start-up (a spawned worker re-imports the script first); its start-up is shown apart. "
-        "With several processes or threads, their seconds are summed. The wall splits into time on a CPU, waits "
-        "rlbench hooked (`wait/*`: a queue, a pipe, a future, a collective), time blocked elsewhere (off the CPU "
-        "outside those waits: a C/C++ wait, a sleep, I/O) and time ready to run but waiting for a free core "
-        "(the scheduler's own figures).",
+        "named by `rlbench.role(...)` or their name, other processes by what started them. Its wall after start-up (a "
+        "spawned worker re-imports the script first; its start-up is shown apart) splits into time on a CPU, time "
+        "blocked where rlbench cannot see (off the CPU outside any hooked wait: a C/C++ wait, a sleep, I/O) and time "
+        "ready to run but waiting for a free core (the scheduler's own figures, over that wall). Its steady state "
+        "(after its first iteration) holds its phases: the waits rlbench hooked (`wait/*`: a queue, a pipe, a future, "
+        "a collective) and the top phases are shares of it. With several processes or threads, their seconds are "
+        "summed.",
         "",
         md_table(
             [
@@ -279,8 +301,9 @@ def section(records: list[Record]) -> list[str]:
                 "Processes / threads",
                 "Wall after start-up",
                 "Start-up",
+                "Steady state",
                 "On a CPU",
-                "In waits",
+                "In waits (steady)",
                 "Blocked elsewhere",
                 "Waiting for a core",
                 "Top phases",
@@ -295,7 +318,7 @@ def section(records: list[Record]) -> list[str]:
             other = ", ".join(md_text(o) for o in w.get("other", [])) or "not seen"
             merged[(str(w.get("phase", "wait")), str(w.get("side", "")), other)] += float(w.get("s", 0.0))
         for (phase, side, other), seconds in merged.items():
-            share = seconds / r.run_s if r.run_s else math.nan
+            share = seconds / r.whole_s if r.whole_s else math.nan
             waits.append([md_code(r.name), md_code(phase), md_text(side), other, pct(share)])
     if waits:
         out += [

@@ -228,9 +228,9 @@ def test_a_learners_update_cycles_are_its_iterations_in_c_as_in_python(monkeypat
     python = _structure(monkeypatch, True, _learner_loop)
     assert compiled == python
     enters, _, _, steps, iterations, *_ = compiled
-    # a cycle starts at the first event after an update: the first at the first target (after the first wait), the
-    # others at each update's loss.item(); 7 targets, none of them acting
-    assert steps == 0 and iterations == 8 and "inference" not in enters and enters["train/target"] == 7, compiled
+    # the first iteration starts at the first get (a consumer's loop), a cycle at the first event after an update
+    # (the first target, after that get; then each update's loss.item()); 7 targets, none of them acting
+    assert steps == 0 and iterations == 9 and "inference" not in enters and enters["train/target"] == 7, compiled
 
 
 @pytest.mark.slow

@@ -1,0 +1,51 @@
+"""Hand-placed timers for the hand-instrumented copies of many-process scripts (one per role and process).
+
+Each thread or process of a copy keeps a :class:`Timers`: ``t = clock()`` before a part and ``timers.add("env", t)``
+after it (two ``perf_counter`` reads and a dict update, no context manager: an actor's CartPole step is ~20 µs).
+``timers.write()`` writes its totals, with its role and its own loop time, to ``$RLBENCH_HAND_OUT.<role>.<pid>.<n>.json``
+(nothing without the variable), where the accuracy harness (``rlbench.suites.scripts.accuracy_roles``) reads them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from time import perf_counter as clock
+
+_n = itertools.count()
+
+
+class Timers:
+    """One role's hand timers in one thread or process: seconds per part, and its loop from :meth:`start`."""
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self.phases: dict[str, float] = {}
+        self.t0 = clock()
+
+    def start(self) -> None:
+        """The role's loop starts now (its set-up before is left out)."""
+        self.t0 = clock()
+
+    def add(self, part: str, t: float) -> float:
+        """Book ``clock() - t`` to ``part``; returns the clock read (the next part's start)."""
+        now = clock()
+        self.phases[part] = self.phases.get(part, 0.0) + (now - t)
+        return now
+
+    def totals(self, loop_s: float | None = None) -> dict:
+        return {"role": self.role, "pid": os.getpid(), "loop_s": clock() - self.t0 if loop_s is None else loop_s,
+                "phases": dict(self.phases)}  # fmt: skip
+
+    def write(self, totals: dict | None = None) -> None:
+        """Write the totals (or ``totals`` another process handed over) where the harness reads them."""
+        out = os.environ.get("RLBENCH_HAND_OUT")
+        if not out:
+            return
+        data = totals or self.totals()
+        with open(f"{out}.{data['role']}.{data['pid']}.{next(_n)}.json", "w") as f:
+            json.dump(data, f)
+
+
+__all__ = ["Timers", "clock"]
