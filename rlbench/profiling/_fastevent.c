@@ -427,7 +427,7 @@ leave_acting(Event *e, double now)
     int ok = inline_ok(e);
     if (ok <= 0) return ok;
     set_slot(e, S_DEPTH, Py_NewRef(one));
-    if (replace_top(e, now, now) < 0 || (iteration && start_iteration(e, now) < 0)) return -1;
+    if (replace_top(e, now, now) < 0 || (iteration && (start_iteration(e, now) < 0 || after_iteration(e) < 0))) return -1;
     PyObject *kinds = SLOT(e, S_KINDS);
     PyList_SetItem(kinds, PyList_GET_SIZE(kinds) - 1, Py_NewRef(zero)); /* AUTO */
     return 1;
@@ -621,6 +621,20 @@ append_mark(Event *e, double now, PyObject *snap, int attributed)
     return r;
 }
 
+/* after an iteration started at `now` (start_iteration): its bookkeeping is the profiler's own, not the phase's that
+ * starts it: that phase starts when it is done, and the time goes to the phase under it (Attributor._new_iteration's
+ * callers do the same) */
+static int
+after_iteration(Event *e)
+{
+    double after = read_clock(e);
+    if (PyErr_Occurred()) return -1;
+    double t = as_double(SLOT(e, S_T));
+    if (after <= t) return 0;
+    if (dict_add_double(SLOT(e, S_EXCL), SLOT(e, S_PARENT), after - t) < 0) return -1;
+    return set_double(e, S_T, after);
+}
+
 static int
 start_iteration(Event *e, double now)
 {
@@ -690,7 +704,7 @@ push_phase(Event *e, double now)
     set_slot(e, S_DEPTH, Py_NewRef(one));
     int r = push_path(e, top, path, zero, now); /* AUTO */
     Py_DECREF(path);
-    if (r < 0 || (iteration && start_iteration(e, now) < 0)) return -1;
+    if (r < 0 || (iteration && (start_iteration(e, now) < 0 || after_iteration(e) < 0))) return -1;
     if (e->role == UPDATE) set_slot(e, S_UPDATED, Py_NewRef(Py_True));
     set_slot(e, S_AUTO_NAME, Py_NewRef(e->name));
     return 1;
@@ -723,7 +737,7 @@ timed(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
              (iteration < 0 || (ok = inline_ok(e)) != 0)) {
         /* the pending phase closes at its t_exit, this one opens: an iteration it starts begins after that booking */
         if (iteration < 0 || ok < 0 || transition(e, now) < 0) return NULL;
-        if (iteration && start_iteration(e, now) < 0) return NULL;
+        if (iteration && (start_iteration(e, now) < 0 || after_iteration(e) < 0)) return NULL;
     }
     else if (!pending && e->role != UPDATE && top_kind(e) == ACTING && !truth(SLOT(e, S_SLOW)) &&
              (e->role == NEST || (ok = leave_acting(e, now)) != 0)) {
@@ -1170,7 +1184,7 @@ label_call(Event *e, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         Py_XDECREF(explicit_kind);
         /* the snapshot after the push holds what open_explicit's _new_iteration took before it: the push booked the
          * time up to now to the phase below and nothing to the new one */
-        if (r < 0 || (iteration && start_iteration(e, now) < 0)) return NULL;
+        if (r < 0 || (iteration && (start_iteration(e, now) < 0 || after_iteration(e) < 0))) return NULL;
     }
     else {
         TO_PYTHON(e);

@@ -521,6 +521,7 @@ class Attributor:
         if role == ENV:
             if self.started is None or self.updated:
                 self._new_iteration(now)
+                now = self._now()  # the iteration's bookkeeping is the profiler's: the env phase starts after it
         elif role == UPDATE:
             self.updated = True
         elif self.updated and not self.env_width:
@@ -634,6 +635,7 @@ class Attributor:
         self._close_sticky(now)
         if (starts_iteration and (self.started is None or self.updated)) or self.cycle_due():
             self._new_iteration(now)
+            now = self._now()  # (its bookkeeping is the profiler's: booked below the phase that opens)
         self.saved_depth.append(self.depth)
         self.depth = 0
         self.rf_on = self.profiler_enabled()

@@ -141,6 +141,9 @@ def wait_wrapper(
                 a.learns = any(a.layers.get(p) == "update" for p in a.enters)
                 if not a.learns:
                     a.updated = True  # an actor's or a worker's rhythm: the next env step starts an iteration
+                    # each of its iterations holds a wait (a Python hook, dearer than the compiled ones): attributed
+                    # one in k, the others' cheaper pass-through would make the attributed look slower than they are
+                    a.sample_every = 1
 
     waited.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
     return waited

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import SubprocVecEnv
 
 
 def parse_args():
@@ -16,6 +17,10 @@ def parse_args():
     parser.add_argument("--seed", type=int, default=1, help="seed of the experiment")
     parser.add_argument("--total-timesteps", type=int, default=20000, help="total timesteps of the experiment")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch.set_num_threads")
+    parser.add_argument("--n-envs", type=int, default=4, help="vectorized envs")
+    parser.add_argument(
+        "--subproc", action="store_true", help="step each env in a worker process (SB3's SubprocVecEnv, not DummyVecEnv)"
+    )
     return parser.parse_args()
 
 
@@ -23,7 +28,7 @@ def main():
     args = parse_args()
     torch.set_num_threads(args.torch_threads)
 
-    env = make_vec_env("CartPole-v1", n_envs=4, seed=args.seed)
+    env = make_vec_env("CartPole-v1", n_envs=args.n_envs, seed=args.seed, vec_env_cls=SubprocVecEnv if args.subproc else None)
     model = PPO("MlpPolicy", env, n_steps=128, batch_size=128, n_epochs=4, seed=args.seed, device="cpu", verbose=0)
     model.learn(total_timesteps=args.total_timesteps)
 

@@ -61,10 +61,14 @@ def parse_args():
     return args
 
 
-def make_env(env_id):
+def make_env(env_id, hand_timed=False):
     def thunk():
         env = gym.make(env_id)
         env = gym.wrappers.RecordEpisodeStatistics(env)
+        if hand_timed:  # in a worker process (--async-envs): its own env time, hand-timed there (timers.py)
+            from timers import timed_env
+
+            env = timed_env(env)
         return env
 
     return thunk
@@ -130,7 +134,7 @@ if __name__ == "__main__":
     # gymnasium >= 1.0 autoresets in NEXT_STEP mode: the step after a done ignores the action and returns the first
     # observation of the new episode (reward 0, not done); like CleanRL we just carry next_done = terminated | truncated.
     vector_env = gym.vector.AsyncVectorEnv if args.async_envs else gym.vector.SyncVectorEnv
-    envs = vector_env([make_env(args.env_id) for _ in range(args.num_envs)])
+    envs = vector_env([make_env(args.env_id, args.async_envs) for _ in range(args.num_envs)])
     assert isinstance(envs.single_action_space, gym.spaces.Discrete), "only discrete action space is supported"
 
     agent = Agent(envs).to(device)

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import SubprocVecEnv
 
 PHASE_S = dict.fromkeys(("env", "inference", "forward", "backward", "optimizer", "advantage", "collect", "train"), 0.0)
 
@@ -91,6 +92,10 @@ def parse_args():
     parser.add_argument("--seed", type=int, default=1, help="seed of the experiment")
     parser.add_argument("--total-timesteps", type=int, default=20000, help="total timesteps of the experiment")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch.set_num_threads")
+    parser.add_argument("--n-envs", type=int, default=4, help="vectorized envs")
+    parser.add_argument(
+        "--subproc", action="store_true", help="step each env in a worker process (SB3's SubprocVecEnv, not DummyVecEnv)"
+    )
     return parser.parse_args()
 
 
@@ -98,7 +103,12 @@ def main():
     args = parse_args()
     torch.set_num_threads(args.torch_threads)
 
-    env = make_vec_env("CartPole-v1", n_envs=4, seed=args.seed)
+    extra = {}
+    if args.subproc:  # each worker's own env time, hand-timed in the worker (timers.py), written when it is closed
+        from timers import timed_env
+
+        extra = {"vec_env_cls": SubprocVecEnv, "wrapper_class": timed_env}
+    env = make_vec_env("CartPole-v1", n_envs=args.n_envs, seed=args.seed, **extra)
     model = TimedPPO("MlpPolicy", env, n_steps=128, batch_size=128, n_epochs=4, seed=args.seed, device="cpu", verbose=0)
     model.env.step = timed(model.env.step, "env")  # the VecEnv the model steps (make_vec_env's DummyVecEnv)
     model.env.reset = timed(model.env.reset, "env")

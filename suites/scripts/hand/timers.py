@@ -49,3 +49,46 @@ class Timers:
 
 
 __all__ = ["Timers", "clock"]
+
+
+def timed_env(env, role: str = "env-worker"):
+    """``env`` wrapped so that its own ``step`` and ``reset`` are hand-timed where it runs (a vector env's worker
+    process): the totals are written when it is closed, its loop running from its first call to its close.
+
+    The timer goes around the env as a user's timer around ``env.step`` would: under ``rlbench profile`` this wrapper
+    class is left unhooked (rlbench hooks every gymnasium env class as it is defined; its own methods are put back),
+    so rlbench times the env inside it, and a hand timer never misses its own wrapper's frame."""
+    import gymnasium as gym
+
+    class HandTimedEnv(gym.Wrapper):
+        def __init__(self, env):
+            super().__init__(env)
+            self.timers = Timers(role)
+            self.started = False
+
+        def step(self, action):
+            t = clock()
+            try:
+                return self.env.step(action)
+            finally:
+                self.timers.add("env", t)
+
+        def reset(self, **kwargs):
+            t = clock()
+            if not self.started:
+                self.timers.t0, self.started = t, True
+            try:
+                return self.env.reset(**kwargs)
+            finally:
+                self.timers.add("env", t)
+
+        def close(self):
+            if self.started:  # (a vector env also makes one in the main process, for its spaces, and closes it unused)
+                self.timers.write()
+            return self.env.close()
+
+    for method in ("step", "reset"):
+        raw = getattr(HandTimedEnv.__dict__[method], "__rlbench_wrapped__", None)
+        if raw is not None:
+            setattr(HandTimedEnv, method, raw)
+    return HandTimedEnv(env)
