@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SNAPSHOT_S = 0.5
+SNAPSHOT_S = 0.25
 """A followed interpreter writes what it has measured so far this often (the last snapshot stands for a process that is
 killed before it ends)."""
 FOLLOW_ENV = "RLBENCH_FOLLOW"
