@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlbench.suites.scripts.accuracy import environment, script_env, sb3_logs_in_scratch
+from rlbench.suites.scripts.accuracy import environment, sb3_logs_in_scratch, script_env
 from rlbench.suites.scripts.checkpoint import interrupted, sigterm_as_interrupt, start
 
 from rlbench.results.fingerprint import cpu_label
@@ -261,23 +261,33 @@ def render(results: dict[str, Any], rounds: int) -> str:
     head = [
         "# Profile accuracy on many processes and threads",
         "",
-        f"Machine: {cpu_label(machine)}, {machine.get('cpus', '?')} logical CPUs; Python {soft.get('python', '?')}, "
+        f"Machine: {cpu_label(machine)}, {machine.get('cores', '?')} cores; Python {soft.get('python', '?')}, "
         f"torch {soft.get('packages', {}).get('torch', '?')}, ray {env.get('packages', {}).get('ray', '?')}, "
         f"stable-baselines3 {env.get('packages', {}).get('stable-baselines3', '?')}.",
         "",
-        f"Command: `python -m rlbench.suites.scripts.accuracy_roles --rounds {rounds}` ({meta.get('seconds', math.nan) / 60:.0f} min"
-        f"{', at ' + ', '.join(str(c)[:7] for c in meta['commits']) if meta.get('commits') else ''}). Each round runs every shape's "
+        f"Command: `python -m rlbench.suites.scripts.accuracy_roles --rounds {rounds}` "
+        f"({meta.get('seconds', math.nan) / 60:.0f} min{_at(meta)}). Each round runs every shape's "
         "hand-instrumented copy under the whole `rlbench profile` command, the shapes in alternating order; the copy's "
         "hand timers (one set per role and process) and rlbench's attribution time the same run. A part's share is its "
         "seconds over the role's own loop as the copy times it (summed over the role's processes), rlbench's the seconds "
         "of the phases listed over that same loop.",
         "",
         f"**Largest difference of any role's share from its hand timers, over every round: {worst:.2f} pp** (target "
-        f"±{SHARE_PP:g} pp). **The workers' own env time: within {100 * worst_ratio:.1f}%** of the hand timers' in "
-        f"every round (target {100 * WORKERS_RATIO:g}%).",
+        f"±{SHARE_PP:g} pp)."
+        + (
+            f" **The workers' own env time: within {100 * worst_ratio:.1f}%** of the hand timers' in every round "
+            f"(target {100 * WORKERS_RATIO:g}%)."
+            if any(SHAPES[n].get("workers") for n in SHAPES if results.get(n))
+            else ""
+        ),
         "",
     ]
     return "\n".join(head + body)
+
+
+def _at(meta: dict[str, Any]) -> str:
+    commits = meta.get("commits") or []
+    return f", at {', '.join(str(c)[:7] for c in commits)}" if commits else ""
 
 
 def main(argv: list[str] | None = None) -> int:
