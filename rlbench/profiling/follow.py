@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 SNAPSHOT_S = 0.25
-"""A followed interpreter writes what it has measured so far this often (the last snapshot stands for a process that is
-killed before it ends)."""
+"""A followed interpreter writes what it has measured so far this often while it works, and whenever it goes quiet (the
+last snapshot stands for a process that is killed before it ends: Ray ends its actors so)."""
+SNAPSHOT_LOOK_S = 0.02
+"""How often the snapshot thread looks whether anything happened (a few attribute reads)."""
 FOLLOW_ENV = "RLBENCH_FOLLOW"
 """The collection folder of the profile this process belongs to (set for the script's whole process tree)."""
 SETTINGS_FILE = "settings.json"
@@ -158,12 +160,24 @@ class Follower:
         return self
 
     def _snapshots(self, every: float) -> None:
+        """Write a snapshot every ``every`` seconds while the process works, and as soon as it goes quiet (no phase
+        transition for two looks, :data:`SNAPSHOT_LOOK_S` apart: a Ray actor's task has ended, and the next thing
+        that comes may be its end, without warning)."""
         pid = self.pid
         path = self.folder / f"snap-{self.pid}-{self.n}.json"
+        written = seen = None
+        last = time.monotonic()
         while True:
-            time.sleep(every)
+            time.sleep(SNAPSHOT_LOOK_S)
             if self.flushed or os.getpid() != pid or not self.folder.is_dir():
                 return
+            stamp = self._stamp()
+            now = time.monotonic()
+            due = stamp != written and (stamp == seen or now - last >= every)
+            seen = stamp
+            if not due:
+                continue
+            written, last = stamp, now
             try:
                 _write(path, snapshot(self))
             except Exception:
@@ -172,6 +186,14 @@ class Follower:
 
                     traceback.print_exc()
                 return
+
+    def _stamp(self) -> tuple[float, ...]:
+        """When each attributor last booked a transition: unchanged, nothing has happened since."""
+        session = self.session
+        stamps = [session.attributor.t] if session.attributor is not None else []
+        if session.threads is not None:
+            stamps += [a.t for a in list(session.threads.live.values())]
+        return tuple(stamps)
 
     def _marker(self) -> None:
         if self.quiet:
@@ -532,6 +554,40 @@ def _install_exit_hooks() -> None:
         setattr(os, name, make(real))
     _patch_multiprocessing()
     _patch_popen()
+    _patch_sigterm_handlers()
+
+
+def _patch_sigterm_handlers() -> None:
+    """A SIGTERM handler the process installs later (Ray's worker loop installs one that exits at once) is run after
+    this process's result is written: ``signal.signal(SIGTERM, handler)`` installs ``handler`` behind a flush, and
+    ``signal.getsignal`` still answers ``handler``."""
+    real_signal, real_getsignal = signal.signal, signal.getsignal
+    if hasattr(real_signal, "__rlbench_wrapped__"):
+        return
+    theirs: dict[int, Any] = {}
+
+    def install(signum: int, handler: Any) -> Any:
+        if signum != signal.SIGTERM or not callable(handler) or handler is _on_sigterm:
+            theirs.pop(signum, None)
+            return real_signal(signum, handler)
+
+        def flush_first(num: int, frame: Any) -> Any:
+            f = Follower.current
+            if f is not None and not f.writing:
+                f.flush("terminated", -num)
+            return handler(num, frame)
+
+        previous = real_signal(signum, flush_first)
+        before = theirs.get(signum, previous)
+        theirs[signum] = handler
+        return before
+
+    def getsignal(signum: int) -> Any:
+        return theirs.get(signum) or real_getsignal(signum)
+
+    install.__rlbench_wrapped__ = real_signal  # type: ignore[attr-defined]
+    getsignal.__rlbench_wrapped__ = real_getsignal  # type: ignore[attr-defined]
+    signal.signal, signal.getsignal = install, getsignal  # type: ignore[assignment]
 
 
 def _patch_popen() -> None:

@@ -126,6 +126,7 @@ class Session:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
         self.attributor: Attributor | None = None
+        self.parent: Session | None = None  # the session active in another thread when this one was opened
         self.threads: ThreadSet | None = None
         self.hooks: Any = None
         self.hooks_kind = "python"  # "compiled" where the C hooks were installed (autohooks.native_available)
@@ -135,47 +136,71 @@ class Session:
     def start(self) -> Session:
         """Install the hooks and start attributing.
 
+        A session opened in another thread while one is active joins it (:meth:`_join`): it reports its own thread.
+
         Raises:
-            RuntimeError: If another session is active in this process (sessions do not nest).
+            RuntimeError: If a session is active in this thread (sessions do not nest).
         """
+        # two threads entering at once: exactly one gets the process's session, whole (the others join it once it is
+        # ready: the claim is held while it starts)
+        with Session._claim:
+            active = Session.current
+            if active is not None:
+                return self._join(active)
+            Session.current = self
+            try:
+                self._start()
+            except BaseException:
+                Session.current = None
+                raise
+        return self
+
+    def _start(self) -> None:
         from rlbench.profiling.autohooks import native_available
 
-        with Session._claim:  # two threads entering at once: exactly one gets the process's session
-            if Session.current is not None:
-                raise RuntimeError(
-                    "rlbench: a profiling session is already active in this process; sessions do not nest "
-                    "(one session per process, whichever thread opened it)"
-                )
-            Session.current = self
-        try:
-            s = self.settings
-            sync = sync_function(s)
-            self.attributor = main = Attributor(
-                sync=sync,
-                trace_limit=s.trace_limit,
-                count_iteration=s.count_iteration,
-                memory=s.memory,
-                sample_every=s.sample_every,
+        s = self.settings
+        sync = sync_function(s)
+        self.attributor = main = Attributor(
+            sync=sync,
+            trace_limit=s.trace_limit,
+            count_iteration=s.count_iteration,
+            memory=s.memory,
+            sample_every=s.sample_every,
+        )
+
+        def thread_attributor() -> Attributor:
+            # another thread's: its own phases and iterations; ops are counted and memory (the process's peak RSS)
+            # marked in the session's thread only; the library knowledge is shared
+            a = Attributor(
+                sync=sync, trace_limit=s.trace_limit, count_iteration=None, memory=False, sample_every=s.sample_every
             )
+            a.profiler_enabled, a.forward_names = main.profiler_enabled, main.forward_names
+            a.rf_on = a.profiler_enabled()
+            a.refresh_extras()
+            return a
 
-            def thread_attributor() -> Attributor:
-                # another thread's: its own phases and iterations; ops are counted and memory (the process's peak RSS)
-                # marked in the session's thread only; the library knowledge is shared
-                a = Attributor(
-                    sync=sync, trace_limit=s.trace_limit, count_iteration=None, memory=False, sample_every=s.sample_every
-                )
-                a.profiler_enabled, a.forward_names = main.profiler_enabled, main.forward_names
-                a.rf_on = a.profiler_enabled()
-                a.refresh_extras()
-                return a
+        self.threads = ThreadSet(main, thread_attributor) if s.threads else None
+        self.hooks = install_hooks(main, libraries=s.libraries, threads=self.threads)
+        self.hooks_kind = "compiled" if native_available() else "python"
+        activate(main, self.threads)
 
-            self.threads = ThreadSet(main, thread_attributor) if s.threads else None
-            self.hooks = install_hooks(main, libraries=s.libraries, threads=self.threads)
-            self.hooks_kind = "compiled" if native_available() else "python"
-            activate(main, self.threads)
-        except BaseException:
-            Session.current = None
-            raise
+    def _join(self, active: Session) -> Session:
+        """A session opened in another thread than the active one's (an actor thread's own ``rlbench.session``): it
+        reports that thread's attribution, which the active session's hooks keep (sessions do not nest in a thread).
+
+        Raises:
+            RuntimeError: In the active session's own thread, or where it follows no other thread (``threads=False``).
+        """
+        from threading import get_ident
+
+        threads = active.threads
+        a = threads.attributor(get_ident()) if threads is not None and active.attributor is not None else None
+        if a is None or active.attributor is a:
+            raise RuntimeError(
+                "rlbench: a profiling session is already active in this thread (or its session follows no other "
+                "thread); sessions do not nest: open one per thread"
+            )
+        self.parent, self.attributor = active, a
         return self
 
     def stop(self) -> Outcome:
@@ -183,6 +208,11 @@ class Session:
         from rlbench.profiling.autohooks import uninstall
 
         assert self.attributor is not None, "stop() before start()"
+        if self.parent is not None:  # a thread's session inside the active one: what this thread measured so far
+            result = self.attributor.peek()
+            result.hooks = self.parent.hooks_kind
+            self.outcome = Outcome(result, {}, self.user_metrics, {}, [])
+            return self.outcome
         threads: list[ThreadResult] = []
         try:
             result = self.attributor.finish()

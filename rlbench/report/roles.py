@@ -387,7 +387,8 @@ def unreported_lines(records: list[Record]) -> list[str]:
         out += [
             "",
             f"{len(snapped)} process(es) were ended before they could write their results (Ray ends its workers so): "
-            f"their figures are those of their last snapshot, taken every quarter second: {names}.",
+            f"their figures are those of their last snapshot (taken every quarter second while they work, and "
+            f"whenever they go quiet): {names}.",
         ]
     if lost:
         names = "; ".join(f"pid {p.get('pid')} ({md_text(' '.join(map(str, p.get('argv', [])[:4])))})" for p in lost[:8])

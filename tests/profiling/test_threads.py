@@ -165,3 +165,23 @@ def test_role_refuses_a_name_it_could_not_key_records_by():
     for bad in ("", "learner:1", "a b", "-x", "x" * 65, 3):
         with pytest.raises(ValueError, match=r"rlbench\.role"):
             rlbench.role(bad)  # type: ignore[arg-type]
+
+
+def test_a_session_opened_in_another_thread_reports_that_thread(tmp_path):
+    from rlbench.results.store import read_records
+
+    def actor() -> None:
+        with rlbench.session("actor", store=tmp_path):
+            env = SlowEnv(1 * MS)
+            env.reset(seed=0)
+            for _ in range(5):
+                env.step(0)
+
+    with _session():
+        t = threading.Thread(target=actor)
+        t.start()
+        t.join()
+    records = read_records(tmp_path)
+    steps = {r.metric: r.samples[0] for r in records}
+    assert {r.benchmark for r in records} == {"actor"} and steps["env_steps"] == 5
+    assert "time/env/step" in steps and "time/wait/join" not in steps  # the actor thread's, not the main thread's

@@ -73,8 +73,10 @@ def actor(args, net, out):
             timers.add("acting", t)
         t = clock()
         nobs, reward, term, trunc, _ = env.step(action)
-        t = timers.add("env", t)
-        out.put((obs, action, reward, nobs, term))
+        timers.add("env", t)
+        item = (obs, action, reward, nobs, term)
+        t = clock()
+        out.put(item)
         timers.add("wait", t)
         if term or trunc:
             t = clock()
