@@ -194,7 +194,7 @@ def _text(obj: dict[str, Any], key: str, where: str) -> str | None:
 def _timing(v: Any, where: str) -> float:
     """One timing: a finite number of seconds, at least 0; else a :class:`DataError` naming where it is."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise DataError(f"{where} must be a number of seconds, got {json.dumps(v)[:40]}")
+        raise DataError(f"{where} is non-numeric ({json.dumps(v)[:40]}): a timing must be a number of seconds")
     x = float(v)
     if not math.isfinite(x) or x < 0:
         shown = "NaN" if math.isnan(x) else f"{x:g}"

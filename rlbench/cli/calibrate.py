@@ -255,7 +255,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
             **data,
         }
     )
-    payload = json.dumps(data, indent=1) + "\n"
+    payload = json.dumps(data, separators=(",", ":")) + "\n"  # compact: reports/ keeps to its size budget
     if beside is not None:  # the measurements first: the report can be written again from them (--render)
         save_results(beside, payload)
     text = render(data)

@@ -400,6 +400,7 @@ static int inline_ok(Event *e);
 static int iteration_due(Event *e);
 static int env_iteration(Event *e);
 static int start_iteration(Event *e, double now);
+static int after_iteration(Event *e);
 
 /* the kind of the frame on top of the stack (attribution.AUTO ...), -1 for an empty stack */
 static long

@@ -80,6 +80,7 @@ MACHINERY = (
     "ray_",  # Ray's own threads in a worker
     "RendezvousKeepAliveTimer",  # torch.distributed.elastic's keep-alive timer
     "PythonGCThread",  # Ray's garbage-collection thread
+    "_serve",  # multiprocessing.resource_sharer's (torch shares tensors between processes through it)
 )
 """Threads of libraries' machinery (named so, or after their target): not followed. They only move data between the
 roles that do the work; their blocking would read as waits of a role nobody wrote."""

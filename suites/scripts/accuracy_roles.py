@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         return interrupted(cp, "python -m rlbench.suites.scripts.accuracy_roles " + " ".join(argv or sys.argv[1:]))
     results["_meta"] = {"rounds": args.rounds, "environment": environment(), **cp.meta(time.perf_counter() - t0)}
     report.write_text(render(results, args.rounds), encoding="utf-8")
-    report.with_suffix(".json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    report.with_suffix(".json").write_text(json.dumps(results, separators=(",", ":")), encoding="utf-8")
     cp.finish()
     print(f"report: {report}")
     return 0

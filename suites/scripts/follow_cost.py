@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         return interrupted(cp, "python -m rlbench.suites.scripts.follow_cost " + " ".join(argv or sys.argv[1:]))
     results["_meta"] = {"pairs": args.pairs, "environment": environment(), **cp.meta(time.perf_counter() - t0)}
     report.write_text(render(results), encoding="utf-8")
-    report.with_suffix(".json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    report.with_suffix(".json").write_text(json.dumps(results, separators=(",", ":")), encoding="utf-8")
     cp.finish()
     print(f"report: {report}")
     return 0

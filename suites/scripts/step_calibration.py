@@ -670,7 +670,8 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "sweep": sweep,
     }
-    report.with_suffix(".json").write_text(json.dumps(_without_samples(saved), indent=1), encoding="utf-8")
+    # compact: reports/ keeps to its size budget (tests/test_house.py)
+    report.with_suffix(".json").write_text(json.dumps(_without_samples(saved), separators=(",", ":")), encoding="utf-8")
     report.write_text(render(saved, results, args, settings, sweep), encoding="utf-8")
     if progress.path is not None:
         progress.path.unlink(missing_ok=True)

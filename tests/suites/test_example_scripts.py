@@ -97,7 +97,11 @@ HARNESSES = {
     "command_cost",
     "hook_time",
     "checkpoint",
-}  # not example scripts (checkpoint: the harnesses' saved numbers)
+    "accuracy_roles",
+    "follow_cost",
+    "trace_png",
+    "timers",
+}  # not example scripts (checkpoint: the harnesses' saved numbers; hand/timers: the hand copies' timers)
 
 
 def _script_files() -> list[Path]:
@@ -149,9 +153,27 @@ def _finish(path: Path, started: tuple[subprocess.Popen, Path, Path]) -> str:
     return lines[-1]
 
 
+# many-process scripts -> their arguments in the tests, and the roles (with the parts each times) their hand copy writes
+ROLE_SCRIPTS = {
+    "actor_learner_threads": (
+        ["--total-timesteps", "700", "--learning-starts", "100"],
+        {"actor": {"env", "acting", "wait"}, "main": {"wait", "replay", "target", "forward", "backward", "optimizer"}},
+    ),
+    "actor_learner_procs": (
+        ["--total-timesteps", "400", "--learning-starts", "100"],
+        {"actor": {"env", "acting", "wait"}, "main": {"wait", "replay", "target", "forward", "backward", "optimizer"}},
+    ),
+    "ddp_update": (
+        ["--iterations", "2", "--num-steps", "16"],
+        {f"rank-{r}": {"env", "acting", "forward", "backward", "optimizer", "collective"} for r in (0, 1)},
+    ),
+    "ray_actor_learner": (["--iterations", "2", "--steps", "32"], {"Actor": {"env", "acting"}, "main": {"wait"}}),
+}
+
+
 def test_every_script_has_a_hand_copy_with_the_same_flags() -> None:
-    assert {p.stem for p in SCRIPTS_DIR.glob("*.py")} - HARNESSES == set(SCRIPTS)
-    for name in SCRIPTS:
+    assert {p.stem for p in SCRIPTS_DIR.glob("*.py")} - HARNESSES == set(SCRIPTS) | set(ROLE_SCRIPTS)
+    for name in [*SCRIPTS, *ROLE_SCRIPTS]:
         original, hand = SCRIPTS_DIR / f"{name}.py", HAND_DIR / f"{name}.py"
         assert hand.is_file(), f"no hand-instrumented copy of {name}"
         assert _add_argument_calls(original) == _add_argument_calls(hand), f"{name}: the hand copy's flags differ"
@@ -223,6 +245,38 @@ def test_torchrl_script_and_hand_copy(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", NEW_SCRIPTS)
 def test_off_policy_and_continuous_script_and_hand_copy(name: str, tmp_path: Path) -> None:
     _check_script_and_hand_copy(name, tmp_path)
+
+
+@pytest.mark.slow  # each starts processes (spawned actors, two ranks, a Ray cluster) twice
+@pytest.mark.parametrize("name", list(ROLE_SCRIPTS))
+def test_many_process_script_and_hand_copy_write_every_roles_parts(name: str, tmp_path: Path) -> None:
+    if name == "ray_actor_learner" and importlib.util.find_spec("ray") is None:
+        pytest.skip("ray not installed")
+    args, roles = ROLE_SCRIPTS[name]
+    launch = (
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"] if name == "ddp_update" else [sys.executable]
+    )
+    env = {**os.environ, "RLBENCH_HAND_OUT": str(tmp_path / "hand")}
+    for path in (SCRIPTS_DIR / f"{name}.py", HAND_DIR / f"{name}.py"):
+        done = subprocess.run([*launch, str(path), *args], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+        assert done.returncode == 0, f"{path}: {done.stderr[-3000:]}"
+        assert "final:" in done.stdout, done.stdout[-500:]
+    written: dict[str, list[dict]] = {}
+    for f in tmp_path.glob("hand.*.json"):
+        data = json.loads(f.read_text(encoding="utf-8"))
+        written.setdefault(data["role"], []).append(data)
+    assert set(written) == set(roles), sorted(written)
+    for role, parts in roles.items():
+        for data in written[role]:
+            assert data["loop_s"] > 0 and parts <= {k for k, v in data["phases"].items() if v > 0}, (role, data)
+            assert sum(data["phases"].values()) <= data["loop_s"] * 1.001, (role, data)
+
+
+def test_accuracy_roles_harness_covers_every_many_process_script() -> None:
+    from rlbench.suites.scripts import accuracy_roles
+
+    files = {next(c for c in cfg["command"] if c.endswith(".py")) for cfg in accuracy_roles.SHAPES.values()}
+    assert {f"{name}.py" for name in ROLE_SCRIPTS} <= files
 
 
 def test_accuracy_harness_covers_every_script() -> None:
