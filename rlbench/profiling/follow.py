@@ -36,6 +36,9 @@ from typing import Any
 SNAPSHOT_S = 0.25
 """A followed interpreter writes what it has measured so far this often while it works, and whenever it goes quiet (the
 last snapshot stands for a process that is killed before it ends: Ray ends its actors so)."""
+SNAPSHOT_RAY_S = 0.05
+"""A Ray worker's: Ray ends it (a C++ quick exit) as soon as its owner is done with it."""
+RAY_WORKER = "ray/_private/workers/default_worker.py"
 SNAPSHOT_LOOK_S = 0.02
 """How often the snapshot thread looks whether anything happened (a few attribute reads)."""
 FOLLOW_ENV = "RLBENCH_FOLLOW"
@@ -506,7 +509,10 @@ def from_site() -> None:
     session.start()
     follower = Follower(path, session, born=born)
     follower.quiet = quiet
-    follower.start(snapshot_s=0.0 if quiet else float(settings.get("snapshot_s", SNAPSHOT_S)))
+    every = float(settings.get("snapshot_s", SNAPSHOT_S))
+    if any(RAY_WORKER in a for a in _argv()):  # Ray ends its workers outright, often right after their last task
+        every = min(every, SNAPSHOT_RAY_S)
+    follower.start(snapshot_s=0.0 if quiet else every)
     _sigterm_flushes()
 
 

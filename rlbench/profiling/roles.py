@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlbench.profiling.follow import RAY_WORKER
 from rlbench.profiling.results import metric_from_dict
 from rlbench.results.metrics import (
     COUNTERS,
@@ -138,7 +139,7 @@ def role_metrics(main: dict[str, Any], collected: Collected, main_pid: int) -> l
     participants = _participants([main, *collected.processes])
     for p in collected.processes:  # a process is the other side of a join on it
         participants[f"process:{p['pid']}"]["set"].add(str(p.get("role")))
-        if any("ray/_private/workers/default_worker.py" in str(a) for a in p.get("argv", [])):
+        if any(RAY_WORKER in str(a) for a in p.get("argv", [])):
             participants["ray"]["put"].add(str(p.get("role")))  # ray.get waits on the Ray workers' tasks
     out: list[Metric] = []
     entries: list[tuple[int, dict[str, Any], bool, str | None]] = [

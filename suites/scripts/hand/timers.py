@@ -55,9 +55,9 @@ def timed_env(env, role: str = "env-worker"):
     """``env`` wrapped so that its own ``step`` and ``reset`` are hand-timed where it runs (a vector env's worker
     process): the totals are written when it is closed, its loop running from its first call to its close.
 
-    The timer goes around the env as a user's timer around ``env.step`` would: under ``rlbench profile`` this wrapper
-    class is left unhooked (rlbench hooks every gymnasium env class as it is defined; its own methods are put back),
-    so rlbench times the env inside it, and a hand timer never misses its own wrapper's frame."""
+    The timer goes around the env inside this wrapper: under ``rlbench profile`` the wrapper is the outermost env, whose
+    call rlbench times (its hook's own clock reads and this wrapper's frame around the hand timer are rlbench's side
+    of the difference), as the other hand copies' timers sit inside the calls rlbench hooks."""
     import gymnasium as gym
 
     class HandTimedEnv(gym.Wrapper):
@@ -87,8 +87,4 @@ def timed_env(env, role: str = "env-worker"):
                 self.timers.write()
             return self.env.close()
 
-    for method in ("step", "reset"):
-        raw = getattr(HandTimedEnv.__dict__[method], "__rlbench_wrapped__", None)
-        if raw is not None:
-            setattr(HandTimedEnv, method, raw)
     return HandTimedEnv(env)
