@@ -17,13 +17,13 @@ The SB3 callback is ``rlbench.profiling.sb3.RlbenchCallback``.
 
 from __future__ import annotations
 
+import os
 import sys
 from importlib import import_module
-from importlib.abc import MetaPathFinder
-from importlib.machinery import ModuleSpec
-from importlib.util import spec_from_file_location
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
 
 _LAZY = {
     "phase": ("rlbench.profiling.attribution", "phase"),
@@ -53,23 +53,27 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
 
-class _CheckoutSuites(MetaPathFinder):
+class _CheckoutSuites:
     """``rlbench.suites`` from a source checkout's top-level ``suites/`` folder.
 
     An install maps ``suites/`` to ``rlbench.suites``. When Python imports this package from a checkout instead (the
     checkout's root is first on ``sys.path``: ``pytest suites/micro/...`` or ``python -m ...`` run from the root), the
     checkout's ``rlbench/`` has no ``suites`` inside it; this finder, asked last, gives the checkout's own ``suites/``
-    so the checkout runs its own suites with its own rlbench.
+    so the checkout runs its own suites with its own rlbench. (A plain class with ``find_spec``, all the import system
+    asks of a finder: ``importlib.abc`` and ``pathlib`` would cost every ``import rlbench`` a dozen milliseconds.)
     """
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
         if fullname != "rlbench.suites":
             return None
-        package = Path(__file__).resolve().parent
-        suites = package.parent / "suites"
-        if not (suites / "__init__.py").is_file() or not (package.parent / "pyproject.toml").is_file():
+        root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+        suites = os.path.join(root, "suites")
+        init = os.path.join(suites, "__init__.py")
+        if not os.path.isfile(init) or not os.path.isfile(os.path.join(root, "pyproject.toml")):
             return None
-        return spec_from_file_location(fullname, suites / "__init__.py", submodule_search_locations=[str(suites)])
+        from importlib.util import spec_from_file_location
+
+        return spec_from_file_location(fullname, init, submodule_search_locations=[suites])
 
 
 if not any(isinstance(f, _CheckoutSuites) for f in sys.meta_path):

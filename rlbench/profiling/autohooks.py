@@ -26,7 +26,6 @@ module calls, which cost what torch's own ``__call__`` costs).
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.machinery
 import os
 import sys
@@ -515,20 +514,24 @@ def _one(env: Any) -> int:
     return 1
 
 
-class PostImport(importlib.abc.MetaPathFinder):
+class PostImport:
     """Patches watched modules as soon as they finish executing (and those already imported, at once, by
     :meth:`watch`). ``patches`` maps a module's name to (an attribute it must have, ``patch(hooks, module)``); a patch
-    that raises is skipped with a one-line warning that starts with ``failing``."""
+    that raises is skipped with a one-line warning that starts with ``failing``. ``h`` None: patches for the process's
+    whole life (:mod:`rlbench.profiling.follow`'s), which no session removes. (A meta-path finder is any object with
+    ``find_spec``; subclassing ``importlib.abc`` would cost every followed process's start-up 8 ms.)"""
 
-    def __init__(self, h: Hooks, patches: dict[str, tuple[str, Callable[[Any, Any], None]]], failing: str) -> None:
+    def __init__(self, h: Hooks | None, patches: dict[str, tuple[str, Callable[[Any, Any], None]]], failing: str) -> None:
         self.h, self.patches, self.failing = h, patches, failing
         self.done: set[str] = set()
+        self.asking: set[tuple[str, int]] = set()  # (module, thread) whose spec this watcher is asking the others for
 
     def watch(self) -> PostImport:
         """Patch the watched modules already imported; watch for the others (first on ``sys.meta_path``)."""
         if any(name not in sys.modules for name in self.patches):
             sys.meta_path.insert(0, self)
-            self.h.import_hooks.append(self)
+            if self.h is not None:
+                self.h.import_hooks.append(self)
         for name in self.patches:
             module = sys.modules.get(name)
             if module is not None:
@@ -540,25 +543,35 @@ class PostImport(importlib.abc.MetaPathFinder):
         if name in self.done or not hasattr(module, attr):
             return
         self.done.add(name)
+        if len(self.done) == len(self.patches):  # nothing left to watch for
+            self.remove()
         t0 = time.perf_counter()
         try:
             patch(self.h, module)
         except Exception as exc:  # a library version we do not know: profile without it, and say so
             print(f"rlbench: warning: {self.failing} {name} ({type(exc).__name__}: {exc})", file=sys.stderr)
         finally:
-            self.h.patch_s += time.perf_counter() - t0
+            if self.h is not None:
+                self.h.patch_s += time.perf_counter() - t0
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname not in self.patches or fullname in self.done:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
+        asking = (fullname, threading.get_ident())
+        if asking in self.asking:  # another watcher of the same module asked every finder, this one too
             return None
+        self.asking.add(asking)
+        try:
+            for finder in list(sys.meta_path):
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            self.asking.discard(asking)
         loader = spec.loader
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
@@ -576,7 +589,7 @@ class PostImport(importlib.abc.MetaPathFinder):
             sys.meta_path.remove(self)
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:
     def __init__(self, inner: Any, exec_module: Callable[[Any], None]) -> None:
         self.inner = inner
         self._exec = exec_module

@@ -333,14 +333,15 @@ def _num(v: Any) -> Any:
 def process_result(follower: Follower, status: str, exit_code: int | None, peek: bool = False) -> dict[str, Any]:
     """Stop the session and turn every thread's attribution into metrics, with who this process was (``peek``: what
     it has measured so far, the session going on: a periodic snapshot)."""
-    from rlbench.profiling.results import metric_to_dict
-
     session = follower.session
-    outcome = _peek(session) if peek else (session.outcome or session.stop())
+    outcome = _peek(session) if peek else (session.outcome or session.stop(costs=False))
     role = follower.role()
     threads = thread_results(outcome, role, follower.born)
-    for t in threads:
-        t["metrics"] = [metric_to_dict(m) for m in t["metrics"]]
+    if any(t["metrics"] for t in threads):
+        from rlbench.profiling.results import metric_to_dict
+
+        for t in threads:
+            t["metrics"] = [metric_to_dict(m) for m in t["metrics"]]
     from rlbench.profiling.waits import PARTICIPANTS
 
     return {
@@ -380,7 +381,7 @@ def snapshot(follower: Follower) -> dict[str, Any]:
                 "started": a.started,
                 "ended": a.ended,
                 "channels": [[k, side, v[0], int(v[1])] for (k, side), v in a.channels.items()],
-                "raw": {"excl": a.excl, "enters": a.enters, "layers": a.layers, "steps": a.steps, "sched": list(a.sched)},
+                "raw": raw_attribution(a),
                 "metrics": [],
             }
         )
@@ -423,7 +424,7 @@ def thread_results(outcome: Any, role: str, born: float, *, main_metrics: bool =
     session's own thread first (``thread`` None, role ``role``), then each other thread (role qualified by ``role``
     unless this is the main process, ``role == "main"``). ``main_metrics``: compute the session thread's metrics too
     (the bootstrap has them already)."""
-    from rlbench.profiling.results import attribution_metrics, iteration_seconds
+    from rlbench.profiling.results import iteration_seconds
 
     out = []
     r = outcome.attribution
@@ -437,8 +438,10 @@ def thread_results(outcome: Any, role: str, born: float, *, main_metrics: bool =
         "channels": [[k, side, v[0], int(v[1])] for (k, side), v in r.channels.items()],
         "wait_log": r.wait_log,
         "trace": _trace(r),
-        "metrics": attribution_metrics(r, startup_s=r.started - born) if main_metrics else [],
+        "metrics": _metrics(r, r.started - born) if main_metrics else [],
     }
+    if main_metrics and not first["metrics"]:
+        first["raw"] = raw_attribution(r)
     series = iteration_seconds(r, "environment")
     if series is not None:
         first["env_series"] = series
@@ -458,10 +461,42 @@ def thread_results(outcome: Any, role: str, born: float, *, main_metrics: bool =
                 "channels": [[k, side, v[0], int(v[1])] for (k, side), v in a.channels.items()],
                 "wait_log": a.wait_log,
                 "trace": _trace(a),
-                "metrics": attribution_metrics(a, startup_s=a.started - t.started),
+                "metrics": _metrics(a, a.started - t.started),
             }
         )
+        if not out[-1]["metrics"]:
+            out[-1]["raw"] = raw_attribution(a)
     return out
+
+
+def _metrics(r: Any, startup_s: float) -> list[Any]:
+    """A thread's metrics, or ``[]`` where this process never imported numpy and the thread counted no iterations (a
+    launcher, a ``python -c`` helper): the parent makes them of its raw totals (:func:`raw_attribution`), the same
+    numbers, without a numpy import (a quarter of a second) in a process that had no other use for it."""
+    if "numpy" not in sys.modules and not r.iterations:
+        return []
+    from rlbench.profiling.results import attribution_metrics
+
+    return attribution_metrics(r, startup_s=startup_s)
+
+
+def raw_attribution(a: Any) -> dict[str, Any]:
+    """A thread's totals so far, as plain JSON: what :func:`rlbench.profiling.roles.raw_metrics` makes metrics of."""
+    return {
+        "excl": a.excl,
+        "enters": a.enters,
+        "layers": a.layers,
+        "steps": a.steps,
+        "sched": [None if v != v else v for v in a.sched],
+        "transitions": a.transitions,
+        "passthrough": a.passthrough,
+        "merges": a.merges,
+        "other_threads_cpu_s": a.other_threads_cpu_s,
+        "other_threads": a.other_threads,
+        "foreign_phases": a.foreign_phases,
+        "hooks": a.hooks,
+        "threads_followed": a.threads_followed,
+    }
 
 
 def _trace(r: Any) -> list[list[Any]]:
@@ -558,8 +593,16 @@ def _install_exit_hooks() -> None:
             return exec_
 
         setattr(os, name, make(real))
-    _patch_multiprocessing()
-    _patch_popen()
+    from rlbench.profiling.autohooks import PostImport
+
+    PostImport(  # as soon as the script imports them (a process that never does pays nothing for them)
+        None,
+        {
+            "multiprocessing.process": ("BaseProcess", lambda _, module: _patch_multiprocessing(module)),
+            "subprocess": ("Popen", lambda _, module: _patch_popen(module)),
+        },
+        "not following the processes of",
+    ).watch()
     _patch_sigterm_handlers()
 
 
@@ -596,11 +639,9 @@ def _patch_sigterm_handlers() -> None:
     signal.signal, signal.getsignal = install, getsignal  # type: ignore[assignment]
 
 
-def _patch_popen() -> None:
+def _patch_popen(subprocess: Any) -> None:
     """A ``subprocess`` child runs another program (or another interpreter, which joins as itself): its pid is noted
     (``exec-<pid>.json``), so the fork marker its ``preexec_fn`` left is not taken for a process that never reported."""
-    import subprocess
-
     real = subprocess.Popen.__init__
     if hasattr(real, "__rlbench_wrapped__"):
         return
@@ -631,11 +672,9 @@ def _forked() -> None:
             Follower.current = None  # a child rlbench could not reset is not followed; it runs as it would
 
 
-def _patch_multiprocessing() -> None:
+def _patch_multiprocessing(mpp: Any) -> None:
     """A ``multiprocessing`` process's run: its target names its role, and its end writes its result (the process
     then leaves by ``os._exit``, which skips ``atexit``)."""
-    import multiprocessing.process as mpp
-
     real = mpp.BaseProcess._bootstrap
     if hasattr(real, "__rlbench_wrapped__"):
         return

@@ -140,12 +140,12 @@ def iteration_seconds(r: Attribution, layer: str) -> str | None:
     """Each iteration's seconds in the phases of ``layer`` (``environment``: an env worker's own env time per
     command), NaN for an iteration left unattributed, as base64 of float64s (compact in a process's result file);
     ``None`` without iterations or such phases."""
+    if not r.iterations:
+        return None
     import base64
 
     import numpy as np
 
-    if not r.iterations:
-        return None
     keys, cumulative = snapshot_matrix(r.iterations, r.excl)
     columns = [i for i, k in enumerate(keys) if k and _layer(r, k) == layer]
     if not columns:

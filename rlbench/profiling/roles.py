@@ -58,6 +58,9 @@ def collect(folder: Path, seen: dict[int, dict[str, Any]] | None = None, main_pi
         data = _read(path)
         if data is None:
             continue
+        for t in data.get("threads", []):
+            if not t.get("metrics") and t.get("raw"):  # a process without numpy: its totals, made metrics here
+                t["metrics"] = raw_metrics(t)
         out.processes.append(data)
         reported.add(_key(path.name))
     for path in sorted(folder.glob("snap-*.json")):  # a process killed before it ended: its last snapshot
@@ -65,7 +68,7 @@ def collect(folder: Path, seen: dict[int, dict[str, Any]] | None = None, main_pi
         if data is None or _key(path.name) in reported:
             continue
         for t in data.get("threads", []):
-            t["metrics"] = _snapshot_metrics(t)
+            t["metrics"] = raw_metrics(t)
         out.processes.append(data)
         reported.add(_key(path.name))
         out.unreported.append(
@@ -100,8 +103,9 @@ def collect(folder: Path, seen: dict[int, dict[str, Any]] | None = None, main_pi
     return out
 
 
-def _snapshot_metrics(thread: dict[str, Any]) -> list[dict[str, Any]]:
-    """A snapshot's raw totals as metrics: the thread's whole time after its start-up as one iteration."""
+def raw_metrics(thread: dict[str, Any]) -> list[dict[str, Any]]:
+    """A thread's raw totals (:func:`rlbench.profiling.follow.raw_attribution`: a snapshot's, or a process's that never
+    imported numpy) as metrics: the thread's whole time after its start-up as one iteration."""
     from rlbench.profiling.attribution import Attribution
     from rlbench.profiling.results import attribution_metrics, metric_to_dict
 
@@ -110,8 +114,12 @@ def _snapshot_metrics(thread: dict[str, Any]) -> list[dict[str, Any]]:
     r = Attribution(
         started=started, ended=ended, excl=dict(raw.get("excl") or {}), enters=dict(raw.get("enters") or {}),
         layers=dict(raw.get("layers") or {}), steps=int(raw.get("steps") or 0), iterations=[], mem_bytes={},
-        cuda_peak_bytes={}, transitions=0, passthrough=0, merges=0, mem_marks=0, counted_iteration=None,
+        cuda_peak_bytes={}, transitions=int(raw.get("transitions") or 0), passthrough=int(raw.get("passthrough") or 0),
+        merges=int(raw.get("merges") or 0), mem_marks=0, counted_iteration=None,
         sched=tuple(float("nan") if v is None else float(v) for v in (raw.get("sched") or [None, None]))[:2],
+        other_threads_cpu_s=float(raw.get("other_threads_cpu_s") or 0.0), other_threads=int(raw.get("other_threads") or 0),
+        foreign_phases=int(raw.get("foreign_phases") or 0), hooks=str(raw.get("hooks") or "python"),
+        threads_followed=bool(raw.get("threads_followed")),
     )  # fmt: skip
     begun = float(thread.get("begun") or started)
     return [metric_to_dict(m) for m in attribution_metrics(r, startup_s=max(started - begun, 0.0))]

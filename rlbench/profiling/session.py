@@ -28,13 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from rlbench.core.errors import MeasuredCodeFailed, StoreError, UsageError
 from rlbench.profiling.attribution import INFER, SAMPLE_EVERY, Attribution, Attributor, activate
-from rlbench.profiling.results import attribution_metrics
 from rlbench.profiling.threads import ThreadResult, ThreadSet
-from rlbench.results import metrics as vocabulary
-from rlbench.results.metrics import Metric, Value
 
 if TYPE_CHECKING:
     from rlbench.profiling.autohooks import Hooks
+    from rlbench.results.metrics import Metric
 
 STORE_ENV = "RLBENCH_STORE"
 
@@ -80,6 +78,8 @@ class Outcome:
 
     def metrics(self, startup_s: float | None = None) -> list[Metric]:
         """Every metric of the session (attribution first, then the user's)."""
+        from rlbench.profiling.results import attribution_metrics
+
         found = attribution_metrics(self.attribution, startup_s=startup_s, costs=self.costs, limits=self.limits)
         return [*found, *self.user_metrics]
 
@@ -203,8 +203,9 @@ class Session:
         self.parent, self.attributor = active, a
         return self
 
-    def stop(self) -> Outcome:
-        """Stop attributing, remove the hooks, and measure what they cost per event."""
+    def stop(self, costs: bool = True) -> Outcome:
+        """Stop attributing, remove the hooks, and measure what they cost per event (``costs``; 10 ms: a followed
+        process, whose result carries no costs, skips it)."""
         from rlbench.profiling.autohooks import uninstall
 
         assert self.attributor is not None, "stop() before start()"
@@ -226,7 +227,8 @@ class Session:
         result.threads_followed = self.threads is not None
         for t in threads:
             t.attribution.hooks = self.hooks_kind
-        self.outcome = Outcome(result, measure_costs(self.settings), self.user_metrics, measure_limits(result), threads)
+        measured = measure_costs(self.settings) if costs else {}
+        self.outcome = Outcome(result, measured, self.user_metrics, measure_limits(result), threads)
         return self.outcome
 
     def __enter__(self) -> Session:
@@ -365,6 +367,7 @@ def profile_call(
             automatic attribution has none of.
     """
     from rlbench.instrument.timers import INJECT_ENV
+    from rlbench.results.metrics import Metric, Value
 
     if os.environ.get(INJECT_ENV):
         raise UsageError(
@@ -391,47 +394,6 @@ def profile_call(
 
 
 # --- the user's own metrics -------------------------------------------------------------------------------------
-_M = vocabulary
-#: metric names rlbench records itself: a user's metric of that name would shadow rlbench's (``sps`` is a report's
-#: headline and what ``gate --fail sps:5%`` checks), so it is refused
-OWN_METRICS = frozenset(
-    {
-        _M.SPS,
-        _M.SPS_STEADY,
-        _M.WALL_S,
-        _M.STARTUP_S,
-        _M.INIT_S,
-        _M.WARMUP_S,
-        _M.TRAIN_S,
-        _M.EVAL_S,
-        _M.ENV_STEPS,
-        _M.ITERATIONS,
-        _M.UPDATES,
-        _M.FIRST_UPDATE_S,
-        _M.THRESHOLD_REACHED,
-        _M.STEPS_TO_THRESHOLD,
-        _M.TIME_TO_THRESHOLD_S,
-        _M.TRAIN_EPISODE_RETURN,
-        _M.TRAIN_RECENT_RETURN,
-        _M.TRAIN_ELAPSED_S,
-        _M.LEGACY_TIME_CALL,
-    }
-)
-#: prefixes of metric families rlbench records itself (phase times, its own costs, counters, machine context)
-OWN_PREFIXES = (
-    _M.TIME,
-    _M.ITER_TIME,
-    "timer/",
-    "profile/",
-    _M.MEM,
-    _M.CUDA_MEM,
-    _M.LIMITS,
-    _M.MACHINE,
-    "peers/",
-    *(f"{kind}/" for kind in _M.COUNTERS),
-)
-
-
 def check_name(name: object, who: str = "rlbench.record") -> None:
     """Refuse a user metric name that is not a plain name, or that rlbench records itself.
 
@@ -440,6 +402,8 @@ def check_name(name: object, who: str = "rlbench.record") -> None:
     """
     if not isinstance(name, str) or not name or name != name.strip():
         raise ValueError(f"{who}: the metric name must be a non-empty string, got {name!r}")
+    from rlbench.results.metrics import OWN_METRICS, OWN_PREFIXES
+
     if name in OWN_METRICS or name.startswith(OWN_PREFIXES):
         raise ValueError(
             f"{who}: the metric name {name!r} is one rlbench records itself, so yours would shadow it in reports and "
@@ -483,8 +447,8 @@ def record(
 
     Args:
         name: Metric name (``eval_return`` is the one training reports read as the learning outcome). A name rlbench
-            records itself (``sps``, ``wall_s``, ``time/...``, ``profile/...``: :data:`OWN_METRICS`,
-            :data:`OWN_PREFIXES`) is refused.
+            records itself (``sps``, ``wall_s``, ``time/...``, ``profile/...``: :data:`~rlbench.results.metrics.OWN_METRICS`,
+            :data:`~rlbench.results.metrics.OWN_PREFIXES`) is refused.
         value: One number (a float, int, NumPy scalar or 0-d tensor) or a flat sequence of them (a list, tuple, 1-D
             array or tensor). A string is refused.
         unit: Unit of the samples.
@@ -494,6 +458,8 @@ def record(
     Raises:
         ValueError: On a malformed or rlbench-owned name, a bad direction or a value that is not numbers.
     """
+    from rlbench.results.metrics import Metric
+
     check_name(name)
     if direction not in ("higher", "lower", "none"):
         raise ValueError(f"rlbench.record: direction must be 'higher', 'lower' or 'none', got {direction!r}")

@@ -183,14 +183,14 @@ def _future_channel(future: Any) -> str:
     return f"thread:{os.getpid()}:{setter}" if setter is not None else f"future:{os.getpid()}"
 
 
-def _install_future_setters(h: Any) -> None:
+def _install_future_setters(h: Any, future: type) -> None:
     """Who sets a future's result (an executor's worker thread): the other side of waiting on it."""
-    import concurrent.futures
-
     from rlbench.profiling.autohooks import replace_attr
 
     for method in ("set_result", "set_exception"):
-        fn = getattr(concurrent.futures.Future, method)
+        fn = getattr(future, method)
+        if hasattr(fn, "__rlbench_wrapped__"):
+            continue
 
         def make(fn: Callable[..., Any]) -> Callable[..., Any]:
             @wraps(fn)
@@ -205,7 +205,7 @@ def _install_future_setters(h: Any) -> None:
             setting.__rlbench_wrapped__ = fn  # type: ignore[attr-defined]
             return setting
 
-        replace_attr(h.restore, concurrent.futures.Future, method, make(fn))
+        replace_attr(h.restore, future, method, make(fn))
 
 
 def _wait(h: Any, owner: Any, method: str, name: str, side: str, channel: Callable[[Any], str] | None) -> None:
@@ -218,41 +218,64 @@ def _wait(h: Any, owner: Any, method: str, name: str, side: str, channel: Callab
 
 
 def install_waits(h: Any) -> None:
-    """Hook the standard library's blocking waits now, Ray's and torch.distributed's when the script imports them."""
-    import multiprocessing.connection
-    import multiprocessing.queues
+    """Hook the standard library's blocking waits: ``queue`` and ``threading`` now, ``multiprocessing``'s queues,
+    pipes and processes, ``concurrent.futures``, Ray's and torch.distributed's as soon as the script imports them
+    (a process that never uses them does not pay for importing them)."""
     import queue
     import threading
 
-    from rlbench.profiling.autohooks import PostImport, replace_attr
+    from rlbench.profiling.autohooks import PostImport
 
     def local_queue(q: Any) -> str:
         return channel_of(q, "queue")
 
     _wait(h, queue.Queue, "get", "queue", "get", local_queue)
     _wait(h, queue.Queue, "put", "queue", "put", local_queue)
-    mpq = multiprocessing.queues
-    for cls in (mpq.Queue, mpq.SimpleQueue):
-        _wait(h, cls, "get", "queue", "get", local_queue)
-    _wait(h, mpq.Queue, "put", "queue", "put", local_queue)
-    replace_attr(h.restore, mpq.SimpleQueue, "put", _noting(mpq.SimpleQueue.put, "queue", "put"))
-    connection = getattr(multiprocessing.connection, "_ConnectionBase", multiprocessing.connection.Connection)
-    for method in ("recv", "recv_bytes", "recv_bytes_into"):  # (defined on the base of Connection and PipeConnection)
-        _wait(h, connection, method, "pipe", "recv", lambda c: channel_of(c, "pipe"))
     _wait(h, threading.Event, "wait", "event", "wait", None)
     _wait(h, threading.Condition, "wait", "event", "wait", None)
     _wait(h, threading.Barrier, "wait", "event", "wait", None)
-    import concurrent.futures
-
     _wait(h, threading.Thread, "join", "join", "join", lambda t: f"thread:{os.getpid()}:{t.ident}")
-    import multiprocessing.process
-
-    _wait(h, multiprocessing.process.BaseProcess, "join", "join", "join", lambda p: f"process:{p.pid}")
-    _wait(h, concurrent.futures.Future, "result", "future", "result", _future_channel)
-    _install_future_setters(h)
     PostImport(
-        h, {"ray": ("get", _install_ray), "torch.distributed": ("all_reduce", _install_collectives)}, "no waits for"
+        h,
+        {
+            "multiprocessing.connection": ("Connection", _install_pipes),
+            "multiprocessing.queues": ("Queue", _install_mp_queues),
+            "multiprocessing.process": ("BaseProcess", _install_process_join),
+            "concurrent.futures._base": ("Future", _install_futures),
+            "ray": ("get", _install_ray),
+            "torch.distributed": ("all_reduce", _install_collectives),
+        },
+        "no waits for",
     ).watch()
+
+
+def _install_pipes(h: Any, connection: Any) -> None:
+    base = getattr(connection, "_ConnectionBase", connection.Connection)
+    for method in ("recv", "recv_bytes", "recv_bytes_into"):  # (defined on the base of Connection and PipeConnection)
+        _wait(h, base, method, "pipe", "recv", lambda c: channel_of(c, "pipe"))
+
+
+def _install_mp_queues(h: Any, mpq: Any) -> None:
+    from rlbench.profiling.autohooks import replace_attr
+
+    def local_queue(q: Any) -> str:
+        return channel_of(q, "queue")
+
+    for cls in (mpq.Queue, mpq.SimpleQueue):
+        _wait(h, cls, "get", "queue", "get", local_queue)
+    _wait(h, mpq.Queue, "put", "queue", "put", local_queue)
+    put = vars(mpq.SimpleQueue).get("put")
+    if put is not None and not hasattr(put, "__rlbench_wrapped__"):
+        replace_attr(h.restore, mpq.SimpleQueue, "put", _noting(put, "queue", "put"))
+
+
+def _install_process_join(h: Any, process: Any) -> None:
+    _wait(h, process.BaseProcess, "join", "join", "join", lambda p: f"process:{p.pid}")
+
+
+def _install_futures(h: Any, base: Any) -> None:
+    _wait(h, base.Future, "result", "future", "result", _future_channel)
+    _install_future_setters(h, base.Future)
 
 
 def _install_ray(h: Any, ray: Any) -> None:

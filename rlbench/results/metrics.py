@@ -365,3 +365,43 @@ def load_metrics(load: MachineLoad) -> list[Metric]:
         (MACHINE_THROTTLE, "count", None if load.throttle is None else float(load.throttle)),
     ]
     return [Metric(name, unit, "none", [float(v)], meta={"wall_s": load.wall_s}) for name, unit, v in values if v is not None]
+
+
+#: metric names rlbench records itself: a user's metric of that name would shadow rlbench's (``sps`` is a report's
+#: headline and what ``gate --fail sps:5%`` checks), so it is refused
+OWN_METRICS = frozenset(
+    {
+        SPS,
+        SPS_STEADY,
+        WALL_S,
+        STARTUP_S,
+        INIT_S,
+        WARMUP_S,
+        TRAIN_S,
+        EVAL_S,
+        ENV_STEPS,
+        ITERATIONS,
+        UPDATES,
+        FIRST_UPDATE_S,
+        THRESHOLD_REACHED,
+        STEPS_TO_THRESHOLD,
+        TIME_TO_THRESHOLD_S,
+        TRAIN_EPISODE_RETURN,
+        TRAIN_RECENT_RETURN,
+        TRAIN_ELAPSED_S,
+        LEGACY_TIME_CALL,
+    }
+)
+#: prefixes of metric families rlbench records itself (phase times, its own costs, counters, machine context)
+OWN_PREFIXES = (
+    TIME,
+    ITER_TIME,
+    "timer/",
+    "profile/",
+    MEM,
+    CUDA_MEM,
+    LIMITS,
+    MACHINE,
+    "peers/",
+    *(f"{kind}/" for kind in COUNTERS),
+)

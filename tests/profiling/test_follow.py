@@ -271,10 +271,42 @@ def test_a_child_that_joins_costs_little_start_up(tmp_path):
     from rlbench.profiling.session import Settings
 
     env = {**os.environ, **prepare(tmp_path / "follow", vars(Settings()), os.environ.get("PYTHONPATH", ""))}
-    probe = "import sys; print('rlbench.profiling.follow' in sys.modules, 'torch' in sys.modules, 'numpy' in sys.modules)"
+    probe = (
+        "import sys; print(*(m in sys.modules for m in ('rlbench.profiling.follow', 'torch', 'numpy', "
+        "'multiprocessing', 'concurrent.futures', 'importlib.abc')))"
+    )
     joined = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
-    assert joined.stdout.split() == ["True", "False", "False"], joined  # joined, without importing torch or numpy
+    # joined, without importing torch, numpy or what it hooks only once the script imports it
+    assert joined.stdout.split() == ["True", "False", "False", "False", "False", "False"], joined
     assert list((tmp_path / "follow").glob("start-*.json"))
+    # nor at its end: a process that never imported numpy writes its raw totals, which the parent makes metrics of
+    from rlbench.profiling.roles import collect
+
+    [written] = [json.loads(p.read_text()) for p in (tmp_path / "follow").glob("proc-*.json")]
+    assert written["threads"][0]["metrics"] == [] and written["threads"][0]["raw"]["sched"][0] > 0, written
+    [process] = collect(tmp_path / "follow").processes
+    metrics = {m["name"]: m for m in process["threads"][0]["metrics"]}
+    assert metrics["wall_s"]["samples"][0] > 0 and "profile/cpu_s" in metrics, sorted(metrics)
+
+
+def test_a_module_two_hooks_wait_for_is_patched_by_both(tmp_path, monkeypatch):
+    """Two watchers of one module not imported yet (the follower's and the session's) each patch it, once."""
+    from rlbench.profiling.autohooks import PostImport
+
+    (tmp_path / "rlb_watched.py").write_text("VALUE = 1\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen: list[str] = []
+    first = PostImport(None, {"rlb_watched": ("VALUE", lambda _, m: seen.append("first"))}, "x").watch()
+    second = PostImport(None, {"rlb_watched": ("VALUE", lambda _, m: seen.append("second"))}, "x").watch()
+    try:
+        import rlb_watched  # noqa: F401
+
+        assert sorted(seen) == ["first", "second"]
+        assert first not in sys.meta_path and second not in sys.meta_path  # nothing left to watch: gone
+    finally:
+        first.remove()
+        second.remove()
+        sys.modules.pop("rlb_watched", None)
 
 
 DDP = """

@@ -105,11 +105,18 @@ def test_each_wait_names_its_channel_and_the_sides_that_used_it():
 
 
 def test_a_future_waited_on_names_the_thread_that_set_its_result():
+    go = threading.Event()
+
+    def work() -> None:
+        go.wait()  # (the worker starts spinning as result() is called, not before, however busy the machine)
+        spin(20 * MS)
+
     with _session() as s, concurrent.futures.ThreadPoolExecutor(1) as pool:
-        future = pool.submit(spin, 20 * MS)
+        future = pool.submit(work)
+        go.set()
         future.result()
     r = s.outcome.attribution
-    assert r.excl["wait/future"] >= 5 * MS, r.excl  # (the worker may start spinning before result() is called)
+    assert r.excl["wait/future"] >= 5 * MS, r.excl
     [(key, side)] = [k for k in r.channels if k[1] == "result"]
     assert key.startswith(f"thread:{os.getpid()}:") and side == "result"
     assert PARTICIPANTS[key]["set"] == {int(key.rsplit(":", 1)[1])}
