@@ -619,11 +619,12 @@ def _followed(
 ) -> list[Metric]:
     """The repeat's other roles (the main process's threads, every followed process) as metrics, the main thread's
     waits given the roles on their other side, and the merged trace written."""
-    from rlbench.profiling.roles import Collected, collect, role_metrics
+    from rlbench.profiling.roles import Collected, collect, job_steps, role_metrics
 
     pid = int(data.get("pid") or 0)
     collected = collect(folder, watch.seen if watch else None, main_pid=pid) if folder is not None else Collected()
     extra = role_metrics(data, collected, pid)
+    job_steps(metrics, extra)
     summary = next((m for m in extra if m.name == PROFILE_PROCESSES), None)
     main_waits = summary.meta.get("main_waits", []) if summary is not None else []
     for m in metrics:

@@ -29,6 +29,7 @@ from rlbench.results.metrics import (
     PROFILE_ENV_WORKERS,
     PROFILE_PROCESSES,
     SPS,
+    SPS_STEADY,
     STARTUP_S,
     TRAIN_S,
     WALL_S,
@@ -36,7 +37,7 @@ from rlbench.results.metrics import (
     Metric,
 )
 
-ROLE_METRICS = (SPS, WALL_S, WARMUP_S, TRAIN_S, ENV_STEPS, ITERATIONS, STARTUP_S, PROFILE_CPU_S)
+ROLE_METRICS = (SPS, SPS_STEADY, WALL_S, WARMUP_S, TRAIN_S, ENV_STEPS, ITERATIONS, STARTUP_S, PROFILE_CPU_S)
 """What each role keeps besides its ``time/<phase>`` records (per-iteration series stay with the main process)."""
 
 
@@ -185,6 +186,38 @@ def role_metrics(main: dict[str, Any], collected: Collected, main_pid: int) -> l
     if split is not None:
         out.append(Metric(PROFILE_ENV_WORKERS, "s", "none", [split["own_s"]], meta=split))
     return out
+
+
+def job_steps(main: list[Metric], roles: list[Metric]) -> None:
+    """Where the script's own main thread took no agent steps (a learner that actors feed, ``torchrun``'s launcher, a
+    Ray driver), the job's are its other roles': ``env_steps``, ``sps`` and ``sps_steady`` of the main process become
+    the sums over the roles that stepped (each role's steps over its own training time: the roles run side by side),
+    and say so (``meta["from_roles"]``). Env workers are left out: their steps are their vector env's, which a role
+    counts already."""
+    steps = next((m for m in main if m.name == ENV_STEPS), None)
+    if steps is None or (steps.samples and steps.samples[0] > 0):
+        return
+    stepping = {
+        _who(m): m.samples[0]
+        for m in roles
+        if m.name == ENV_STEPS and m.samples and m.samples[0] > 0 and m.meta.get("role") != "env-worker"
+    }
+    if not stepping:
+        return
+    names = sorted({str(who[0]) for who in stepping})
+    steps.samples = [float(sum(stepping.values()))]
+    steps.meta = {**steps.meta, "from_roles": names}
+    for name in (SPS, SPS_STEADY):
+        rates = [m.samples[0] for m in roles if m.name == name and _who(m) in stepping and m.samples]
+        rates = [r for r in rates if math.isfinite(r)]
+        mine = next((m for m in main if m.name == name), None)
+        if mine is not None and rates:
+            mine.samples = [float(sum(rates))]
+            mine.meta = {**mine.meta, "from_roles": names}
+
+
+def _who(m: Metric) -> tuple[Any, Any, Any]:
+    return m.meta.get("role"), m.meta.get("pid"), m.meta.get("thread")
 
 
 def _under(metric: str, phase: str) -> bool:

@@ -172,10 +172,17 @@ def timing(d: RunData, warmup: str = "Warm-up (first iteration)") -> list[str]:
         total = "Total wall of the script (start-up + training)"
         rows = [[total if "Total wall" in row[0] else row[0], *row[1:]] for row in rows]
     steps = d.med(ENV_STEPS) if d.has(ENV_STEPS) else 0
+    roles = sorted({r for rec in d.by_metric.get(ENV_STEPS, []) for r in rec.meta.get("from_roles", [])})
+    where = (
+        f"summed over the roles that took them, {', '.join(f'`{r}`' for r in roles)}: the script's main thread took "
+        "none; SPS is their rates' sum"
+        if roles
+        else "env transitions summed over envs"
+    )
     return [
         "## End-to-end timing",
         "",
-        f"{fmt(steps, 0)} agent steps (env transitions summed over envs).",
+        f"{fmt(steps, 0)} agent steps ({where}).",
         "",
         md_table(["Metric", "Median", "Spread (min–max over repeats)"], rows),
     ]

@@ -5,6 +5,7 @@ ones alike."""
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import os
 import queue
 import threading
@@ -192,3 +193,32 @@ def test_a_session_opened_in_another_thread_reports_that_thread(tmp_path):
     steps = {r.metric: r.samples[0] for r in records}
     assert {r.benchmark for r in records} == {"actor"} and steps["env_steps"] == 5
     assert "time/env/step" in steps and "time/wait/join" not in steps  # the actor thread's, not the main thread's
+
+
+def test_a_job_whose_main_thread_takes_no_steps_counts_its_roles_steps():
+    """A learner fed by actors (or torchrun's launcher, a Ray driver): the job's agent steps and SPS are the sums over
+    the roles that stepped, each over its own time; env workers' steps are their vector env's, counted already."""
+    from rlbench.profiling.roles import job_steps
+    from rlbench.results.metrics import ENV_STEPS, SPS, SPS_STEADY, Metric
+
+    def role(name: str, pid: int, steps: float, sps: float, thread: str | None = None) -> list[Metric]:
+        meta = {"role": name, "pid": pid, **({"thread": thread} if thread else {})}
+        return [
+            Metric(ENV_STEPS, "steps", "none", [steps], meta=dict(meta)),
+            Metric(SPS, "steps/s", "higher", [sps], meta=dict(meta)),
+            Metric(SPS_STEADY, "steps/s", "higher", [sps * 1.1], meta=dict(meta)),
+        ]
+
+    roles = role("actor", 1, 100, 50.0, "actor") + role("actor", 2, 60, 30.0) + role("env-worker", 3, 100, 50.0)
+    main = [
+        Metric(ENV_STEPS, "steps", "none", [0.0]),
+        Metric(SPS, "steps/s", "higher", [math.nan]),
+        Metric(SPS_STEADY, "steps/s", "higher", [math.nan]),
+    ]
+    job_steps(main, roles)
+    got = {m.name: m.samples[0] for m in main}
+    assert got == {ENV_STEPS: 160.0, SPS: 80.0, SPS_STEADY: pytest.approx(88.0)}
+    assert main[0].meta["from_roles"] == ["actor"]
+    stepping = [Metric(ENV_STEPS, "steps", "none", [5.0]), Metric(SPS, "steps/s", "higher", [9.0])]
+    job_steps(stepping, roles)  # a main thread that stepped keeps its own
+    assert [m.samples[0] for m in stepping] == [5.0, 9.0] and "from_roles" not in stepping[0].meta
