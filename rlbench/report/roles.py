@@ -200,7 +200,7 @@ def verdict(table: dict[str, Role], launcher: bool = False) -> str:
     table = {k: v for k, v in table.items() if v.run_s > 0 and v.work_s > 0}
     if not table:
         return "No role did any work rlbench could attribute."
-    cpu = _cpu_bound(table)
+    cpu = _cpu_bound(table) + _threads_blocked(table)
     waiting = sorted((r for r in table.values() if r.idle_share >= WAIT_SHARE), key=lambda r: -r.idle_share)
     if not waiting:
         tops = "; ".join(
@@ -234,6 +234,35 @@ def verdict(table: dict[str, Role], launcher: bool = False) -> str:
             )
         return f"{text}; {shares}: the roles wait on each other, so the job is bound by the hand-offs between them.{cpu}"
     return f"{text}.{cpu}"
+
+
+def _threads_blocked(table: dict[str, Role]) -> str:
+    """A sentence when roles that are Python threads of one process were blocked outside any hooked wait for a tenth of
+    their time or more: there, that is most often the GIL (a thread waiting while another runs Python)."""
+    threads = [r for r in table.values() if r.thread_role]
+    if not threads:
+        return ""
+    shared = {p for r in threads for p in r.pids}
+    processes = {p for r in table.values() if not r.thread_role and r.name != MAIN for p in r.pids}
+
+    def with_threads(r: Role) -> bool:
+        if r.thread_role:
+            return True
+        return bool(shared - processes) if r.name == MAIN else bool(set(r.pids) & shared)
+
+    blocked = [
+        r
+        for r in table.values()
+        if with_threads(r) and math.isfinite(r.blocked_s) and r.whole_s > 0 and r.blocked_s / r.whole_s >= 0.1
+    ]
+    if not blocked:
+        return ""
+    names = ", ".join(f"{md_text(r.name)} {pct(r.blocked_s / r.whole_s)}" for r in blocked)
+    return (
+        f" Blocked outside any hooked wait: {names}; {'a Python thread' if len(blocked) == 1 else 'Python threads'} "
+        "sharing a process with other Python threads, where that is most often the GIL (a thread waiting while another "
+        "runs Python) or torch's own thread pool: processes instead of threads remove the GIL's share."
+    )
 
 
 def _cpu_bound(table: dict[str, Role]) -> str:
