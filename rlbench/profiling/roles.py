@@ -166,7 +166,7 @@ def role_metrics(main: dict[str, Any], collected: Collected, main_pid: int) -> l
         for w in waits:  # a pipe whose other end rlbench cannot see, in a process another one started: its parent's
             if w["side"] == "recv" and not w["other"] and parent is not None:
                 w["other"] = [parent]
-        for d in t.get("metrics", []):
+        for d in t.get("metrics") or (raw_metrics(t) if t.get("raw") else []):
             m = metric_from_dict(d)
             if not (m.name.startswith("time/") or m.name in ROLE_METRICS or m.name.split("/", 1)[0] in COUNTERS):
                 continue

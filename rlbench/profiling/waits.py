@@ -226,11 +226,8 @@ def install_waits(h: Any) -> None:
 
     from rlbench.profiling.autohooks import PostImport
 
-    def local_queue(q: Any) -> str:
-        return channel_of(q, "queue")
-
-    _wait(h, queue.Queue, "get", "queue", "get", local_queue)
-    _wait(h, queue.Queue, "put", "queue", "put", local_queue)
+    _wait(h, queue.Queue, "get", "queue", "get", _local_queue)
+    _wait(h, queue.Queue, "put", "queue", "put", _local_queue)
     _wait(h, threading.Event, "wait", "event", "wait", None)
     _wait(h, threading.Condition, "wait", "event", "wait", None)
     _wait(h, threading.Barrier, "wait", "event", "wait", None)
@@ -249,6 +246,10 @@ def install_waits(h: Any) -> None:
     ).watch()
 
 
+def _local_queue(q: Any) -> str:
+    return channel_of(q, "queue")
+
+
 def _install_pipes(h: Any, connection: Any) -> None:
     base = getattr(connection, "_ConnectionBase", connection.Connection)
     for method in ("recv", "recv_bytes", "recv_bytes_into"):  # (defined on the base of Connection and PipeConnection)
@@ -258,12 +259,9 @@ def _install_pipes(h: Any, connection: Any) -> None:
 def _install_mp_queues(h: Any, mpq: Any) -> None:
     from rlbench.profiling.autohooks import replace_attr
 
-    def local_queue(q: Any) -> str:
-        return channel_of(q, "queue")
-
     for cls in (mpq.Queue, mpq.SimpleQueue):
-        _wait(h, cls, "get", "queue", "get", local_queue)
-    _wait(h, mpq.Queue, "put", "queue", "put", local_queue)
+        _wait(h, cls, "get", "queue", "get", _local_queue)
+    _wait(h, mpq.Queue, "put", "queue", "put", _local_queue)
     put = vars(mpq.SimpleQueue).get("put")
     if put is not None and not hasattr(put, "__rlbench_wrapped__"):
         replace_attr(h.restore, mpq.SimpleQueue, "put", _noting(put, "queue", "put"))

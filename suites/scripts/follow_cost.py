@@ -10,7 +10,8 @@ sides of every pair (ABBA) so that a drift of the machine weighs on both alike:
   follows its processes: the start-up hook, the process table watched, the collection folder read) and under
   ``rlbench profile --no-follow``;
 * **a whole run**: the CleanRL-style DQN (one process) and the CleanRL-style PPO with an ``AsyncVectorEnv`` of four
-  worker processes, plain and under ``rlbench profile``, each process from its start to its exit.
+  worker processes, plain, under ``rlbench profile`` and under ``rlbench profile --no-follow``, each from its start
+  to its exit, with the CPU time it and its processes used.
 
 Nothing here is hard-coded: the report is generated from what this run measured, on the machine it names.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -46,6 +48,15 @@ def _wall(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
     t0 = time.perf_counter()
     subprocess.run(cmd, env=env, cwd=cwd, check=True, capture_output=True)
     return time.perf_counter() - t0
+
+
+def _wall_cpu(cmd: list[str], env: dict[str, str], cwd: Path) -> list[float]:
+    """``[wall, cpu]``: the command's wall, start to exit, and the CPU seconds (user + system) it and every process it
+    waited for used: what a busy neighbour disturbs least, where the hooks' cost shows first."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = _wall(cmd, env, cwd)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return [wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)]
 
 
 def _pairs(a: Any, b: Any, n: int) -> list[tuple[float, float]]:
@@ -97,17 +108,33 @@ def fixed_cost(tmp: Path, n: int) -> dict[str, list[float]]:
     return out
 
 
-def whole_run(name: str, tmp: Path, n: int) -> list[tuple[float, float]]:
+def whole_run(name: str, tmp: Path, n: int) -> dict[str, list[list[float]]]:
+    """``n`` rounds of the run plain, under ``rlbench profile`` and under ``rlbench profile --no-follow``, the order
+    rotated every round; per side, each round's ``[wall, cpu]``."""
     args = RUNS[name]
     env = _env()
-    plain = [sys.executable, str(HERE / args[0]), *args[1:]]
-    profiled = [sys.executable, "-m", "rlbench", "profile", "--quiet", "--store", str(tmp / "store"), "--", "python"]
-    profiled += [str(HERE / args[0]), *args[1:]]
-    return _pairs(lambda: _wall(plain, env, tmp), lambda: _wall(profiled, env, tmp), n)
+    script = [str(HERE / args[0]), *args[1:]]
+    profiled = [sys.executable, "-m", "rlbench", "profile", "--quiet", "--store", str(tmp / "store")]
+    runs = {
+        "plain": [sys.executable, *script],
+        "profile": [*profiled, "--", "python", *script],
+        "profile --no-follow": [*profiled, "--no-follow", "--", "python", *script],
+    }
+    out: dict[str, list[list[float]]] = {k: [] for k in runs}
+    order = list(runs)
+    for k in range(n):
+        for side in order[k % 3 :] + order[: k % 3]:
+            out[side].append(_wall_cpu(runs[side], env, tmp))
+    return out
 
 
 def _ms(v: float) -> str:
     return f"{1000 * v:+.0f} ms" if abs(v) >= 0.01 else f"{1000 * v:+.1f} ms"
+
+
+def _first(v: Any) -> float:
+    """A pair side's wall: a number (runs before CPU time was kept), or ``[wall, cpu]``."""
+    return float(v[0] if isinstance(v, list) else v)
 
 
 def render(results: dict[str, Any]) -> str:
@@ -120,7 +147,9 @@ def render(results: dict[str, Any]) -> str:
         f"Machine: {cpu_label(machine)}, {machine.get('cores', '?')} cores; Python {soft.get('python', '?')}, torch "
         f"{soft.get('packages', {}).get('torch', '?')}.",
         "",
-        f"Command: `python -m rlbench.suites.scripts.follow_cost --pairs {meta.get('pairs')}` "
+        f"Command: `python -m rlbench.suites.scripts.follow_cost --pairs {meta.get('pairs')}"
+        + (f" --run-pairs {meta['run_pairs']}" if meta.get("run_pairs") else "")
+        + "` "
         f"({meta.get('seconds', 0) / 60:.0f} min"
         + (f", at {', '.join(str(c)[:7] for c in meta.get('commits') or [])}" if meta.get("commits") else "")
         + "). Every pair alternates which side runs first (ABBA); each figure is a process's wall from its start to its "
@@ -185,19 +214,53 @@ def render(results: dict[str, Any]) -> str:
             "",
         ]
     for name in RUNS:
-        pairs = results.get(name) or []
-        if not pairs:
+        sides = results.get(name) or {}
+        if isinstance(sides, list):  # an earlier run's pairs: (plain, profile)
+            sides = {"plain": [a for a, _ in sides], "profile": [b for _, b in sides]}
+        if not sides.get("plain"):
             continue
-        ratios = [b / a - 1 for a, b in pairs]
         lines += [
             f"## A whole run: `{' '.join(RUNS[name])}`",
             "",
-            f"Plain median {statistics.median(a for a, _ in pairs):.2f} s, under `rlbench profile` median "
-            f"{statistics.median(b for _, b in pairs):.2f} s; paired, the command took "
-            f"**{100 * statistics.median(ratios):+.1f}%** "
-            f"(median of {len(pairs)} pairs; range {100 * min(ratios):+.1f}% … {100 * max(ratios):+.1f}%).",
+            f"{len(sides['plain'])} rounds, each side once per round (the order rotated); the ratios are per round, "
+            "against the same round's plain run.",
             "",
+            "| Side | Median wall | Over plain, wall (median, range) | Median CPU | Over plain, CPU (median) |",
+            "|---|---|---|---|---|",
         ]
+        plain = sides["plain"]
+        over: dict[str, float] = {}
+        for side, values in sides.items():
+            walls = [_first(v) for v in values]
+            cpus = [v[1] for v in values if isinstance(v, list)]
+            if side == "plain":
+                lines.append(
+                    f"| `plain` | {statistics.median(walls):.2f} s | – | "
+                    f"{f'{statistics.median(cpus):.2f} s' if cpus else '–'} | – |"
+                )
+                continue
+            ratios = [w / _first(p) - 1 for w, p in zip(walls, plain)]
+            over[side] = statistics.median(ratios)
+            cpu_ratios = [v[1] / p[1] - 1 for v, p in zip(values, plain) if isinstance(v, list) and isinstance(p, list)]
+            lines.append(
+                f"| `{side}` | {statistics.median(walls):.2f} s | **{100 * over[side]:+.1f}%** "
+                f"({100 * min(ratios):+.1f}% … {100 * max(ratios):+.1f}%) | "
+                f"{f'{statistics.median(cpus):.2f} s' if cpus else '–'} | "
+                f"{f'{100 * statistics.median(cpu_ratios):+.1f}%' if cpu_ratios else '–'} |"
+            )
+        lines.append("")
+        if name == "cleanrl_dqn" and "profile" in over:
+            wall = over["profile"]
+            lines.append(
+                f"Target: the whole command within 3% of the plain script: {100 * wall:+.1f}% wall"
+                + (" (met)" if wall <= 0.03 else " (not met)")
+                + (
+                    f"; without following, {100 * over['profile --no-follow']:+.1f}%: following's own share is the difference."
+                    if "profile --no-follow" in over
+                    else "."
+                )
+            )
+            lines.append("")
     return "\n".join(lines)
 
 
@@ -206,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--pairs", type=int, default=20, help="pairs per start-up measurement; whole runs take a third (default 20)"
     )
+    p.add_argument("--run-pairs", type=int, help="rounds per whole run (default: a third of --pairs, at least 4)")
     p.add_argument("--report", default="profile-follow-cost.md", help="markdown report (raw numbers beside it, .json)")
     p.add_argument("--restart", action="store_true", help="discard a partial run's numbers and start again")
     p.add_argument("--render", metavar="JSON", help="measure nothing: write the report from an earlier run's raw numbers")
@@ -215,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         report.write_text(render(json.loads(Path(args.render).read_text(encoding="utf-8"))), encoding="utf-8")
         print(f"report: {report}")
         return 0
-    cp = start(report, {"pairs": args.pairs}, args.restart)
+    cp = start(report, {"pairs": args.pairs, "run_pairs": args.run_pairs}, args.restart)
     if cp is None:
         return 2
     t0 = time.perf_counter()
@@ -223,11 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with sigterm_as_interrupt(), tempfile.TemporaryDirectory(prefix="rlbench-follow-cost-") as tmp:
             tmp_path = Path(tmp)
+            runs = args.run_pairs or max(4, args.pairs // 3)
             steps = [
                 ("child_startup", lambda: child_startup(tmp_path, args.pairs)),
                 ("child_startup_bare", lambda: child_startup(tmp_path, args.pairs, "pass")),
                 ("fixed_cost", lambda: fixed_cost(tmp_path, max(4, args.pairs // 2))),
-                *((name, lambda name=name: whole_run(name, tmp_path, max(4, args.pairs // 3))) for name in RUNS),
+                *((name, lambda name=name: whole_run(name, tmp_path, runs)) for name in RUNS),
             ]
             for key, fn in steps:
                 if key in results:
@@ -237,7 +302,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{key}: done", file=sys.stderr)
     except KeyboardInterrupt:
         return interrupted(cp, "python -m rlbench.suites.scripts.follow_cost " + " ".join(argv or sys.argv[1:]))
-    results["_meta"] = {"pairs": args.pairs, "environment": environment(), **cp.meta(time.perf_counter() - t0)}
+    results["_meta"] = {
+        "pairs": args.pairs,
+        "run_pairs": args.run_pairs,
+        "environment": environment(),
+        **cp.meta(time.perf_counter() - t0),
+    }
     report.write_text(render(results), encoding="utf-8")
     report.with_suffix(".json").write_text(json.dumps(results, separators=(",", ":")), encoding="utf-8")
     cp.finish()
