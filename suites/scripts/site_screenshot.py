@@ -3,7 +3,7 @@
     python -m rlbench.suites.scripts.site_screenshot reports/history/bench-ppo-cartpole.html reports/history.png
 
 Opens the page from ``file://`` (no network), scrolls through it so every lazily drawn chart is drawn, waits until
-the charts are drawn, and saves a full-page PNG. Exits 1 on a console error (a broken page is not screenshotted as
+the charts are drawn, and saves a full-page PNG (a 256-colour palette one, for the reports' size budget). Exits 1 on a console error (a broken page is not screenshotted as
 if it were fine), 2 on bad input.
 """
 
@@ -13,6 +13,8 @@ import argparse
 import sys
 import time
 from pathlib import Path
+
+from rlbench.report.plots import save_png_bytes
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         driver.set_window_size(args.width, min(height, args.max_height))
         time.sleep(0.5)
         args.png.parent.mkdir(parents=True, exist_ok=True)
-        driver.save_screenshot(str(args.png))
+        save_png_bytes(driver.get_screenshot_as_png(), args.png)
     finally:
         driver.quit()
     print(f"site_screenshot: {args.png} ({args.width}x{min(height, args.max_height)})")

@@ -9,9 +9,12 @@ get. It draws only what the file holds.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 from collections import defaultdict
 from pathlib import Path
+
+from rlbench.report.plots import save_png_bytes
 
 LAYER_COLOURS = {
     "environment": "#4C78A8",
@@ -86,7 +89,9 @@ def draw(trace: dict, out: Path, start: float | None = None, seconds: float | No
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in LAYER_COLOURS.values()]
     ax.legend(handles, list(LAYER_COLOURS), loc="upper center", bbox_to_anchor=(0.5, 1.12), ncol=8, fontsize=7, frameon=False)
     fig.tight_layout()
-    fig.savefig(out, dpi=130)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=130, metadata={"Software": None})
+    save_png_bytes(buf.getvalue(), out)
     plt.close(fig)
     return out
 
