@@ -101,6 +101,8 @@ HARNESSES = {
     "follow_cost",
     "trace_png",
     "timers",
+    "tracker_cost",
+    "tracker_screenshot",
 }  # not example scripts (checkpoint: the harnesses' saved numbers; hand/timers: the hand copies' timers)
 
 
