@@ -820,3 +820,76 @@ def logging_metric(summary: dict[str, Any]) -> Any:
     from rlbench.results.metrics import PROFILE_LOGGING_S, Metric
 
     return Metric(PROFILE_LOGGING_S, "s", "none", [float(summary.get("cpu_s") or 0.0)], meta=dict(summary))
+
+
+# --- rlbench run --log-to: rlbench's own loops ----------------------------------------------------------------------
+def _exclusive(seconds: dict[str, float]) -> dict[str, float]:
+    """rlbench's loops time a phase with its sub-phases inside (``collect`` holds ``collect/env``): each one's own."""
+    out = {}
+    for p, s in seconds.items():
+        children = sum(v for q, v in seconds.items() if q.startswith(p + "/") and "/" not in q[len(p) + 1 :])
+        out[p] = max(s - children, 0.0)
+    return out
+
+
+class RunTracker:
+    """``rlbench run --log-to``: a training callback (:class:`~rlbench.instrument.callbacks.Callback`'s protocol) that
+    logs each ``every`` seconds of training (rate-limited: it runs at an iteration's end, never per step) into a run it
+    opens at TARGET: SPS, each phase's share and time per iteration, on the agent-step axis."""
+
+    def __init__(self, log_to: LogTo, every: float, run_name: str) -> None:
+        self.log_to, self.every, self.run_name = log_to, every, run_name
+        self.backend: Backend | None = None
+        self.acc: dict[str, float] = {}
+        self.iters = 0
+        self.last_elapsed = 0.0
+        self.last_steps = 0
+        self.points = 0
+        self.failures: list[str] = []
+        self.seen = (0.0, 0)  # the last iteration's (elapsed seconds, agent steps)
+
+    def on_train_start(self, info: dict[str, Any]) -> None:
+        return None
+
+    def on_iteration_end(self, it: Any) -> bool | None:
+        for k, v in it.phase_s.items():
+            self.acc[k] = self.acc.get(k, 0.0) + v
+        self.iters += 1
+        self.seen = (float(it.elapsed_s), int(it.env_steps))
+        if it.elapsed_s - self.last_elapsed >= self.every:
+            self._log(*self.seen)
+        return None
+
+    def on_train_end(self, summary: dict[str, Any]) -> None:
+        try:
+            if self.iters:
+                self._log(*self.seen)
+        finally:
+            if self.backend is not None:
+                with contextlib.suppress(Exception):
+                    self.backend.close()
+
+    def _log(self, elapsed: float, steps: int) -> None:
+        from rlbench.profiling.live import phase_name
+
+        wall = elapsed - self.last_elapsed
+        if wall <= 0 or not self.iters:
+            return
+        own = _exclusive(self.acc)
+        values = {f"{PREFIX}/share/{phase_name(p)}": s / wall for p, s in own.items()}
+        values[f"{PREFIX}/share/other"] = max(1.0 - sum(own.values()) / wall, 0.0)
+        values.update({f"{PREFIX}/iter_ms/{phase_name(p)}": 1000.0 * s / self.iters for p, s in own.items()})
+        if steps > self.last_steps:
+            values[f"{PREFIX}/sps"] = (steps - self.last_steps) / wall
+        try:
+            if self.backend is None:
+                self.backend = own_backend(self.log_to, self.run_name)
+            self.backend.scalars(values, steps)
+            self.points += 1
+        except Exception as exc:
+            line = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:300]
+            if not self.failures:
+                print(f"rlbench: warning: --log-to could not log ({line}); the run goes on", file=sys.stderr, flush=True)
+            self.failures.append(line)
+        self.acc, self.iters = {}, 0
+        self.last_elapsed, self.last_steps = elapsed, steps

@@ -298,6 +298,22 @@ def test_live_view_draws_roles_sps_and_the_top_bottleneck_and_writes_nothing_mor
     assert list((project / "st").glob("*-repeat0.log"))  # the script's output went to its log
 
 
+@pytest.mark.slow
+def test_rlbench_run_logs_its_own_loops_phases_on_agent_steps(tmp_path: Path) -> None:
+    _needs("tensorboard")
+    args = ["run", "ppo-cartpole", "--total-steps", "8192", "--eval-episodes", "2", "--quiet", "--store", "st"]
+    proc = run_cli([*args, "--log-to", "tensorboard:tb", "--log-every", "0.05"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    scalars = _scalars(tmp_path / "tb")
+    steps = [s for s, _ in scalars["rlbench/sps"]]
+    assert len(steps) >= 2 and steps == sorted(steps) and steps[-1] <= 8192
+    assert {"rlbench/share/collect/env", "rlbench/share/update/backward", "rlbench/iter_ms/update/forward"} <= set(scalars)
+    last = {t: v[-1][1] for t, v in scalars.items() if t.startswith("rlbench/share/")}
+    assert sum(last.values()) == pytest.approx(1.0, abs=0.02)  # the phases' own times and the rest: the whole interval
+    bad = run_cli(["run", "gae", "--log-to", "tensorboard"], cwd=tmp_path)
+    assert "--log-to follows rlbench's own training loops" in one_line_error(bad, code=2)
+
+
 # --- bad input: one line, exit 2, before the script starts ----------------------------------------------------------
 def test_parse_log_to() -> None:
     from rlbench.profiling.tracking import LogTo, parse_log_to
