@@ -113,6 +113,8 @@ def check_log_to(log_to: LogTo, env: dict[str, str]) -> list[str]:
         folder = _local_store(uri)
         if folder is not None:
             _check_folder(folder, f"--log-to mlflow:{uri}" if log_to.target else f"MLflow's tracking folder {folder}")
+            if log_to.target and not uri.startswith("sqlite:"):  # a file store, asked for: MLflow 3 refuses one unless
+                env.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # told so
     else:
         _check_folder(Path(env.get("WANDB_DIR") or "."), "W&B's folder (WANDB_DIR, else the working directory)")
         mode = env.get("WANDB_MODE", "").lower()
@@ -195,10 +197,18 @@ class UserRuns:
         self.closed: set[int] = set()  # ids of writers the script closed
         self.mlflow: tuple[str, str] | None = None  # (tracking URI, run id)
         self.step: int | None = None  # the script's last step
+        self.opened: float | None = None  # when the script first opened a run (perf_counter)
+        self.unstepped = False  # the script logged a value without a step
+        self.finished: set[int] = set()  # ids of the W&B runs the script finished
         self.before_close: Any = None  # called with (what, handle) before the script closes a run
+
+    def saw_run(self) -> None:
+        if self.opened is None:
+            self.opened = time.perf_counter()
 
     def saw_step(self, step: Any) -> None:
         if step is None or isinstance(step, bool):
+            self.unstepped = True  # the script logs without a step of its own: rlbench's points go on agent steps
             return
         try:
             value = int(step)
@@ -243,6 +253,7 @@ def _writer_patch(kind: str) -> Any:
             init(self, *args, **kwargs)
             logdir = getattr(self, "log_dir", None) or getattr(self, "logdir", None) or ""
             runs.writers.append((weakref.ref(self), kind, str(logdir)))
+            runs.saw_run()
 
         def add_scalar_(self: Any, tag: Any, scalar_value: Any, global_step: Any = None, *args: Any, **kw: Any) -> Any:
             runs.saw_step(global_step)
@@ -283,9 +294,12 @@ def _wandb_patch(h: Any, module: Any) -> None:
         return log(self, *args, **kwargs)
 
     def finish_(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if id(self) not in OWN_RUNS:
+        if id(self) not in OWN_RUNS and id(self) not in runs.finished:
             runs._closing("wandb", self)
-        return finish(self, *args, **kwargs)
+        try:
+            return finish(self, *args, **kwargs)
+        finally:
+            runs.finished.add(id(self))
 
     for name, fn, original in (("log", log_, log), ("finish", finish_, finish)):
         setattr(fn, ORIGINAL, original)
@@ -303,6 +317,7 @@ def _mlflow_patch(h: Any, module: Any) -> None:
         active = start_run(*args, **kwargs)
         with contextlib.suppress(Exception):
             runs.mlflow = (module.get_tracking_uri(), active.info.run_id)
+            runs.saw_run()
         return active
 
     setattr(start_run_, ORIGINAL, start_run)
@@ -324,6 +339,7 @@ def _mlflow_logged(module: Any, runs: UserRuns, original: Any, pos: int) -> Any:
                     active = module.active_run()
                     if active is not None:
                         runs.mlflow = (module.get_tracking_uri(), active.info.run_id)
+                        runs.saw_run()
         return original(*args, **kwargs)
 
     setattr(logged, ORIGINAL, original)
@@ -369,7 +385,8 @@ class EventFile(Backend):
 
         self.event_pb2 = event_pb2
         Path(logdir).mkdir(parents=True, exist_ok=True)
-        name = f"events.out.tfevents.{time.time():.6f}.{socket.gethostname()}.{os.getpid()}.rlbench"
+        # TensorBoard's own naming (its readers sort a folder's files by name): after the script's file of that second
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.rlbench"
         self.path = Path(logdir) / name
         self.file = open(self.path, "wb")  # noqa: SIM115 - closed by close()
         self.records = RecordWriter(self.file)
@@ -387,7 +404,9 @@ class EventFile(Backend):
         self._write(self.event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary))
 
     def text(self, tag: str, text: str, step: int) -> None:
-        self._write(self.event_pb2.Event(wall_time=time.time(), step=int(step), summary=_text_summary(tag, text)))
+        # the tag as SummaryWriter.add_text names it (torch's and tensorboardX's): one tag, whichever file wrote it
+        summary = _text_summary(f"{tag}/text_summary", text)
+        self._write(self.event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -449,8 +468,6 @@ class Wandb(Backend):
             run.define_metric(f"{PREFIX}/*", step_metric=f"{PREFIX}/step")
 
     def _log(self, data: dict[str, Any], step: int) -> None:
-        if getattr(self.run, "_is_finished", False):
-            raise RuntimeError("the W&B run is finished")
         log = getattr(type(self.run).log, ORIGINAL, type(self.run).log)
         if self.user:
             log(self.run, {**data, f"{PREFIX}/step": step}, commit=False)
@@ -568,6 +585,7 @@ class Tracking:
         self.texts = 0
         self.notes: list[str] = []
         self.used: list[tuple[str, str, bool]] = []  # (backend, where, the script's own run)
+        self.closed_at: float | None = None  # when the script last closed the run rlbench logged into
 
     # --- running ----------------------------------------------------------------------------------------------------
     def start(self) -> Tracking:
@@ -621,7 +639,13 @@ class Tracking:
         write_json(self.live_dir / f"live-{self.pid}.json", data)
 
     def _x(self, mine: list[dict[str, Any]], final: bool) -> int | None:
-        """The point's step: the script's own (``None`` while it has not moved on), else the agent steps."""
+        """The point's step: the script's own (``None`` while it has not moved on, or has yet to log its first), else
+        the agent steps (where the script opened no run, or logs without a step)."""
+        runs = self.runs
+        if runs.wandb_run() is not None:
+            runs.saw_run()
+        if runs.step is None and runs.opened is not None and not runs.unstepped and not final:
+            return None  # the script's run is open and its first step is coming: rlbench's points go at its steps
         if self.runs.step is not None:
             x = self.runs.step
             if self.last_x is not None and x <= self.last_x:
@@ -723,6 +747,7 @@ class Tracking:
         ):
             self._tick(live=False, log=True, final=True)
             self._table()
+            self.closed_at = time.perf_counter()
             if what == "wandb":
                 self.notes.append(
                     f"the script finished its W&B run ({b.where}) before its end: nothing after that went to W&B"
@@ -755,12 +780,16 @@ class Tracking:
         self.done.set()
         if self.thread is not None:
             self.thread.join(timeout=10.0)
+        # the script closed its run at its end, and got rlbench's last figures and the table then: nothing is left
+        closed_at_end = self.closed_at is not None and time.perf_counter() - self.closed_at < self.every
         if self.log_to is not None:
             c0 = time.thread_time()
-            self._tick(live=False, log=True, final=True)
+            if not closed_at_end:
+                self._tick(live=False, log=True, final=True)
             with self.lock:
                 b = self.backend
-                if b is not None and not (isinstance(b, Wandb) and b.user and getattr(b.run, "_is_finished", False)):
+                done = closed_at_end or (isinstance(b, Wandb) and b.user and id(b.run) in self.runs.finished)
+                if b is not None and not done:
                     self._table()
                 for backend in {id(x): x for x in (self.own, self.backend) if x is not None}.values():
                     try:

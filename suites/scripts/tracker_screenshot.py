@@ -98,7 +98,7 @@ def render(cmd: list[str], scalars: dict[str, list[tuple[int, float]]], texts: d
     for step in ours:
         cells = [_at(scalars.get(t, []), step) for t in (*SHOWN, "rlbench/sps", *shares)]
         lines.append(f"| {step:,} | " + " | ".join(cells) + " |")
-    table = texts.get("rlbench/bottlenecks")
+    table = texts.get("rlbench/bottlenecks/text_summary")
     if table:
         lines += ["", "## `rlbench/bottlenecks` (the text rlbench logged at the end)", "", table]
     return "\n".join(lines) + "\n"
