@@ -662,6 +662,9 @@ class Tracking:
         x = self._x(mine, final)
         if x is None:
             return
+        backend = self._backend(final)  # (resolved first: an interval waits whole for the run it goes to)
+        if backend is None:
+            return
         figures = self.window.update([*mine, *theirs])
         if not figures:
             return
@@ -674,9 +677,6 @@ class Tracking:
         elapsed = time.perf_counter() - self.t0
         if elapsed > 0:
             values[f"{PREFIX}/cost/logging_pct"] = 100.0 * self.cpu_s / elapsed
-        backend = self._backend()
-        if backend is None:
-            return
         try:
             backend.scalars(values, x)
         except Exception as exc:
@@ -687,8 +687,9 @@ class Tracking:
         self.series.update(values)
         self.last_x = x
 
-    def _backend(self) -> Backend | None:
-        """The script's run where it opened one (its newest), else rlbench's own; opened on first use."""
+    def _backend(self, final: bool = False) -> Backend | None:
+        """The script's run where it opened one (its newest), else rlbench's own; opened on first use (W&B's and
+        MLflow's only at the end where the script imported the library and has yet to open its run)."""
         assert self.log_to is not None
         name = self.log_to.backend
         chosen: Backend | None = None
@@ -714,6 +715,8 @@ class Tracking:
                 if not (isinstance(self.backend, Mlflow) and self.backend.run_id == run_id):
                     chosen = Mlflow(uri, run_id, user=True)
             if chosen is None and self.backend is None:
+                if not final and name in ("wandb", "mlflow") and name in sys.modules:
+                    return None  # the script imported it: its own run is likely coming (two inits at once would race)
                 chosen = self.own = self._open_own()
         except Exception as exc:
             self._failed(f"opening the {name} run", exc)
