@@ -162,6 +162,45 @@ def test_tensorboard_series_go_into_the_scripts_own_writer_at_its_steps(project:
 
 
 @pytest.mark.slow
+def test_cleanrl_dqns_own_run_gets_rlbenchs_series_beside_its_sps_at_its_steps(tmp_path: Path) -> None:
+    """The repository's CleanRL-style DQN opens its own SummaryWriter (--tensorboard-dir, where CleanRL opens one)."""
+    _needs("tensorboard")
+    import rlbench.suites.scripts
+
+    script = Path(rlbench.suites.scripts.__file__).parent / "cleanrl_dqn.py"
+    args = ["profile", "--quiet", "--store", "st", "--log-to", "tensorboard", "--log-every", "0.3", "--", "python"]
+    proc = run_cli([*args, str(script), "--total-timesteps", "1500", "--tensorboard-dir", "runs/dqn"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    scalars = _scalars(tmp_path / "runs" / "dqn")
+    assert {"charts/SPS", "charts/episodic_return", "losses/td_loss"} <= set(scalars)
+    theirs = {s for tag, points in scalars.items() if not tag.startswith("rlbench/") for s, _ in points}
+    ours = [s for s, _ in scalars["rlbench/share/env/step"]]
+    assert len(ours) >= 2 and set(ours) <= theirs  # at the script's own global_step
+    assert {"rlbench/share/train/backward", "rlbench/share/replay/sample", "rlbench/iter_ms/inference"} <= set(scalars)
+
+
+@pytest.mark.slow
+def test_sb3_tensorboard_log_gets_rlbenchs_series_beside_its_own(tmp_path: Path) -> None:
+    _needs("tensorboard", "stable_baselines3")
+    (tmp_path / "sb3_train.py").write_text(
+        "from stable_baselines3 import PPO\n"
+        "PPO('MlpPolicy', 'CartPole-v1', n_steps=256, batch_size=64, n_epochs=2, seed=0, device='cpu',\n"
+        "    tensorboard_log='tb').learn(3072)\n",
+        encoding="utf-8",
+    )
+    args = ["profile", "--quiet", "--store", "st", "--log-to", "tensorboard", "--log-every", "0.2"]
+    proc = run_cli([*args, "--", "python", "sb3_train.py"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (logdir,) = list((tmp_path / "tb").iterdir())  # SB3's own run folder: tb/PPO_1
+    scalars = _scalars(logdir)
+    assert "time/fps" in scalars and "rollout/ep_rew_mean" in scalars
+    theirs = {s for s, _ in scalars["time/fps"]}
+    ours = [s for s, _ in scalars["rlbench/sps"]]
+    assert len(ours) >= 2 and set(ours) <= theirs  # at SB3's num_timesteps, where it logs time/fps
+    assert {"rlbench/share/collect/env/step", "rlbench/share/train/backward"} <= set(scalars)
+
+
+@pytest.mark.slow
 def test_tensorboardx_writer_is_found_too(project: Path) -> None:
     _needs("tensorboard", "tensorboardX")
     _profile(project, ["--log-to", "tensorboard"], ["--tbx", "runs/x"])
