@@ -7,7 +7,8 @@ budget here) with:
 
 * ``profile``: plain profiling (the baseline);
 * ``--log-to tensorboard:DIR``: rlbench's own event file (the script opens no writer);
-* ``--live``: the live view (its output to a file: no terminal);
+* ``--live``: the live view (drawn to a pipe here: its last frame; the script's output goes to a log, as with
+  ``--quiet`` on the other sides);
 * ``profile`` and ``--log-to tensorboard`` of the script run with ``--tensorboard-dir``: into the script's own writer, at
   its own steps (both sides write the script's own TensorBoard log, so only rlbench's logging differs).
 
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.suites.scripts.accuracy import environment, script_env
-from rlbench.suites.scripts.checkpoint import interrupted, sigterm_as_interrupt, start
+from rlbench.suites.scripts.checkpoint import interrupted, package_version, sigterm_as_interrupt, start
 
 from rlbench.core.intervals import median_interval
 from rlbench.results.fingerprint import cpu_label
@@ -61,7 +62,8 @@ def command(name: str, tmp: Path, k: int, steps: int) -> list[str]:
     tag = f"{k}-{list(VARIANTS).index(name)}"
     options = [o.format(tb=str(tmp / f"tb-{tag}")) for o in options]
     store = tmp / f"store-{tag}"
-    cmd = [sys.executable, "-m", "rlbench", "profile", "--quiet", "--store", str(store), *options, "--", "python"]
+    quiet = [] if "--live" in options else ["--quiet"]  # (--live draws instead: the script's output goes to a log alike)
+    cmd = [sys.executable, "-m", "rlbench", "profile", *quiet, "--store", str(store), *options, "--", "python"]
     cmd += [str(HERE / SCRIPT), "--total-timesteps", str(steps), "--seed", "1"]
     if own_writer:
         cmd += ["--tensorboard-dir", str(tmp / f"runs-{tag}")]
@@ -119,7 +121,7 @@ def render(results: dict[str, Any]) -> str:
         "# What `rlbench profile --log-to` and `--live` cost",
         "",
         f"Machine: {cpu_label(machine)}, {machine.get('cores', '?')} cores; Python {soft.get('python', '?')}, torch "
-        f"{soft.get('packages', {}).get('torch', '?')}, tensorboard {env.get('packages', {}).get('tensorboard', '?')}.",
+        f"{soft.get('packages', {}).get('torch', '?')}, tensorboard {meta.get('tensorboard', '?')}.",
         "",
         f"Command: `python -m rlbench.suites.scripts.tracker_cost --rounds {meta.get('rounds')} --steps "
         f"{meta.get('steps')}` ({meta.get('seconds', 0) / 60:.0f} min"
@@ -204,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds,
         "steps": args.steps,
         "environment": environment(),
+        "tensorboard": package_version("tensorboard"),
         **cp.meta(time.perf_counter() - t0),
     }
     report.write_text(render(results), encoding="utf-8")

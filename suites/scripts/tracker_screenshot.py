@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from rlbench.suites.scripts.accuracy import environment, script_env
+from rlbench.suites.scripts.checkpoint import package_version
 
 from rlbench.results.fingerprint import cpu_label
 
@@ -70,7 +71,7 @@ def render(cmd: list[str], scalars: dict[str, list[tuple[int, float]]], texts: d
         "# rlbench's series in a CleanRL-style script's own TensorBoard run",
         "",
         f"Machine: {cpu_label(machine)}, {machine.get('cores', '?')} cores; Python {soft.get('python', '?')}, torch "
-        f"{soft.get('packages', {}).get('torch', '?')}, tensorboard {env.get('packages', {}).get('tensorboard', '?')}.",
+        f"{soft.get('packages', {}).get('torch', '?')}, tensorboard {package_version('tensorboard') or '?'}.",
         "",
         f"Command: `{shown}` (the script's own `SummaryWriter` logs `charts/SPS` every 100 steps and each episode's "
         "return). Read back with TensorBoard's own reader (`EventAccumulator`) from the script's log folder.",

@@ -425,6 +425,29 @@ def test_bad_log_options_are_one_line_and_exit_2_before_the_script_starts(
     assert not (project / "ran").exists() and not (project / "st").exists()  # nothing ran, nothing written
 
 
+def test_event_files_are_framed_as_tensorboards_own_record_writer_frames_them(tmp_path: Path) -> None:
+    _needs("tensorboard")
+    import io
+
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as theirs
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    from rlbench.profiling.tracking import EventFile, _Records, masked_crc32c
+
+    for data in (b"", b"a", b"rlbench/share/env/step" * 40, bytes(range(256))):
+        assert masked_crc32c(data) == theirs(data)
+        mine, ref = io.BytesIO(), io.BytesIO()
+        _Records(mine).write(data)
+        RecordWriter(ref).write(data)
+        assert mine.getvalue() == ref.getvalue()
+    f = EventFile(str(tmp_path / "tb"))
+    f.scalars({"rlbench/sps": 12.5}, 7)
+    f.text("rlbench/bottlenecks", "| a |", 7)
+    f.close()
+    assert _scalars(tmp_path / "tb")["rlbench/sps"] == [(7, 12.5)]
+    assert _texts(tmp_path / "tb")["rlbench/bottlenecks/text_summary"] == ["| a |"]
+
+
 # --- the figures ---------------------------------------------------------------------------------------------------
 def _view(role: str, t: float, excl: dict[str, float], steps: int, iters: int, pid: int = 1, **kw) -> dict:
     return {
