@@ -140,8 +140,10 @@ def screenshot(logdir: Path, png: Path, width: int = 1400, height: int = 1400) -
             options.add_argument(arg)
         driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
         try:
-            regex = "charts/SPS|charts/episodic_return|rlbench/share/"
-            driver.get(f"http://127.0.0.1:{port}/?darkMode=false#scalars&regexInput={regex}&_smoothingWeight=0")
+            from urllib.parse import quote
+
+            tags = quote("charts/SPS|charts/episodic_return|rlbench/share/", safe="")
+            driver.get(f"http://127.0.0.1:{port}/?darkMode=false#scalars&tagFilter={tags}&_smoothingWeight=0")
             time.sleep(8)  # the page loads its runs and draws its charts
             png.parent.mkdir(parents=True, exist_ok=True)
             driver.save_screenshot(str(png))

@@ -177,6 +177,10 @@ def test_cleanrl_dqns_own_run_gets_rlbenchs_series_beside_its_sps_at_its_steps(t
     ours = [s for s, _ in scalars["rlbench/share/env/step"]]
     assert len(ours) >= 2 and set(ours) <= theirs  # at the script's own global_step
     assert {"rlbench/share/train/backward", "rlbench/share/replay/sample", "rlbench/iter_ms/inference"} <= set(scalars)
+    # the SummaryWriter's own writer thread is the tracker's machinery, not a role of the job
+    assert not [t for t in scalars if t.startswith("rlbench/role/")]
+    roles = {r.meta.get("role") for r in read_records(tmp_path / "st") if r.meta.get("role")}
+    assert not roles, roles
 
 
 @pytest.mark.slow
@@ -243,6 +247,7 @@ def test_wandb_offline_series_go_into_the_scripts_run(project: Path) -> None:
     assert len(ours) >= 2
     theirs = {r["_step"] for r in rows if "charts/SPS" in r}
     assert {r["rlbench/step"] for r in ours} <= theirs  # rlbench's x-axis is the script's step
+    assert not [k for r in ours for k in r if k.startswith("rlbench/role/")]  # W&B's own threads are no roles
     assert all(r["_step"] in theirs for r in ours)  # in the script's own rows (commit=False)
     meta = _logging_record(project).meta
     assert meta["runs"][0]["backend"] == "wandb" and meta["runs"][0]["user"] and not meta["failures"]
