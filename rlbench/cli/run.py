@@ -91,17 +91,19 @@ def build_run_parser(spec: BenchmarkSpec, config: Any) -> Parser:
         "--log-to",
         default=None,
         metavar="tensorboard|wandb|mlflow[:TARGET]",
-        help="log SPS and each phase's share and time per iteration every --log-every seconds of training, on the agent-"
-        "step axis, under rlbench/, into a run opened at TARGET (a log folder, a W&B project, an MLflow tracking URI); "
-        "rlbench's own loops only. Needs pip install 'rlbench[trackers]'",
+        help="log SPS and each phase's share and time per iteration every 2 s of training at most (at an iteration's end; "
+        "PPO: --log-every SECONDS), on the agent-step axis, under rlbench/, into a run opened at TARGET (a log folder, a "
+        "W&B project, an MLflow tracking URI); rlbench's own training loops only. Needs pip install 'rlbench[trackers]'",
     )
-    g.add_argument(
-        "--log-every",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="with --log-to: seconds of training between two points (default: 2)",
-    )
+    if not hasattr(config, "log_every"):  # the off-policy loops' own --log-every is agent steps between progress updates
+        g.add_argument(
+            "--log-every",
+            dest="tracker_every",
+            type=float,
+            default=None,
+            metavar="SECONDS",
+            help="with --log-to: seconds of training between two points (default: 2)",
+        )
     if not hasattr(config, "address"):  # a benchmark with its own --address (grpo-pipeline) joins the cluster itself
         g.add_argument(
             "--address",
@@ -240,7 +242,7 @@ def _run_command(argv: list[str], t0: float, out: TextIO) -> int:
 
 def _log_to(spec: BenchmarkSpec, args: Any) -> tuple[Any, float] | None:
     """``--log-to`` / ``--log-every`` checked before the first repeat: ``(LogTo, seconds)``, or ``None``."""
-    every_given = getattr(args, "log_every", None)
+    every_given = getattr(args, "tracker_every", None)
     if not getattr(args, "log_to", None):
         if every_given is not None:
             raise UsageError("--log-every goes with --log-to: add --log-to tensorboard|wandb|mlflow[:TARGET], or leave it out")
