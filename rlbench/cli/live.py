@@ -54,6 +54,8 @@ class LiveView:
             self.live.update(self.render(read=True))
         finally:
             self.live.stop()
+            if not self.console.is_terminal:  # (its last frame was printed whole: end its last line)
+                self.console.line()
 
     def views(self) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         from rlbench.profiling.live import read_live, snapshot_views
@@ -69,7 +71,7 @@ class LiveView:
         from rich.table import Table
         from rich.text import Text
 
-        from rlbench.profiling.live import bottlenecks, phase_name, steady
+        from rlbench.profiling.live import bottlenecks, phase_name, steady, waits
 
         if read:
             views, _main = self.views()
@@ -93,10 +95,12 @@ class LiveView:
                     f"{100 * b.share:.0f}% of its time (bound {bound})",
                 )
             )
+        waited = waits(interval)
         table = Table(box=None, pad_edge=False, header_style="bold")
         table.add_column("Role")
         table.add_column("SPS (last s)", justify="right")
         table.add_column("SPS (steady)", justify="right")
+        table.add_column("Waiting", justify="right")
         table.add_column("Phases over the last second")
         for role, fig in interval.items():
             shares = sorted(fig.shares().items(), key=lambda kv: kv[1], reverse=True)[:TOP_PHASES]
@@ -111,6 +115,7 @@ class LiveView:
                 Text(role),
                 _sps(fig.sps if fig.steps > 0 else math.nan),
                 _sps(st.sps if st is not None and st.steps > 0 else math.nan),
+                f"{100 * waited[role]:.0f}%" if role in waited else "–",
                 cells,
             )
         return Group(*lines, table, *self._log_lines())

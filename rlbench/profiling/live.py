@@ -339,14 +339,32 @@ class Bottleneck:
         return 1.0 / (1.0 - self.share) if self.share < 1.0 else math.inf
 
 
+def is_wait(phase: str, layer: str = "") -> bool:
+    """A blocking wait (``wait/...``): time a role spends waiting on another one, which is where the bottleneck is not."""
+    return layer == "wait" or phase == "wait" or phase.startswith("wait/") or "/wait/" in phase
+
+
 def bottlenecks(figures: dict[str, RoleFigures], limit: int = 10) -> list[Bottleneck]:
-    """The phases with the largest shares of their role's time (Python/other ranked too: it is where no phase is)."""
+    """The phases with the largest shares of their role's time (Python/other ranked too: it is where no phase is).
+    Waits are not ranked: a role waiting on another is not the one to speed up (:func:`waits` says who waited)."""
     found = []
     for role, fig in figures.items():
         for p, share in fig.shares().items():
-            found.append(Bottleneck(role, p, fig.layers.get(p, "other") if p else "other", share))
+            layer = fig.layers.get(p, "other") if p else "other"
+            if not is_wait(p, layer):
+                found.append(Bottleneck(role, p, layer, share))
     found.sort(key=lambda b: b.share, reverse=True)
     return found[:limit]
+
+
+def waits(figures: dict[str, RoleFigures]) -> dict[str, float]:
+    """Per role, the share of its time it spent in blocking waits."""
+    out = {}
+    for role, fig in figures.items():
+        share = sum(v for p, v in fig.shares().items() if is_wait(p, fig.layers.get(p, "")))
+        if share > 0:
+            out[role] = share
+    return out
 
 
 def bottleneck_table(figures: dict[str, RoleFigures], limit: int = 10) -> str:
@@ -363,8 +381,12 @@ def bottleneck_table(figures: dict[str, RoleFigures], limit: int = 10) -> str:
         bound = f"≤ {b.bound:.2f}×" if math.isfinite(b.bound) else "–"
         lines.append(f"| {i} | {_cell(b.role)} | `{_cell(phase)}` | {b.layer} | {100 * b.share:.1f}% | {bound} |")
     sps = [f"{_cell(r)} {f.sps:,.0f}" for r, f in figures.items() if f.steps > 0 and math.isfinite(f.sps)]
+    waited = [f"{_cell(r)} {100 * w:.0f}%" for r, w in waits(figures).items() if w >= 0.01]
     foot = "Steady state so far (from each thread's second iteration). Bound: the role's speed-up if that phase took no time."
-    return "\n".join([*lines, "", (f"Steady SPS: {', '.join(sps)}. " if sps else "") + foot])
+    notes = (f"Steady SPS: {', '.join(sps)}. " if sps else "") + (
+        f"Waiting on another role (not ranked): {', '.join(waited)}. " if waited else ""
+    )
+    return "\n".join([*lines, "", notes + foot])
 
 
 def _cell(text: str) -> str:

@@ -184,6 +184,25 @@ def test_cleanrl_dqns_own_run_gets_rlbenchs_series_beside_its_sps_at_its_steps(t
 
 
 @pytest.mark.slow
+def test_every_role_of_a_many_process_job_gets_its_series_and_its_live_line(tmp_path: Path) -> None:
+    """CleanRL-style PPO stepping its envs in AsyncVectorEnv's worker processes: the env workers' figures come from
+    their snapshots while they run, into the series and onto the live view."""
+    _needs("tensorboard")
+    import rlbench.suites.scripts
+
+    script = Path(rlbench.suites.scripts.__file__).parent / "cleanrl_ppo.py"
+    args = ["profile", "--store", "st", "--log-to", "tensorboard:tb", "--log-every", "0.5", "--live", "--", "python"]
+    proc = run_cli([*args, str(script), "--async-envs", "--total-timesteps", "6144"], cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    scalars = _scalars(tmp_path / "tb")
+    assert {"rlbench/role/env-worker/share/env/step", "rlbench/role/env-worker/sps", "rlbench/share/train/backward"} <= set(
+        scalars
+    )
+    assert len(scalars["rlbench/role/env-worker/share/env/step"]) >= 2
+    assert "env-worker" in proc.stderr and "top bottleneck:" in proc.stderr  # the live view's last frame
+
+
+@pytest.mark.slow
 def test_sb3_tensorboard_log_gets_rlbenchs_series_beside_its_own(tmp_path: Path) -> None:
     _needs("tensorboard", "stable_baselines3")
     (tmp_path / "sb3_train.py").write_text(
@@ -521,3 +540,9 @@ def test_bottleneck_table_ranks_the_steady_state_by_share_with_its_bound() -> No
     assert lines[3].startswith("| 2 | main | `train/forward` | update | 30.0% |")
     assert "Steady SPS: main 100" in table
     assert "No steady state" in bottleneck_table(steady([_view("main", 2.0, {"": 1.0}, 10, 1)]))
+    # a role that waits on another is not the bottleneck: its wait is said apart, never ranked
+    worker = _view("env-worker", 11.0, {"wait/pipe": 9.5, "env/step": 0.5}, 0, 50, pid=2, steady={"t": 1.0, "steps": 0})
+    worker["layers"] = {"wait/pipe": "wait", "env/step": "environment"}
+    table = bottleneck_table(steady([*views, worker]))
+    assert "wait/pipe" not in table and "Waiting on another role (not ranked): env-worker 95%." in table
+    assert table.splitlines()[2].startswith("| 1 | main | `env/step` |")
