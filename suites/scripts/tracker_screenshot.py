@@ -143,7 +143,9 @@ def screenshot(logdir: Path, png: Path, width: int = 1400, height: int = 1400) -
             from urllib.parse import quote
 
             tags = quote("charts/SPS|charts/episodic_return|rlbench/share/", safe="")
-            driver.get(f"http://127.0.0.1:{port}/?darkMode=false#scalars&tagFilter={tags}&_smoothingWeight=0&_ignoreYOutliers=false")
+            driver.get(
+                f"http://127.0.0.1:{port}/?darkMode=false#scalars&tagFilter={tags}&_smoothingWeight=0&_ignoreYOutliers=false"
+            )
             time.sleep(8)  # the page loads its runs and draws its charts
             png.parent.mkdir(parents=True, exist_ok=True)
             driver.save_screenshot(str(png))
