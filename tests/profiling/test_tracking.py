@@ -244,6 +244,32 @@ def test_without_a_writer_of_its_own_rlbench_opens_one_at_the_target_on_agent_st
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", ["wandb", "mlflow"])
+def test_without_a_run_of_its_own_rlbench_opens_one_in_wandb_and_mlflow(project: Path, backend: str, monkeypatch) -> None:
+    _needs(backend)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(project / "wb"))
+    (project / "wb").mkdir()
+    target = "proj" if backend == "wandb" else (project / "mlruns").as_uri()
+    _profile(project, ["--log-to", f"{backend}:{target}"], [])
+    meta = _logging_record(project).meta
+    assert meta["points"] >= 2 and not meta["failures"] and not meta["runs"][0]["user"], meta
+    if backend == "wandb":
+        rows = _wandb_history(project / "wb")
+        steps = [r["rlbench/step"] for r in rows if "rlbench/sps" in r]
+        assert len(steps) >= 2 and steps == sorted(steps)
+        roles = {r.meta.get("role") for r in read_records(project / "st") if r.meta.get("role")}
+        assert not roles, roles  # the threads W&B started for rlbench's run are rlbench's, not the job's
+    else:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=target)
+        (run,) = client.search_runs([client.get_experiment_by_name("rlbench").experiment_id])
+        assert run.info.status == "FINISHED" and run.info.run_name.startswith("rlbench-")
+        assert len(client.get_metric_history(run.info.run_id, "rlbench/sps")) >= 2
+
+
+@pytest.mark.slow
 def test_a_writer_the_script_closes_early_is_flushed_then_rlbench_goes_on_in_the_same_folder(project: Path) -> None:
     _needs("tensorboard")
     _profile(project, ["--log-to", "tensorboard"], ["--tb", "runs/c", "--close-at", "0.5", "--seconds", "2"])
