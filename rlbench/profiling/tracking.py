@@ -659,6 +659,8 @@ class Tracking:
             self._tick(live=live, log=log)
 
     def _tick(self, *, live: bool, log: bool, final: bool = False) -> None:
+        if os.getpid() != self.pid:  # a fork of the script's process (its copy of rlbench's state): it logs nothing
+            return
         c0 = time.thread_time()
         try:
             with self.lock:
@@ -787,7 +789,7 @@ class Tracking:
         """The script is closing its writer or finishing its run: rlbench's figures so far go in first, with the
         steady state's table."""
         b = self.backend
-        if b is None or not b.user:
+        if b is None or not b.user or os.getpid() != self.pid:
             return
         if (what == "tensorboard" and isinstance(b, UserWriter) and b.writer() is handle) or (
             what == "wandb" and isinstance(b, Wandb) and b.run is handle
