@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -72,6 +73,13 @@ def build_ab_parser() -> Parser:
     add_inconclusive_argument(p)
     p.add_argument("--summary", metavar="PATH", help="write the gate's markdown table here (e.g. $GITHUB_STEP_SUMMARY)")
     p.add_argument("--report", metavar="PATH", help="write the markdown comparison report here")
+    p.add_argument(
+        "--comment",
+        metavar="PATH",
+        help="with --fail: write a pull-request comment body here (the verdict per threshold, ratio and interval, rounds "
+        "used, what an INCONCLUSIVE would need), its first line a hidden marker that a workflow updates it by "
+        "(docs/ci.md: one sticky comment per pull request)",
+    )
     p.add_argument("--keep", metavar="DIR", help="keep both sides' records in DIR/store-base and DIR/store-head")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     return p
@@ -136,8 +144,11 @@ def ab_command(argv: list[str]) -> int:
     from rlbench.results.outputs import check_outputs
 
     # every output checked before any checkout or round: nothing measured is lost to a path that cannot be written
-    report, summary = check_outputs(
-        [(args.report, "--report"), (args.summary, "--summary")], folders=[(args.keep, "--keep", KEPT)]
+    if args.comment and not thresholds:
+        raise UsageError("--comment writes the gate's verdicts: add at least one --fail METRIC:PCT%")
+    report, summary, comment = check_outputs(
+        [(args.report, "--report"), (args.summary, "--summary"), (args.comment, "--comment")],
+        folders=[(args.keep, "--keep", KEPT)],
     )
 
     from rich.console import Console
@@ -234,6 +245,22 @@ def ab_command(argv: list[str]) -> int:
         text = gate_markdown(outcome, notes)
         if args.summary:
             write_output(summary, text, "--summary")
+        if args.comment:
+            from rlbench.report.comment import pr_comment
+
+            body = pr_comment(
+                outcome,
+                base_rev=args.base_rev,
+                head_rev=args.head_rev,
+                base_sha=result.base_rev,
+                head_sha=result.head_rev,
+                rounds=result.rounds,
+                decided_at=decided_at,
+                auto=auto,
+                notes=notes,
+                command="rlbench ab " + shlex.join(argv),
+            )
+            write_output(comment, body, "--comment")
         if args.json:
             from rlbench.cli.compare import check_dict
 

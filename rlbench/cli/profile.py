@@ -44,6 +44,8 @@ examples:
   rlbench profile --trace trace.json --pyinstrument -- python -m mypkg.train
   rlbench profile --sync -- python train.py --cuda        (CUDA: book GPU work to the phase that queued it)
   rlbench profile --repeats 4 --against-plain -- python train.py   (what profiling costs this script, measured)
+  rlbench profile --log-to tensorboard -- python train.py        (rlbench/... series in the script's own run)
+  rlbench profile --live -- python train.py                      (phase shares per role, refreshed every second)
 """
 
 
@@ -139,6 +141,30 @@ def build_profile_parser() -> Parser:
         help="attribute each process's main thread only: by default every thread that makes a hooked call (an actor "
         "thread, a learner thread) books its own phases",
     )
+    p.add_argument(
+        "--log-to",
+        default=None,
+        metavar="tensorboard|wandb|mlflow[:TARGET]",
+        help="log the profile's figures while the script runs, under rlbench/: SPS, each phase's share and time per "
+        "iteration, per role, the hooks' and the logging's own cost, and at the end the bottleneck table. Into the run the "
+        "script opened itself (a SummaryWriter, wandb.init, mlflow.start_run, SB3's tensorboard_log), at its own step; "
+        "else one opened at TARGET (a log folder, a W&B project, an MLflow tracking URI). Needs pip install "
+        "'rlbench[trackers]'",
+    )
+    p.add_argument(
+        "--log-every",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --log-to: seconds of training between two points (default: 2)",
+    )
+    p.add_argument(
+        "--live",
+        action="store_true",
+        help="draw the phases' shares per role, SPS and the top bottleneck on the terminal, about once a second, while "
+        "the script runs (its output goes to DIR/<run-id>-repeatK.log, its last lines shown); writes nothing more to "
+        "the records",
+    )
     p.add_argument("--no-memory", action="store_true", help="do not record peak-RSS growth per phase")
     p.add_argument("--no-labels", action="store_true", help="do not label Stable-Baselines3 / TorchRL methods")
     return p
@@ -160,6 +186,7 @@ def profile_command(argv: list[str], t0: float) -> int:
     from rlbench.profiling.session import Settings
 
     target = parse_command(command)
+    tracking = _tracking(args)  # before anything is made: a tracker missing, a folder that cannot be written
     from rlbench.results.outputs import check_outputs
     from rlbench.results.store import RunWriter
 
@@ -187,14 +214,19 @@ def profile_command(argv: list[str], t0: float) -> int:
         ),
         trace=trace,
         pyinstrument=html,
-        output="log" if args.quiet else ("stderr" if args.json else "inherit"),
+        output="log" if args.quiet or args.live else ("stderr" if args.json else "inherit"),
         against_plain=args.against_plain,
         follow=not args.no_follow,
+        tracking=tracking,
     )
     check_options(opts)
     from rlbench.profiling.launcher import run_profile
 
     command_line = "rlbench profile " + shlex.join(argv)
+    if args.live:
+        from rlbench.cli.live import live_watcher
+
+        opts.watch = live_watcher(target.name)
     announce = None if (args.quiet or args.json) else _announcer(target.name, opts)
     outcome = run_profile(target, opts, writer, meta={"command": command_line}, on_repeat=announce, meanwhile=_import_report)
     if outcome.interrupted:
@@ -250,6 +282,31 @@ def profile_command(argv: list[str], t0: float) -> int:
 
         renderer(rendered.kind).print_summary(summary)
     return 0
+
+
+def _tracking(args: Any) -> dict[str, Any] | None:
+    """``--log-to``, ``--log-every`` and ``--live`` checked before the script starts: the tracker installed, its folder
+    writable, W&B's credentials and network (offline without, said in one line)."""
+    import os
+
+    from rlbench.profiling.tracking import DEFAULT_EVERY_S, check_every, check_log_to, parse_log_to
+
+    if args.log_every is not None and not args.log_to:
+        raise UsageError("--log-every goes with --log-to: add --log-to tensorboard|wandb|mlflow[:TARGET], or leave it out")
+    if args.live and (args.json or args.quiet):
+        raise UsageError(f"--live draws on the terminal: leave out {'--json' if args.json else '--quiet'}")
+    if not (args.log_to or args.live):
+        return None
+    every = check_every(args.log_every) if args.log_every is not None else DEFAULT_EVERY_S
+    log_to = parse_log_to(args.log_to) if args.log_to else None
+    if log_to is not None:
+        for note in check_log_to(log_to, os.environ):  # (the script's environment: W&B offline, where it must be)
+            print(note, file=sys.stderr, flush=True)
+    return {
+        "log_to": {"backend": log_to.backend, "target": log_to.target} if log_to else None,
+        "every": every,
+        "live": bool(args.live),
+    }
 
 
 def _saved(outcome: Any, of: int | None = None) -> str:

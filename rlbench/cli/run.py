@@ -87,6 +87,23 @@ def build_run_parser(spec: BenchmarkSpec, config: Any) -> Parser:
         "declared CPUs/GPUs, records streamed into the store; a case whose worker dies is retried once; needs "
         "pip install 'rlbench[ray]') (default: local)",
     )
+    g.add_argument(
+        "--log-to",
+        default=None,
+        metavar="tensorboard|wandb|mlflow[:TARGET]",
+        help="log SPS and each phase's share and time per iteration every 2 s of training at most (at an iteration's end; "
+        "PPO: --log-every SECONDS), on the agent-step axis, under rlbench/, into a run opened at TARGET (a log folder, a "
+        "W&B project, an MLflow tracking URI); rlbench's own training loops only. Needs pip install 'rlbench[trackers]'",
+    )
+    if not hasattr(config, "log_every"):  # the off-policy loops' own --log-every is agent steps between progress updates
+        g.add_argument(
+            "--log-every",
+            dest="tracker_every",
+            type=float,
+            default=None,
+            metavar="SECONDS",
+            help="with --log-to: seconds of training between two points (default: 2)",
+        )
     if not hasattr(config, "address"):  # a benchmark with its own --address (grpo-pipeline) joins the cluster itself
         g.add_argument(
             "--address",
@@ -223,11 +240,35 @@ def _run_command(argv: list[str], t0: float, out: TextIO) -> int:
             charts.close()
 
 
+def _log_to(spec: BenchmarkSpec, args: Any) -> tuple[Any, float] | None:
+    """``--log-to`` / ``--log-every`` checked before the first repeat: ``(LogTo, seconds)``, or ``None``."""
+    every_given = getattr(args, "tracker_every", None)
+    if not getattr(args, "log_to", None):
+        if every_given is not None:
+            raise UsageError("--log-every goes with --log-to: add --log-to tensorboard|wandb|mlflow[:TARGET], or leave it out")
+        return None
+    from rlbench.profiling.tracking import DEFAULT_EVERY_S, check_every, check_log_to, parse_log_to
+
+    if spec.report not in ("training", "offpolicy"):
+        raise UsageError(
+            f"--log-to follows rlbench's own training loops (ppo-cartpole, sac-pendulum, ddpg-pendulum); {spec.name} has "
+            "none: leave it out (a script of your own: rlbench profile --log-to ... -- python train.py)"
+        )
+    if args.backend == "ray":
+        raise UsageError("--log-to logs from this process's training loop: leave out --backend ray, or --log-to")
+    log_to = parse_log_to(args.log_to)
+    every = check_every(every_given) if every_given is not None else DEFAULT_EVERY_S
+    for note in check_log_to(log_to, os.environ):
+        print(note, file=sys.stderr, flush=True)
+    return log_to, every
+
+
 def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_spec: str, charts: Any, t0: float) -> int:
     from rlbench.core.devices import resolve_device
 
     if spec.check is not None:
         spec.check(config)  # what needs imports (env ids, optional libraries), before the device is opened
+    tracked = _log_to(spec, args)
     if args.backend == "ray":
         return _run_on_ray(spec, config, args, argv, device_spec, charts, t0)
     device = resolve_device(device_spec, spec.torch_device)  # imports torch, unless the benchmark takes no device
@@ -249,6 +290,17 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
     from rlbench.cli.progress import TrainingProgress
 
     progress = TrainingProgress(spec.name, args.repeats, enabled=not args.quiet)
+    callbacks = progress.callback
+    if tracked is not None:  # --log-to: a tracker callback beside the progress bar, one run per repeat
+
+        def callbacks(k: int) -> Any:
+            from rlbench.instrument.callbacks import CallbackList
+            from rlbench.profiling.tracking import RunTracker
+
+            log_to, every = tracked
+            name = f"rlbench-{writer.run_id}" + (f"-{k}" if args.repeats > 1 else "")
+            return CallbackList([progress.callback(k), RunTracker(log_to, every, name)])
+
     with progress:
         outcome = run_benchmark(
             spec,
@@ -256,7 +308,7 @@ def _run(spec: BenchmarkSpec, config: Any, args: Any, argv: list[str], device_sp
             writer,
             repeats=args.repeats,
             device=device,
-            callback_factory=progress.callback,
+            callback_factory=callbacks,
             profiler=profiler,
             meta={"command": command},
             first_repeat_extra=[startup],

@@ -161,6 +161,11 @@ def main(spec_path: str) -> int:
 
         join_as_main(Path(follow["folder"]), session)
         os.environ.update(follow["env"])
+    tracking = None
+    if spec.get("tracking"):  # --log-to, --live: a thread of rlbench's reads the figures as they come
+        from rlbench.profiling.tracking import Tracking
+
+        tracking = Tracking(spec["tracking"], session).start()
     if profiler is not None:
         profiler.start()
     own_pid = os.getpid()
@@ -194,6 +199,12 @@ def main(spec_path: str) -> int:
         t_done = time.perf_counter()
         for sig in (signal.SIGINT, signal.SIGTERM):  # what was measured is written whole; SIGKILL still ends it
             signal.signal(sig, signal.SIG_IGN)
+        tracked = None
+        if tracking is not None:  # the last points and the table; whatever it meets, what was measured is written
+            try:
+                tracked = tracking.finish(status)
+            except Exception as exc:
+                tracked = {"failures": [f"finishing: {type(exc).__name__}: {exc}"], "failures_n": 1}
         if profiler is not None:
             profiler.stop()
         outcome = session.stop()
@@ -233,6 +244,7 @@ def main(spec_path: str) -> int:
             "threads": threads,
             "participants": participants(PARTICIPANTS, outcome, "main"),
             "trace": bool(spec.get("trace")),
+            "tracking": tracked,
             "iteration_t": [m.t for m in r.iterations][: settings.trace_limit] if spec.get("trace") else [],
         },
     )

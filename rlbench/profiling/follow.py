@@ -41,6 +41,8 @@ SNAPSHOT_RAY_S = 0.05
 RAY_WORKER = "ray/_private/workers/default_worker.py"
 SNAPSHOT_LOOK_S = 0.02
 """How often the snapshot thread looks whether anything happened (a few attribute reads)."""
+FORK_SNAPSHOT_S = 0.0
+"""Forked processes snapshot this often too where set (> 0): ``--log-to`` and ``--live`` read them while they run."""
 FOLLOW_ENV = "RLBENCH_FOLLOW"
 """The collection folder of the profile this process belongs to (set for the script's whole process tree)."""
 SETTINGS_FILE = "settings.json"
@@ -218,6 +220,8 @@ class Follower:
         reset_session_after_fork(self.session)
         self._marker()
         _sigterm_flushes()
+        if FORK_SNAPSHOT_S > 0:  # --log-to / --live read every process's figures as it runs (rlbench.profiling.live)
+            threading.Thread(target=self._snapshots, args=(FORK_SNAPSHOT_S,), name="rlbench-snapshot", daemon=True).start()
 
     # --- ending -----------------------------------------------------------------------------------------------
     def flush(self, status: str, exit_code: int | None = None) -> None:
@@ -381,7 +385,10 @@ def snapshot(follower: Follower) -> dict[str, Any]:
                 "started": a.started,
                 "ended": a.ended,
                 "channels": [[k, side, v[0], int(v[1])] for (k, side), v in a.channels.items()],
-                "raw": raw_attribution(a),
+                "raw": {
+                    **raw_attribution(a),
+                    **_live_fields(a),  # what `--log-to` and `--live` read of it (rlbench.profiling.live)
+                },
                 "metrics": [],
             }
         )
@@ -399,6 +406,14 @@ def snapshot(follower: Follower) -> dict[str, Any]:
         "threads": threads,
         "participants": participants(PARTICIPANTS, outcome, role),
     }
+
+
+def _live_fields(a: Any) -> dict[str, Any]:
+    """A snapshot's iterations, the agent steps at its first and where its steady state began (its second iteration:
+    time, steps, totals), for the live figures (:mod:`rlbench.profiling.live`)."""
+    marks = a.iterations
+    steady = {"t": marks[1].t, "steps": marks[1].steps, "excl": marks[1].excl} if len(marks) > 1 else None
+    return {"iterations": len(marks), "start_steps": marks[0].steps if marks else 0, "steady": steady}
 
 
 def _peek(session: Any) -> Any:

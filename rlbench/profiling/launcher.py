@@ -164,6 +164,7 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
         i = argv.index("--")
         return argv[:i], argv[i + 1 :]
     value_options = {"--repeats", "--seed", "--seed-arg", "--store", "--report", "--trace", "--trace-limit", "--timeout"}
+    value_options |= {"--log-to", "--log-every"}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -203,6 +204,10 @@ class Options:
     output: str = "inherit"
     against_plain: bool = False
     follow: bool = True
+    tracking: dict[str, Any] | None = None
+    """``--log-to`` / ``--live`` (:mod:`rlbench.profiling.tracking`): ``{"log_to", "every", "live"}``."""
+    watch: Any = None
+    """``--live``: ``watch(k, live_dir, follow_dir, log) -> viewer`` is started with each repeat; ``viewer.stop()``."""
 
 
 def plain_first(k: int) -> bool:
@@ -450,6 +455,7 @@ def write_child_spec(
     pyinstrument: Path | None = None,
     done_fd: int | None = None,
     follow: dict[str, Any] | None = None,
+    tracking: dict[str, Any] | None = None,
 ) -> Path:
     """Write the request ``python -m rlbench.profiling.bootstrap PATH`` runs: the script, its arguments, where its
     results go, and the session's settings; ``done_fd``: a pipe the child inherits and writes one byte to once its
@@ -465,6 +471,7 @@ def write_child_spec(
         "launched": time.time(),
         "done_fd": done_fd,
         "follow": follow,
+        "tracking": tracking,
     }
     path.write_text(json.dumps(spec), encoding="utf-8")
     return path
@@ -510,6 +517,13 @@ def _run_repeat(
 
         folder = tmp / f"follow-{k}"
         follow = {"folder": str(folder), "env": prepare(folder, vars(opts.settings), env["PYTHONPATH"])}
+    tracking = None
+    if opts.tracking:  # --log-to, --live: the script's process reads its figures as it runs, and publishes them here
+        live_dir = tmp / f"live-{k}"
+        live_dir.mkdir(exist_ok=True)
+        run_name = f"rlbench-{writer.run_id}" + (f"-{k}" if opts.repeats > 1 else "")
+        tracking = {**opts.tracking, "live_dir": str(live_dir), "follow_dir": str(folder) if folder else None}
+        tracking["run_name"] = run_name
     # the child writes a byte here once its results are on disk; EOF: it exited (or died) before that
     done_r, done_w = os.pipe()
     spec_path = write_child_spec(
@@ -522,6 +536,7 @@ def _run_repeat(
         pyinstrument=opts.pyinstrument if k == 0 else None,
         done_fd=done_w,
         follow=follow,
+        tracking=tracking,
     )
     cmd = [target.python, "-m", "rlbench.profiling.bootstrap", str(spec_path)]
     log, stdout, stderr = _child_output(opts, writer, outcome, f"repeat{k}")
@@ -532,6 +547,7 @@ def _run_repeat(
     timed_out = False
     exiting: _Exiting | None = None
     watch: ProcessWatch | None = None
+    viewer: Any = None
     try:
         # the child leads its own process group: its Pool workers and Popen children end with it, whatever ends it
         try:
@@ -544,6 +560,8 @@ def _run_repeat(
             watch = ProcessWatch(proc.pid, subreaper=True).start()
         if fp is not None:
             fp.start()
+        if opts.watch is not None and tracking is not None:  # --live: drawn from what the processes publish
+            viewer = opts.watch(k, Path(tracking["live_dir"]), folder, outcome.logs[-1] if log is not None else None)
         deadline = None if opts.timeout is None else started + opts.timeout
         try:
             signalled = _results_signalled(proc, done_r, deadline)
@@ -566,6 +584,8 @@ def _run_repeat(
             end_group(proc, grace_s=5.0)
             raise
     finally:
+        if viewer is not None:
+            viewer.stop()
         os.close(done_r)
         outcome.child_s += time.perf_counter() - started
         if log is not None:
@@ -606,6 +626,10 @@ def _run_repeat(
             raise interrupted
         return None
     metrics = [metric_from_dict(d) for d in data["metrics"]]
+    if (data.get("tracking") or {}).get("log_to"):  # what --log-to logged and cost (--live alone adds no record)
+        from rlbench.profiling.tracking import logging_metric
+
+        metrics.append(logging_metric(data["tracking"]))
     if folder is not None or data.get("threads"):
         metrics += _followed(data, metrics, folder, watch, opts, k)
         for m in metrics:

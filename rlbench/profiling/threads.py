@@ -81,13 +81,22 @@ MACHINERY = (
     "RendezvousKeepAliveTimer",  # torch.distributed.elastic's keep-alive timer
     "PythonGCThread",  # Ray's garbage-collection thread
     "_serve",  # multiprocessing.resource_sharer's (torch shares tensors between processes through it)
+    # the trackers' own writers (rlbench profile --log-to writes into the script's runs): they move logged values to a
+    # file, a queue or a service, as the script's SummaryWriter, wandb.init or MLflow's async logging start them
+    "AsyncWriterThread",  # TensorBoard's event-file writer (torch's SummaryWriter, SB3's tensorboard_log)
+    "EventLoggerThread",  # tensorboardX's
+    "wandb-",  # W&B's asyncio manager, service finalizer
+    "NetStatThr",  # W&B's network status
+    "(_emulator_write)",  # W&B's console capture
+    "(_pipe_relay)",
+    "MLflowAsync",  # MLflow's async logging loops
 )
 """Threads of libraries' machinery (named so, or after their target): not followed. They only move data between the
 roles that do the work; their blocking would read as waits of a role nobody wrote."""
 
 
 def machinery(thread: threading.Thread) -> bool:
-    name = thread.name or ""
+    name = f"{thread.name or ''} {type(thread).__name__}"  # (a Thread subclass keeps a default name: its class says)
     return any(m in name for m in MACHINERY)
 
 

@@ -11,7 +11,7 @@ import math
 import statistics
 
 from rlbench.report.data import RunData
-from rlbench.report.format import fmt, fmt_s, md_code, md_table, pct
+from rlbench.report.format import fmt, fmt_s, md_code, md_table, md_text, pct
 from rlbench.report.phases import Breakdown
 from rlbench.results.metrics import (
     COUNTERS,
@@ -27,6 +27,7 @@ from rlbench.results.metrics import (
     PROFILE_EVENT_US,
     PROFILE_EVENTS,
     PROFILE_EXCLUDED_S,
+    PROFILE_LOGGING_S,
     PROFILE_OVERHEAD_S,
     PROFILE_PASSTHROUGH_US,
     PROFILE_PLAIN_WALL_S,
@@ -155,6 +156,48 @@ def single_run_cost(pairs: list[tuple[int, str, float, float]], own_s: float) ->
     )
 
 
+def logging_section(d: RunData) -> list[str]:
+    """What ``--log-to`` and ``--live`` logged, where, and what rlbench's logging thread cost; what was not logged."""
+    if not d.has(PROFILE_LOGGING_S):
+        return []
+    lines = ["### Logging while the script ran (`--log-to`, `--live`)", ""]
+    for r in d.by_metric[PROFILE_LOGGING_S]:
+        m = r.meta
+        cpu, wall = (r.samples or [math.nan])[0], float(m.get("wall_s") or math.nan)
+        what = []
+        if m.get("log_to"):
+            runs = m.get("runs") or []
+            where = "; ".join(
+                f"{md_code(str(x.get('backend')))} {md_code(str(x.get('where')))} "
+                + ("(the script's own run)" if x.get("user") else "(opened by rlbench)")
+                for x in runs
+            )
+            what.append(
+                f"`--log-to {m['log_to']}` every {fmt(float(m.get('every_s') or math.nan), 3)} s: {m.get('points', 0)} "
+                f"points of {m.get('series', 0)} series and {m.get('texts', 0)} bottleneck table(s), on "
+                f"{m.get('step', 'agent steps')} step" + (f", into {where}" if where else ", nowhere (no run was opened)")
+            )
+        if m.get("live"):
+            what.append("`--live`: this process's figures published once a second")
+        share = cpu / wall if wall > 0 and math.isfinite(cpu) else math.nan
+        lines.append(
+            f"- Repeat {r.repeat}: " + "; ".join(what) + f". rlbench's logging thread used {fmt_s(cpu)} of CPU over the "
+            f"script's {fmt_s(wall)} ({pct(share, 2)} of one core), reading the figures, computing the series and calling "
+            "the tracker (a tracker's own background threads and processes are not in it)."
+        )
+        failures = m.get("failures") or []
+        if failures or m.get("failed_points"):
+            lines.append(
+                f"  - **Not logged**: {m.get('failed_points', 0)} point(s) and {max(int(m.get('failures_n') or 0), 0)} "
+                f"call(s) failed; the profile went on. First: {md_code(str(failures[0]))}"
+                if failures
+                else f"  - **Not logged**: {m.get('failed_points', 0)} point(s)."
+            )
+        for note in m.get("notes") or []:
+            lines.append(f"  - {md_text(note[:1].upper() + note[1:])}.")
+    return lines
+
+
 def overhead_section(d: RunData, b: Breakdown) -> list[str]:
     """What the hooks cost: events of each kind times their cost measured in the same run; and what the command
     cost around the script (measured by the command, :func:`command_cost`)."""
@@ -162,6 +205,9 @@ def overhead_section(d: RunData, b: Breakdown) -> list[str]:
     measured = plain_section(d)
     if measured:
         cost = [*cost, "", *measured] if cost else measured
+    logged = logging_section(d)
+    if logged:
+        cost = [*cost, "", *logged] if cost else logged
     if not d.has(PROFILE_OVERHEAD_S):
         return ["## What profiling cost", "", *cost] if cost else []
     ev = d.by_metric[PROFILE_EVENTS][0].meta

@@ -61,6 +61,7 @@ PROFILE_ATTRIBUTED = "profile/attributed_iterations"
 PROFILE_COMMAND_S = "profile/command_s"  #: ``rlbench profile``'s own wall outside the children (meta: whole, children)
 PROFILE_CHILD_WALL_S = "profile/child_wall_s"  #: ``--against-plain``: a profiled repeat's process, start to exit
 PROFILE_PLAIN_WALL_S = "profile/plain_wall_s"  #: ``--against-plain``: the same command unprofiled, start to exit
+PROFILE_LOGGING_S = "profile/logging_s"  #: ``--log-to``: CPU seconds rlbench's logging thread used (meta: what it logged)
 #: a profiled thread's seconds on a CPU from its first iteration on (meta: ``queued_s``, waiting for a CPU; ``run_s``)
 PROFILE_CPU_S = "profile/cpu_s"
 #: the processes a profile followed (meta: ``unreported``, ``not_followed``, ``main_waits``: the main thread's channels)

@@ -1,5 +1,5 @@
 """PPO with continuous actions on Pendulum-v1 in one file, written the way CleanRL's ppo_continuous_action.py is
-(argparse in place of tyro, no logging backends, four envs and short rollouts).
+(argparse in place of tyro, TensorBoard with --tensorboard-dir, four envs and short rollouts).
 
 Run: python cleanrl_ppo_continuous.py --seed 1 --total-timesteps 16384
 """
@@ -24,6 +24,12 @@ def parse_args():
     parser.add_argument("--torch-threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--cuda", action="store_true", help="use CUDA when it is available")
     parser.add_argument("--env-id", type=str, default="Pendulum-v1", help="the id of the environment")
+    parser.add_argument(
+        "--tensorboard-dir",
+        type=str,
+        default=None,
+        help="write TensorBoard logs to this folder as CleanRL does (its runs/{run_name}; default: none)",
+    )
     parser.add_argument("--total-timesteps", type=int, default=16384, help="total timesteps of the experiment")
     parser.add_argument("--learning-rate", type=float, default=3e-4, help="the learning rate of the optimizer")
     parser.add_argument("--num-envs", type=int, default=4, help="the number of parallel game environments")
@@ -118,6 +124,12 @@ if __name__ == "__main__":
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = True
+    writer = None
+    if args.tensorboard_dir:  # CleanRL opens runs/{run_name}; here only when asked, so the plain script imports no tensorboard
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(args.tensorboard_dir)
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # gymnasium >= 1.0 autoresets in NEXT_STEP mode: the step after a done ignores the action and returns the first
@@ -163,7 +175,10 @@ if __name__ == "__main__":
             next_done = np.logical_or(terminations, truncations)
             rewards[step] = torch.tensor(reward).to(device).view(-1)
             next_obs, next_done = torch.Tensor(next_obs).to(device), torch.Tensor(next_done).to(device)
-            episode_returns.extend(finished_returns(infos))
+            for episodic_return in finished_returns(infos):
+                episode_returns.append(episodic_return)
+                if writer is not None:
+                    writer.add_scalar("charts/episodic_return", episodic_return, global_step)
 
         # bootstrap the value of the last observation, then generalized advantage estimation backwards in time
         with torch.no_grad():
@@ -238,6 +253,8 @@ if __name__ == "__main__":
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
 
+        if writer is not None:
+            writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)
         if iteration % 10 == 0 or iteration == args.num_iterations:
             recent = episode_returns[-10:]
             print(
@@ -248,6 +265,8 @@ if __name__ == "__main__":
             )
 
     envs.close()
+    if writer is not None:
+        writer.close()
     last10 = episode_returns[-10:]
     mean_last10 = float(np.mean(last10)) if last10 else float("nan")
     print(f"final: episodes={len(episode_returns)} mean_return_last10={mean_last10:.2f} global_step={global_step}", flush=True)

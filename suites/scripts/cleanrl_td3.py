@@ -1,5 +1,5 @@
-"""TD3 on Pendulum-v1 in one file, written the way CleanRL's td3_continuous_action.py is (argparse in place of tyro, no
-logging backends).
+"""TD3 on Pendulum-v1 in one file, written the way CleanRL's td3_continuous_action.py is (argparse in place of tyro;
+TensorBoard only with --tensorboard-dir).
 
 Run: python cleanrl_td3.py --seed 1 --total-timesteps 3000
 """
@@ -23,6 +23,12 @@ def parse_args():
     parser.add_argument("--torch-threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--cuda", action="store_true", help="use CUDA when it is available")
     parser.add_argument("--env-id", type=str, default="Pendulum-v1", help="the id of the environment")
+    parser.add_argument(
+        "--tensorboard-dir",
+        type=str,
+        default=None,
+        help="write TensorBoard logs to this folder as CleanRL does (its runs/{run_name}; default: none)",
+    )
     parser.add_argument("--total-timesteps", type=int, default=3000, help="total timesteps of the experiment")
     parser.add_argument("--learning-rate", type=float, default=3e-4, help="the learning rate of the optimizers")
     parser.add_argument("--buffer-size", type=int, default=10000, help="the replay memory buffer size")
@@ -162,6 +168,12 @@ if __name__ == "__main__":
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = True
+    writer = None
+    if args.tensorboard_dir:  # CleanRL opens runs/{run_name}; here only when asked, so the plain script imports no tensorboard
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(args.tensorboard_dir)
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     envs = make_envs(args.env_id, 1)
@@ -195,7 +207,12 @@ if __name__ == "__main__":
                 actions = actions.cpu().numpy().clip(envs.single_action_space.low, envs.single_action_space.high)
 
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-        episode_returns.extend(finished_returns(infos))
+        for episodic_return in finished_returns(infos):
+            episode_returns.append(episodic_return)
+            if writer is not None:
+                writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+        if writer is not None and global_step % 100 == 0:
+            writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)
 
         # a truncated episode's next observation is its last one, not the first of the episode that replaced it
         real_next_obs = next_obs.copy()
@@ -251,6 +268,8 @@ if __name__ == "__main__":
             )
 
     envs.close()
+    if writer is not None:
+        writer.close()
     last10 = episode_returns[-10:]
     mean_last10 = float(np.mean(last10)) if last10 else float("nan")
     print(

@@ -41,7 +41,9 @@ def test_ab_same_revision_passes_on_counters(tmp_path: Path) -> None:
         "--json",
         "--no-learning-check",
     ]
-    cmd = [*ab, "--keep", str(tmp_path / "kept"), "--", "run", "ppo-cartpole", "--total-steps", "2048", "--eval-episodes", "3"]
+    comment = tmp_path / "comment.md"
+    cmd = [*ab, "--keep", str(tmp_path / "kept"), "--comment", str(comment)]
+    cmd += ["--", "run", "ppo-cartpole", "--total-steps", "2048", "--eval-episodes", "3"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -52,6 +54,11 @@ def test_ab_same_revision_passes_on_counters(tmp_path: Path) -> None:
         runs = list((tmp_path / "kept" / f"store-{side}").glob("*.jsonl"))
         assert len(runs) == 2  # one run per round
     assert own_worktrees(REPO) == []  # cleaned up
+    from rlbench.report.comment import MARKER
+
+    body = comment.read_text(encoding="utf-8")  # the pull-request comment: marker first, the verdict, the rounds
+    assert body.splitlines()[0] == MARKER and "✅ **PASS**" in body and "2 interleaved rounds per side" in body
+    assert "| `ops/iteration` | 0% | ✅ PASS | 1" in body  # ratio 1, exactly
 
 
 @pytest.mark.skipif(not _has_git_history(), reason="needs the rlbench git checkout")
@@ -66,6 +73,8 @@ def test_ab_bad_input(tmp_path: Path) -> None:
         (("HEAD",), "missing the command after `--`"),
         (("HEAD", "--", "run", "ppo-cartpole", "--store", "x"), "set by rlbench ab itself"),
         (("HEAD", "--", "list"), "needs the command to compare"),
+        (("HEAD", "--comment", str(tmp_path / "c.md"), "--", "run", "ppo-cartpole"), "--comment writes the gate's verdicts"),
+        (("HEAD", "--fail", "sps:5%", "--comment", str(tmp_path), "--", "run", "ppo-cartpole"), "--comment"),
     ]:
         proc = ab(*args)
         assert proc.returncode == 2, (args, proc.stderr)

@@ -101,6 +101,8 @@ HARNESSES = {
     "follow_cost",
     "trace_png",
     "timers",
+    "tracker_cost",
+    "tracker_screenshot",
 }  # not example scripts (checkpoint: the harnesses' saved numbers; hand/timers: the hand copies' timers)
 
 
@@ -342,3 +344,27 @@ def test_overhead_harness_ratios_per_abba_quad() -> None:
     # blocks in order on, off, off, on: a machine twice as slow during the second quad moves both of its sides
     times = {"on": [1.1, 1.1, 2.2, 2.2], "off": [1.0, 1.0, 2.0, 2.0, 1.0]}  # (a last off-block without its quad)
     assert [round(r, 6) for r in quad_ratios(times)] == [1.1, 1.1]
+
+
+CLEANRL = ["cleanrl_ppo", "cleanrl_dqn", "cleanrl_sac", "cleanrl_td3", "cleanrl_ppo_continuous"]
+
+
+@pytest.mark.slow  # trains each CleanRL-style script once, briefly
+@pytest.mark.parametrize("name", CLEANRL)
+def test_cleanrl_scripts_open_their_own_summary_writer_where_cleanrl_does(name: str, tmp_path: Path) -> None:
+    """Behind --tensorboard-dir (the plain script imports no tensorboard): charts/SPS and each episode's return at
+    global_step, read back with TensorBoard's own reader."""
+    if importlib.util.find_spec("tensorboard") is None:
+        pytest.skip("tensorboard not installed")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    flag = SCRIPTS[name][0]
+    cmd = [sys.executable, str(SCRIPTS_DIR / f"{name}.py"), flag, _budget(name), "--seed", "1"]
+    done = subprocess.run([*cmd, "--tensorboard-dir", str(tmp_path / "tb")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"charts/SPS", "charts/episodic_return"} <= tags, tags
+    steps = [e.step for e in acc.Scalars("charts/SPS")]
+    assert steps == sorted(steps) and 0 < steps[-1] <= int(_budget(name))

@@ -32,6 +32,12 @@ def parse_args():
     parser.add_argument("--torch-threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--cuda", action="store_true", help="use CUDA when it is available")
     parser.add_argument("--env-id", type=str, default="CartPole-v1", help="the id of the environment")
+    parser.add_argument(
+        "--tensorboard-dir",
+        type=str,
+        default=None,
+        help="write TensorBoard logs to this folder as CleanRL does (its runs/{run_name}; default: none)",
+    )
     parser.add_argument("--total-timesteps", type=int, default=50000, help="total timesteps of the experiment")
     parser.add_argument("--learning-rate", type=float, default=2.5e-4, help="the learning rate of the optimizer")
     parser.add_argument("--num-envs", type=int, default=4, help="the number of parallel game environments")
@@ -129,6 +135,12 @@ if __name__ == "__main__":
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = True
+    writer = None
+    if args.tensorboard_dir:  # CleanRL opens runs/{run_name}; here only when asked, so the plain script imports no tensorboard
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(args.tensorboard_dir)
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # gymnasium >= 1.0 autoresets in NEXT_STEP mode: the step after a done ignores the action and returns the first
@@ -190,7 +202,10 @@ if __name__ == "__main__":
             rewards[step] = torch.tensor(reward).to(device).view(-1)
             next_obs, next_done = torch.Tensor(next_obs).to(device), torch.Tensor(next_done).to(device)
             phase_s["transfer"] += time.perf_counter() - t0
-            episode_returns.extend(finished_returns(infos))
+            for episodic_return in finished_returns(infos):
+                episode_returns.append(episodic_return)
+                if writer is not None:
+                    writer.add_scalar("charts/episodic_return", episodic_return, global_step)
 
         # bootstrap the value of the last observation, then generalized advantage estimation backwards in time
         with torch.no_grad():
@@ -277,6 +292,11 @@ if __name__ == "__main__":
                 optimizer.step()
                 phase_s["optimizer"] += time.perf_counter() - t0
 
+        if writer is not None:
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+            writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)
         if iteration % 10 == 0 or iteration == args.num_iterations:
             recent = episode_returns[-10:]
             print(
@@ -289,6 +309,8 @@ if __name__ == "__main__":
     loop_s = time.perf_counter() - loop_t0
 
     envs.close()
+    if writer is not None:
+        writer.close()
     last10 = episode_returns[-10:]
     mean_last10 = float(np.mean(last10)) if last10 else float("nan")
     print(f"final: episodes={len(episode_returns)} mean_return_last10={mean_last10:.2f} global_step={global_step}", flush=True)
