@@ -61,9 +61,9 @@ def test_search_stops_when_bad_does_not_fail() -> None:
     assert search(5, judge_for(0, {4})) is None  # BAD cannot be judged
 
 
-def test_one_round_for_counters_five_for_timings() -> None:
+def test_one_round_for_counters_auto_for_timings() -> None:
     assert default_rounds([Threshold("syncs/iteration", 0.0), Threshold("ops/iteration", 0.0)]) == 1
-    assert default_rounds([Threshold("syncs/iteration", 0.0), Threshold("wall_s", 0.1)]) == 5
+    assert default_rounds([Threshold("syncs/iteration", 0.0), Threshold("wall_s", 0.1)]) is None  # --rounds auto
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +113,45 @@ def test_bisect_cannot_decide_when_bad_cannot_be_judged(small_repo: tuple[Path, 
     assert "cannot be judged" in out["message"] and "'ops/iteration' is missing" in out["message"], out
     assert [t["verdict"] for t in out["tested"]] == ["SKIP"]
     assert git(repo, "worktree", "list").count("\n") == 0
+
+
+@pytest.mark.slow
+def test_bisect_beside_a_busy_neighbour_names_the_commit_that_added_30_percent(loaded_regression: dict) -> None:
+    """Issue 58's must-show: `rlbench bisect` with a CPU-bound neighbour running during the whole bisect (a 2-core
+    machine: the neighbour is half of it) names the slow commit, with the rounds and seconds it used."""
+    out, shas = loaded_regression["bisect"], loaded_regression["shas"]
+    assert out["status"] == "found" and out["first_bad"] == shas["slow"], out
+    assert out["last_good"] == shas["docs1"] and out["rounds"] == "auto" and out["max_rounds"] == 40
+    assert out["warmup"] == 1 and out["rounds_run"] == sum(t["rounds"] for t in out["tested"]) > 0 and out["seconds"] > 0
+    slow = next(t for t in out["tested"] if t["commit"] == shas["slow"])
+    assert slow["verdict"] == "FAIL" and 1.15 < slow["ratio"] < 1.45, slow
+    assert all(t["verdict"] in ("PASS", "FAIL") for t in out["tested"]), out["tested"]  # nothing skipped for the load
+
+
+@pytest.mark.slow
+def test_history_confirm_confirms_exactly_that_regression(loaded_regression: dict) -> None:
+    repo, store, shas = loaded_regression["repo"], loaded_regression["store"], loaded_regression["shas"]
+    confirmed = [c for c in loaded_regression["confirm"]["recorded"] if c["verdict"] == "confirmed"]
+    assert [(c["last_good"], c["first_bad"]) for c in confirmed] == [(shas["docs1"], shas["slow"])]
+    shown = json.loads(rlbench(["history", "show", "--store", str(store), "--json"], repo).stdout)
+    assert shown["regressions"]["confirmed"] == 1
+    (step,) = [st for st in shown["steps"] if st["status"] == "confirmed"]
+    assert step["first_bad"] == shas["slow"] and step["confirmation"]["rounds"] >= 10
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--max-rounds", "5"], "--max-rounds 5 is below the first look of --rounds auto"),
+        (["--rounds", "many"], "--rounds 'many': give a number of rounds or auto"),
+        (["--rounds", "3", "--max-rounds", "20"], "--max-rounds applies to --rounds auto only"),
+    ],
+)
+def test_bisect_rounds_options_are_checked_before_anything_runs(tmp_path: Path, args: list[str], words: str) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    proc = rlbench(["bisect", "HEAD~1", "HEAD", "--fail", "wall_s:10%", *args, *RUN_TINY], repo)
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and err.count("\n") == 0 and err.startswith("rlbench: error:"), proc.stderr[-2000:]
+    assert words in err, err
