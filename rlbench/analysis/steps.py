@@ -13,9 +13,9 @@ between processes is what a history sees (several times what the samples within 
 project's machines). Then:
 
 0. **Load**: a commit measured while other processes loaded the machine differently from the rest of the series (its
-   recorded ``machine/other_cpu`` more than :data:`BUSY_COMMIT` from the series' median) is *marked* and left out of
-   the search (:func:`marked_commits`): one loaded commit alone never makes a step, not even the newest. A series
-   measured at a steady load throughout (a CI runner beside one other job) marks nothing.
+   recorded ``machine/other_cpu`` more than :data:`BUSY_COMMIT` from the load most of its commits saw) is *marked* and
+   left out of the search (:func:`marked_commits`): one loaded commit alone never makes a step, not even the newest. A
+   series measured at a steady load throughout (a CI runner beside one other job) marks nothing.
 1. **Noise**: ``sigma``, the between-commit standard deviation of the log level, from consecutive differences (so
    that steps barely count), without the largest 2% of them (:data:`STEPS_PER_COMMIT`), corrected for that trim;
    never below the standard error of one commit's median from its own samples (its repeats).
@@ -173,13 +173,26 @@ series' median load was measured on a different machine state: it is marked, and
 gate's ``BUSY_DIFFERENCE``, a load that can by itself move a timing)."""
 
 
+def typical_load(loads: list[float]) -> float:
+    """The load most of a series' commits were measured at: the centre of the densest window of width
+    2 x :data:`BUSY_COMMIT` (ties to the quieter one). Not the median: a history measured quiet up to its middle and
+    beside a neighbour after it has its median between the two, which would mark every commit."""
+    ordered = sorted(loads)
+    best, centre = -1, ordered[0]
+    for v in ordered:
+        inside = [x for x in ordered if abs(x - v) <= BUSY_COMMIT]
+        if len(inside) > best:
+            best, centre = len(inside), float(np.median(inside))
+    return centre
+
+
 def marked_commits(series: Series) -> set[str]:
-    """The commits of a series measured at a load unlike the rest of it (see :data:`BUSY_COMMIT`)."""
+    """The commits of a series measured at a load unlike most of it (see :data:`BUSY_COMMIT`, :func:`typical_load`)."""
     loads = list(series.loads or [])
     known = [v for v in loads if v is not None and math.isfinite(v)]
     if not known or len(loads) != len(series.commits):
         return set()
-    typical = float(np.median(known))
+    typical = typical_load(known)
     return {c for c, v in zip(series.commits, loads) if v is not None and math.isfinite(v) and abs(v - typical) > BUSY_COMMIT}
 
 
