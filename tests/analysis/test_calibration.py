@@ -131,12 +131,23 @@ def test_interleaved_hog_starts_halfway_through_the_first_look_and_hits_both_sid
     first = DESIGN.looks[0]  # halfway through the first look's 2 x first runs
     assert hogged[:first] == [False] * first and all(hogged[first:])
     assert out["verdict"] != "FAIL" and machine.started == machine.stopped == 1
-    # the hog is on both sides, so the paired ratio is unmoved: no FAIL. At the first look half of each side's runs
-    # were hogged (median load 45%, under the gate's 50% limit), so a PASS there is trusted; past it the median load
-    # is 90%, and a PASS is not: it would have to come at the first look or not at all
-    assert (out["verdict"] == "PASS" and out["rounds"] == first) or (out["verdict"] == "INCONCLUSIVE" and out["busy"])
+    # the hog is on both halves of every pair from round 5 on, so the paired ratio is unmoved and the load is no
+    # reason to refuse (issue 58: judged per pair): a PASS at the first look
+    assert out["verdict"] == "PASS" and out["rounds"] == first and not out["busy"] and out["pairs_dropped"] == 0
     steady = compare_once(Machine().install(monkeypatch), "steady-aa")
-    assert steady["load"] == [0.9, 0.9] and steady["verdict"] == "INCONCLUSIVE" and steady["busy"]
+    assert steady["load"] == [0.9, 0.9] and steady["verdict"] == "PASS" and not steady["busy"]
+    slower = compare_once(Machine(seed=2).install(monkeypatch), "steady-plus5")
+    assert slower["verdict"] == "FAIL" and slower["ci"][0] > 1.0
+
+
+def test_a_neighbour_during_b_runs_only_interleaved_is_never_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 58: interleaved rounds do not cancel a neighbour that runs during one side's runs only: refused."""
+    machine = Machine().install(monkeypatch)
+    out = compare_once(machine, "candidate-interleaved")
+    assert out["verdict"] == "INCONCLUSIVE" and out["busy"] and out["fail_without_load_check"]
+    assert out["load"] == [0.0, 0.9] and out["rounds"] == 40
+    assert [hog for _, inject, hog in machine.runs[:4]] == [False, True, True, False]  # B's runs only: A B, B A
+    assert machine.started == machine.stopped == 40 and not machine.hog
 
 
 def test_calibrate_counts_comparisons_per_condition(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -255,7 +266,7 @@ def test_render_rewrites_the_report_from_saved_json(tmp_path: Path, capsys: pyte
     [
         (["--comparisons", "0"], "--comparisons must be at least 1"),
         (["--hog-comparisons", "0"], "--hog-comparisons must be at least 1"),
-        (["--max-rounds", "4"], "--max-rounds must be at least 5"),
+        (["--max-rounds", "4"], "--max-rounds must be at least 10 (the first look"),
         (["--separate-rounds", "2"], "--separate-rounds must be at least 5"),
         (["--ppo-steps", "1024"], "--ppo-steps must be at least 2,048"),
         (["--gae-calls", "0"], "--gae-calls must be at least 1"),
