@@ -20,11 +20,10 @@ project's machines). Then:
    that steps barely count), without the largest 2% of them (:data:`STEPS_PER_COMMIT`), corrected for that trim;
    never below the standard error of one commit's median from its own samples (its repeats).
 2. **Search**: binary segmentation with the least-squares cost (``ruptures.Binseg``, model ``l2``) on the levels in
-   units of sigma, with a penalty of ``penalty * log(n)`` per change point (:class:`StepSettings`). Where commits have
-   repeats (two samples or more), the noise is then estimated again from the differences that do not cross a change
-   point just found (the residual noise of the piecewise-constant fit, the same share left out and corrected for),
-   never below the repeats' standard error, and the search is run again with it when that is smaller: in a short
-   history the 2% trim keeps a real step and its revert in the noise, and would hide both.
+   units of sigma, with a penalty of ``penalty * log(n)`` per change point (:class:`StepSettings`). Where most commits
+   have repeats (two samples or more), the noise leaves out the two largest differences (:data:`REVERT`), not one,
+   never below the repeats' standard error: in a short history the 2% trim keeps one jump of a real step and its
+   revert in the noise, and would hide both.
 3. **Confirmation**, per candidate, between the segments on either side (up to the neighbouring candidates): the
    ratio of the segments' levels (20%-trimmed means of their commits' log levels, :data:`TRIM_SEGMENT`) and its
    interval, a t interval on the log scale with ``sigma``. A step is kept when the interval excludes 1, the change is
@@ -144,23 +143,23 @@ def _trimmed_variance(q: float) -> float:
     return 1.0 - 2 * c * math.exp(-(c**2) / 2) / math.sqrt(2 * math.pi) / (1 - q)
 
 
-def noise(levels: np.ndarray, within_se: float, across: frozenset[int] | set[int] = frozenset()) -> float:
-    """Between-commit standard deviation of log levels, from consecutive differences (so steps barely count): the root
-    mean square of the differences without the largest :data:`STEPS_PER_COMMIT` share of them, corrected for that
-    trim, over sqrt(2). At least ``within_se``, and 1e-4 (a floor for series with no measurable noise).
+REVERT = 2
+"""Where commits have repeats, the noise estimate leaves out at least this many of the largest consecutive differences
+(a step and its revert), not one: in a short history the 2% trim leaves out one, and the other jump then makes the noise
+and hides both. The repeats' standard error stays the floor. From 75 commits on, the 2% trim leaves out as many."""
 
-    ``across``: change points (indices of a level's first commit); the differences that cross them are left out first,
-    counted in the share left out (and its correction), so that on a series without steps the estimate is the same."""
+
+def noise(levels: np.ndarray, within_se: float, keep_out: int = 1) -> float:
+    """Between-commit standard deviation of log levels, from consecutive differences (so steps barely count): the root
+    mean square of the differences without the largest :data:`STEPS_PER_COMMIT` share of them (at least ``keep_out``),
+    corrected for that trim, over sqrt(2). At least ``within_se``, and 1e-4 (a floor for series with no measurable
+    noise)."""
     d = np.diff(levels)
     between = 0.0
-    if d.size >= 3:
+    drop = max(keep_out, round(STEPS_PER_COMMIT * d.size))
+    if d.size >= drop + 2:
         d = d - float(np.median(d))
-        crossing = {i - 1 for i in across if 0 < i <= d.size}
-        drop = max(1, round(STEPS_PER_COMMIT * d.size), len(crossing))
-        if drop >= d.size - 1:  # too few differences left to estimate anything: no estimate beyond the floors
-            return max(within_se, 1e-4)
-        rest = np.asarray([v for j, v in enumerate(d) if j not in crossing])
-        kept = np.sort(np.abs(rest))[: d.size - drop]
+        kept = np.sort(np.abs(d))[: d.size - drop]
         between = math.sqrt(float(np.mean(kept**2)) / _trimmed_variance(drop / d.size)) / math.sqrt(2)
     elif d.size:
         between = float(np.sqrt(np.mean(d**2))) / math.sqrt(2)
@@ -260,11 +259,10 @@ def _noisy_steps(series: Series, settings: StepSettings) -> list[Step]:
     sigma = noise(levels, within)
     df = n - 2  # the noise comes from n - 1 consecutive differences
     cps = _candidates((levels - np.median(levels)) / sigma, settings.penalty)
-    if cps and sum(len(s) >= 2 for s in series.samples) * 2 > n:  # repeats: the residual noise, if it is smaller
-        residual = noise(levels, within, set(cps))
-        if residual < sigma:
-            sigma = residual
-            df = max(n - 2 - len(cps), 1)
+    if sum(len(s) >= 2 for s in series.samples) * 2 > n:  # repeats: room for a step and its revert
+        spare = noise(levels, within, keep_out=REVERT)
+        if spare < sigma:
+            sigma = spare
             cps = _candidates((levels - np.median(levels)) / sigma, settings.penalty)
     return _confirmed(series, levels, cps, sigma, df, settings)
 
