@@ -237,7 +237,8 @@ def history_show_command(argv: list[str]) -> int:
     """``rlbench history show``: a table of series (latest median, steps) or ``--json``."""
     import statistics
 
-    from rlbench.analysis.confirm import confirmation_dict, status, step_key
+    from rlbench.analysis.candidates import status, step_key
+    from rlbench.analysis.confirm import confirmation_dict
     from rlbench.analysis.steps import detect_all, loaded_share
     from rlbench.core.errors import DataError
     from rlbench.results.history import CONFIRMED, DISMISSED, HistoryStore
@@ -421,7 +422,8 @@ def build_history_confirm_parser() -> Parser:
 def history_confirm_command(argv: list[str]) -> int:
     """``rlbench history confirm``: 0 when done, 1 when a candidate's measured code failed, 2 on bad input."""
     from rlbench.analysis.ab import repo_top, resolve_commit
-    from rlbench.analysis.confirm import candidates, confirm, confirmation_dict
+    from rlbench.analysis.candidates import candidates
+    from rlbench.analysis.confirm import confirm, confirmation_dict
     from rlbench.analysis.gate import DEFAULT_MAX_ROUNDS, check_max_rounds
     from rlbench.core.errors import DataError, interrupt_exit_code
     from rlbench.results.fingerprint import machine_fingerprint

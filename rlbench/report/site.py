@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from rlbench.analysis.confirm import recorded_commands, run_argv_of, status, step_key, threshold_pct
+from rlbench.analysis.candidates import recorded_commands, run_argv_of, status, step_key, threshold_pct
 from rlbench.analysis.steps import Step, detect_all, loaded_share
 from rlbench.core.errors import DataError, UsageError
 from rlbench.core.intervals import median_interval
