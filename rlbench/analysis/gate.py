@@ -405,8 +405,9 @@ def check_max_rounds(max_rounds: int, flag: str = "--max-rounds") -> None:
     """
     if max_rounds < FIRST_LOOK:
         raise UsageError(
-            f"{flag} {max_rounds} is below the first look of --rounds auto (round {FIRST_LOOK}: over fewer rounds the "
-            f"interval of a median of per-round ratios is narrower than its level says); give {flag} {FIRST_LOOK} or more"
+            f"{flag} {max_rounds} is below the first look of --rounds auto, after {FIRST_LOOK} rounds (over fewer rounds "
+            f"the interval of a median of per-round ratios is narrower than its level says); give {flag} {FIRST_LOOK} or "
+            "more"
         )
 
 

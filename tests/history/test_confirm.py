@@ -167,7 +167,7 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
 @pytest.mark.parametrize(
     ("args", "code", "words"),
     [
-        (["--max-rounds", "5"], 2, "--max-rounds 5 is below the first look of --rounds auto (round 10"),
+        (["--max-rounds", "5"], 2, "--max-rounds 5 is below the first look of --rounds auto, after 10 rounds"),
         (["--steps", "0"], 2, "--steps must be at least 1"),
         (["--warmup", "-1"], 2, "--warmup must be at least 0"),
         (["--store", "nowhere"], 2, "no history store at 'nowhere'"),
