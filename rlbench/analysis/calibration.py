@@ -154,6 +154,9 @@ class CPUHog:
 
 
 QUIET, HALFWAY, STEADY, CANDIDATE = "quiet", "halfway", "steady", "candidate"
+HOG_SETTLE_S = 0.05
+"""Seconds between starting a neighbour for one B run (``candidate-interleaved``) and the run: a gae run lasts about
+10 ms, less than the neighbour's interpreter takes to start."""
 
 
 @dataclass(frozen=True)
@@ -251,6 +254,7 @@ def one_comparison(
         during = hog is not None and cond.load == CANDIDATE and cond.interleave and name == "b"
         if during:
             hog.start()  # type: ignore[union-attr]
+            time.sleep(HOG_SETTLE_S)  # spinning, past its interpreter's start-up, when B's run begins
         try:
             probe = LoadProbe()
             samples = bench.side(k, cond.inject if name == "b" else 0.0, size)
