@@ -20,9 +20,12 @@ def test_bisect_harness_smoke(tmp_path: Path) -> None:
     assert loaded_calibration.main([*argv, "--neighbours", "1", "--max-rounds", "10", "--out", str(out)]) == 0
     data = json.loads(out.with_suffix(".json").read_text())
     (trial,) = data["trials"]
-    assert trial["exit_code"] == 0 and trial["exact"] and trial["rounds_run"] >= 10 and trial["seconds"] > 0, trial
+    # a smoke of the harness, not a calibration: whether this busy test machine let it decide is not asserted
+    assert trial["exit_code"] in (0, 2) and trial["rounds_run"] >= 10 and trial["seconds"] > 0, trial
+    assert trial["exact"] == (trial["exit_code"] == 0), trial
     text = out.read_text()
-    assert "The slow commit was named exactly in 1 of 1 trials" in text and "1 CPU-bound neighbour(s)" in text
+    assert f"The slow commit was named exactly in {int(trial['exact'])} of 1 trials" in text
+    assert "1 CPU-bound neighbour(s)" in text and "| Trial | Slow commit |" in text
 
 
 def test_step_calibration_keeps_loaded_series_apart_and_draws_half_loaded_histories() -> None:
