@@ -39,10 +39,14 @@ def _sb3_logs_in_pytest_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
 # exclusive lock first, so no two of them run at once.
 _XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 
-SAME_WORKER = {"tests/history/test_history_git.py": "history", "tests/history/test_site_browser.py": "history"}
-"""Test files whose tests all go to one worker, by group: those of the session's history repository, so that it is
-built once (about 30 s, alone). What xdist's `--dist loadgroup` would do with `xdist_group` marks, which pytest 9.2
-ignores (xdist 3.8 renames `item._nodeid`, a field pytest 9.2 no longer reads)."""
+SAME_WORKER = {
+    "tests/history/test_history_git.py": "history",
+    "tests/history/test_site_browser.py": "history",
+    "tests/history/test_loaded.py": "history",
+}
+"""Test files whose tests all go to one worker, by group: those of the session's history repositories, so that each
+is built once (about 30 s and 3 minutes, alone). What xdist's `--dist loadgroup` would do with `xdist_group` marks,
+which pytest 9.2 ignores (xdist 3.8 renames `item._nodeid`, a field pytest 9.2 no longer reads)."""
 
 
 @pytest.hookimpl(optionalhook=True)  # `pytest -p no:xdist` runs the suite in one process without this hook
@@ -57,9 +61,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     return Scheduling(config, log)
 
 
-MEASURING_FIXTURES = {"history_repo"}
-"""Fixtures that measure time while they are built (the history repository's `history run`s): a test that needs one
-runs `alone` until the fixture is built in its worker."""
+MEASURING_FIXTURES = {"history_repo", "loaded_regression"}
+"""Fixtures that measure time while they are built (the history repositories' `history run`s, a bisect beside a
+neighbour of its own): a test that needs one runs `alone` until the fixture is built in its worker."""
 _built: set[str] = set()
 
 

@@ -87,6 +87,35 @@ def split_run_args(run_argv: list[str], what: str = "ab") -> tuple[list[str], in
     return [*args, *tail], seed
 
 
+def warmup_for(args: list[str], warmup: int | None) -> int:
+    """The untimed repeats each run makes before its timed ones (``--warmup``; ``None``: the default).
+
+    By default 1 for ``run``: its repeats share one process, and the first call of a benchmark in a fresh process pays
+    one-time costs (imports, caches, the scheduler placing it), 10-30% of a short benchmark beside a busy neighbour. 0
+    for ``profile``: it runs every repeat in a fresh process, which a warm-up repeat would not warm.
+
+    Raises:
+        UsageError: A negative ``warmup``.
+    """
+    if warmup is None:
+        return 0 if args[0] == "profile" else 1
+    if warmup < 0:
+        raise UsageError(f"--warmup must be at least 0, got {warmup}")
+    return warmup
+
+
+def warmup_note(args: list[str], warmup: int) -> str:
+    """One line saying how each run was warmed before its timed repeats (for the output's notes)."""
+    if warmup:
+        return (
+            f"warm-up: each run made {warmup} untimed repeat(s) of the same command first, in the same process, left out "
+            "of the comparison (--warmup 0 turns this off)"
+        )
+    if args[0] == "profile":
+        return "warm-up: none (`profile` runs every repeat in a fresh process, which a warm-up repeat would not warm)"
+    return "warm-up: none (--warmup 0): each run's first timed repeat paid its process's one-time costs"
+
+
 def uncommitted_changes(repo: Path) -> list[str]:
     """Tracked files with uncommitted changes in the checkout around ``repo`` (``ab`` measures commits, not these)."""
     try:
@@ -303,6 +332,7 @@ def run_ab(
     looks: list[int] | None = None,
     decided: Callable[[list[Record], list[Record], int], bool] | None = None,
     max_time: float | None = None,
+    warmup: int = 0,
 ) -> ABResult:
     """Run ``run_argv`` for both revisions, ``rounds`` times each, interleaved; return both sides' records.
 
@@ -319,6 +349,7 @@ def run_ab(
         repo: A directory inside the git repository.
         keep: Keep the stores there instead of deleting them.
         on_run: Called with (round, side) before each run (progress display).
+        warmup: Untimed repeats each run makes first, left out of the records returned.
 
     Raises:
         UsageError: Bad revisions or command. RlbenchError: a run failed (its last stderr line is shown).
@@ -337,7 +368,7 @@ def run_ab(
         done, t0 = 0, time.monotonic()
         for i, target in enumerate(plan):
             base, head = interleave(
-                sides, args, seed, target - done, stores, on_run=on_run, work=wt.work, keep=keep, start=done
+                sides, args, seed, target - done, stores, warmup=warmup, on_run=on_run, work=wt.work, keep=keep, start=done
             )
             done = target
             if decided is not None and decided(base, head, i):

@@ -11,6 +11,11 @@ threshold is PASS or FAIL; the verdict at the last look is the comparison's. The
 every A round, then every B round (a fixed number: two separate ``rlbench run --repeats N`` invocations), and gate
 once at 95%, as ``rlbench gate`` on their records would.
 
+The conditions (``--conditions``): quiet (``aa``, ``plus5``, ``plus10``); one steady CPU-bound neighbour
+(``steady-aa``, ``steady-plus5``); two (``steady2-aa``, ``steady2-plus5``); one per core starting halfway
+(``hog-interleaved``, ``hog-a-then-b``); a neighbour during B's runs only (``candidate-interleaved``, one process started
+before each B run; ``candidate-hogs``, two processes during every B run after every A run).
+
 Slowdowns come from the test-only knob ``RLBENCH_INJECT_DELAY`` (see :mod:`rlbench.instrument.timers`): the phase
 really runs that much longer, as a regression would make it. Busy neighbours are processes spinning on the CPU
 (:class:`CPUHog`). Every run records the machine's load (:class:`rlbench.instrument.machine_load.LoadProbe`), so
@@ -35,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from rlbench.analysis.compare import side_load
+from rlbench.analysis.compare import load_check, side_load
 from rlbench.analysis.gate import FAIL, INCONCLUSIVE, AutoRounds, GateOutcome, MachineBusy, Threshold, evaluate, gate_look
 from rlbench.core.children import die_with_parent, end_child
 from rlbench.core.errors import UsageError
@@ -149,6 +154,9 @@ class CPUHog:
 
 
 QUIET, HALFWAY, STEADY, CANDIDATE = "quiet", "halfway", "steady", "candidate"
+HOG_SETTLE_S = 0.05
+"""Seconds between starting a neighbour for one B run (``candidate-interleaved``) and the run: a gae run lasts about
+10 ms, less than the neighbour's interpreter takes to start."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +169,8 @@ class Condition:
         inject: Fraction by which side B's timed phase is slowed (0 for A/A).
         load: ``quiet``; ``halfway``: a CPU hog starts halfway through the rounds (interleaved: halfway through the
             first look's runs, between A and B of its middle round; A then B: as B's runs begin) and runs to the end;
-            ``steady``: the hog runs for the whole comparison; ``candidate``: during B's runs only.
+            ``steady``: the hog runs for the whole comparison; ``candidate``: during B's runs only (interleaved: it
+            starts before each B run and stops after it).
         hogs: Spinning processes of the hog (``None``: one per core).
         interleave: Rounds alternate A B, B A with ``--rounds auto`` (``rlbench ab``); ``False`` runs every A round,
             then every B round, a fixed number (two separate ``rlbench run`` invocations gated afterwards).
@@ -190,8 +199,17 @@ CONDITIONS = (
     Condition("plus10", "+10%", 0.10),
     Condition("hog-interleaved", "A/A, CPU hog from halfway, interleaved", load=HALFWAY),
     Condition("hog-a-then-b", "A/A, CPU hog from halfway, A then B", load=HALFWAY, interleave=False, main=False),
-    Condition("steady-aa", "A/A, steady background load (1 process)", load=STEADY, hogs=1, main=False),
-    Condition("steady-plus5", "+5%, steady background load (1 process)", 0.05, load=STEADY, hogs=1, main=False),
+    Condition("steady-aa", "A/A, steady background load (1 process)", load=STEADY, hogs=1),
+    Condition("steady-plus5", "+5%, steady background load (1 process)", 0.05, load=STEADY, hogs=1),
+    Condition("steady2-aa", "A/A, steady background load (2 processes)", load=STEADY, hogs=2, main=False),
+    Condition("steady2-plus5", "+5%, steady background load (2 processes)", 0.05, load=STEADY, hogs=2, main=False),
+    Condition(
+        "candidate-interleaved",
+        "A/A, 1 CPU-bound process during B's runs only, interleaved",
+        load=CANDIDATE,
+        hogs=1,
+        main=False,
+    ),
     Condition(
         "candidate-hogs",
         "A/A, 2 CPU-bound processes during B only, A then B",
@@ -233,16 +251,32 @@ def one_comparison(
     hog = CPUHog(cond.hog_processes()) if cond.load != QUIET else None
 
     def run(name: str, k: int) -> None:
-        probe = LoadProbe()
-        samples = bench.side(k, cond.inject if name == "b" else 0.0, size)
-        load = probe.stop()
+        during = hog is not None and cond.load == CANDIDATE and cond.interleave and name == "b"
+        if during:
+            hog.start()  # type: ignore[union-attr]
+            time.sleep(HOG_SETTLE_S)  # spinning, past its interpreter's start-up, when B's run begins
+        try:
+            probe = LoadProbe()
+            samples = bench.side(k, cond.inject if name == "b" else 0.0, size)
+            load = probe.stop()
+        finally:
+            if during:
+                hog.stop()  # type: ignore[union-attr]
         out = base if name == "a" else cand
         out.append(_records(name, bench.metric, "s", samples, k))
         if load.other_cpu is not None:
             out.append(replace(_records(name, MACHINE_OTHER_CPU, "fraction", [load.other_cpu], k), direction="none"))
 
     def gate(confidence: float, allow_busy: bool = False) -> GateOutcome:
-        return evaluate(base, cand, [threshold], learning_drop=None, confidence=confidence, allow_busy=allow_busy)
+        return evaluate(
+            base,
+            cand,
+            [threshold],
+            learning_drop=None,
+            confidence=confidence,
+            allow_busy=allow_busy,
+            interleaved=cond.interleave,
+        )
 
     outcome: GateOutcome | None = None
     try:
@@ -280,6 +314,7 @@ def one_comparison(
             refused = True
     unchecked = gate(confidence, allow_busy=True).checks[0] if outcome is None else outcome.checks[0]
     check = outcome.checks[0] if outcome is not None else None
+    judged = load_check(base, cand, cond.interleave)
     return {
         "verdict": check.verdict if check is not None else INCONCLUSIVE,
         "busy": refused or (check is not None and check.busy),
@@ -289,6 +324,7 @@ def one_comparison(
         "ratio": unchecked.result.ratio,
         "ci": [unchecked.result.ci_low, unchecked.result.ci_high],
         "load": [side_load(base), side_load(cand)],
+        "pairs_dropped": len(judged.dropped),
         "wall_s": time.perf_counter() - t0,
     }
 

@@ -454,9 +454,22 @@ def sample_flags(results: list[CaseResult]) -> list[str]:
 
 
 BUSY_DIFFERENCE = 0.10
-"""Sides whose other-process CPU shares differ by this much (10% of the machine) can explain a timing effect."""
+"""Separate runs (not interleaved) whose other-process CPU shares differ by this much (10% of the machine) can explain a
+timing effect."""
 HEAVY_LOAD = 0.50
-"""A side whose other processes used more than half the machine (median over repeats): its timings cannot back a PASS."""
+"""Separate runs (not interleaved) with a side whose other processes used more than half the machine (median over
+repeats): a neighbour that heavy need not have loaded the other run alike, so its timings cannot back a PASS."""
+PAIR_DIFFERENCE = 0.15
+"""Interleaved rounds: a pair (one seed on both sides) whose two runs' other-process CPU shares differ by more than this
+(15% of the machine) saw a different machine on each side; such pairs are dropped (see :data:`MAX_DROPPED`)."""
+MAX_DROPPED = 0.25
+"""At most this share of the pairs is dropped for a load that differs between their halves (and only while at least
+:data:`MIN_SAMPLES` pairs are left); more such pairs mean the sides were loaded differently, not by chance."""
+LOAD_NOISE = 0.02
+"""Per-pair load differences this small are measurement noise (the kernel counts CPU time in ticks)."""
+SYSTEMATIC = 0.05
+"""Interleaved rounds: the kept pairs' load differences, when they lean one way beyond chance (a sign test at 5%), must
+also average at least this much (5% of the machine) to explain a timing result."""
 
 
 def side_load(records: list[Record]) -> float | None:
@@ -465,12 +478,86 @@ def side_load(records: list[Record]) -> float | None:
     return float(np.median(values)) if values else None
 
 
+def _loads_by_seed(records: list[Record]) -> dict[int, float]:
+    """Per seed, the median share of CPU capacity other processes used during that seed's repeat(s)."""
+    per: dict[int, list[float]] = defaultdict(list)
+    for r in records:
+        if r.metric == MACHINE_OTHER_CPU and r.seed is not None:
+            per[r.seed] += [v for v in r.samples if math.isfinite(v)]
+    return {k: float(np.median(v)) for k, v in per.items() if v}
+
+
+def _times_by_seed(records: list[Record]) -> dict[int, float]:
+    """Per seed, the earliest time a record of it was written (unix seconds; seeds without a readable time left out)."""
+    from datetime import datetime
+
+    out: dict[int, float] = {}
+    for r in records:
+        if r.seed is None or not r.timestamp:
+            continue
+        try:
+            t = datetime.fromisoformat(r.timestamp).timestamp()
+        except (ValueError, TypeError, OverflowError):
+            continue
+        out[r.seed] = min(t, out.get(r.seed, t))
+    return out
+
+
+def interleaved_in_time(base: list[Record], cand: list[Record]) -> bool:
+    """Whether the two sides' repeats were measured in alternation (``rlbench ab``'s rounds: A B, B A, ...), from the
+    times their records were written: the sides take turns at least twice (A B A). Two separate runs (all of A, then
+    all of B), or records without times, are not."""
+    tb, tc = _times_by_seed(base), _times_by_seed(cand)
+    if len(tb) < 2 or len(tc) < 2:
+        return False
+    events = sorted([(t, 0) for t in tb.values()] + [(t, 1) for t in tc.values()])
+    switches = sum(1 for (_, a), (_, b) in zip(events, events[1:]) if a != b)
+    return switches >= 2
+
+
+def _sign_test(d: np.ndarray) -> float:
+    """Two-sided p-value of the sign test of differences (those within :data:`LOAD_NOISE` of 0 left out)."""
+    from math import comb
+
+    up, down = int(np.sum(d > LOAD_NOISE)), int(np.sum(d < -LOAD_NOISE))
+    n = up + down
+    if n == 0:
+        return 1.0
+    k = min(up, down)
+    tail = sum(comb(n, i) for i in range(k + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
 @dataclass
 class LoadCheck:
-    """What else the machine was doing on each side, and whether that can explain a timing verdict."""
+    """What else the machine was doing on each side, and whether that can explain a timing verdict.
+
+    Interleaved rounds (``rlbench ab``, ``bisect``, ``history confirm``) are judged per pair: a steady neighbour loads
+    both halves of every pair alike, and the paired ratio stays unbiased (its interval widens with the noise, and
+    ``--rounds auto`` adds rounds). The load can explain a result only when the pairs' load differs between the sides
+    beyond chance (a neighbour during one side's runs only). A few pairs whose halves saw very different load (a
+    neighbour that started between them) are dropped instead. Separate runs (``gate`` on two stored runs) are judged per
+    side: loads :data:`BUSY_DIFFERENCE` apart, or either above :data:`HEAVY_LOAD`, can explain a result.
+
+    Attributes:
+        base: Median load of the baseline's repeats (``None``: not recorded).
+        cand: Median load of the candidate's repeats.
+        interleaved: The sides' rounds alternated.
+        pairs: Seeds with the load recorded on both sides.
+        dropped: Seeds of the pairs dropped for a load that differs between their halves.
+        differ: Pairs whose halves' loads differ by more than :data:`PAIR_DIFFERENCE` (dropped or not).
+        shift: Mean load difference (candidate minus baseline) over the pairs kept (``None`` without pairs).
+        lean_p: The sign test's p-value of the kept pairs' differences (1 without pairs).
+    """
 
     base: float | None
     cand: float | None
+    interleaved: bool = False
+    pairs: int = 0
+    dropped: tuple[int, ...] = ()
+    differ: int = 0
+    shift: float | None = None
+    lean_p: float = 1.0
 
     @property
     def note(self) -> str | None:
@@ -481,19 +568,63 @@ class LoadCheck:
         def pct(v: float | None) -> str:
             return "not recorded" if v is None else f"{100 * v:.0f}%"
 
-        return (
+        line = (
             f"machine load (CPU capacity used by other processes, median over repeats): baseline {pct(self.base)}, "
             f"candidate {pct(self.cand)}"
         )
+        if self.interleaved and self.pairs:
+            line += f"; interleaved, judged per round pair: {self.pair_words}"
+        return line
+
+    @property
+    def pair_words(self) -> str:
+        """The pairs in words: how many differ, how many were dropped, and which way the rest lean."""
+        differ = (
+            f"{self.differ} of {self.pairs} pair(s) saw loads more than {100 * PAIR_DIFFERENCE:.0f} points apart"
+            if self.differ
+            else f"no pair of {self.pairs} saw loads more than {100 * PAIR_DIFFERENCE:.0f} points apart"
+        )
+        if self.dropped:
+            differ += f" ({len(self.dropped)} dropped)"
+        if self.shift is not None and self.lopsided:
+            side = "candidate" if self.shift > 0 else "baseline"
+            busier = f"{100 * abs(self.shift):.0f} points on average (sign test p={self.lean_p:.2g})"
+            differ += f"; the {side}'s runs were busier by {busier}"
+        return differ
+
+    @property
+    def lopsided(self) -> bool:
+        """Interleaved: the kept pairs lean one way beyond chance and by at least :data:`SYSTEMATIC`."""
+        return self.shift is not None and self.lean_p < 0.05 and abs(self.shift) >= SYSTEMATIC
+
+    @property
+    def asymmetric(self) -> bool:
+        """Interleaved: the load differed between the sides, not by chance: too many pairs to drop, or a lopsided rest."""
+        return self.interleaved and (self.differ > len(self.dropped) or self.lopsided)
 
     @property
     def heavy(self) -> bool:
-        """Load that makes a timing PASS untrustworthy: either side above :data:`HEAVY_LOAD`, or the sides
-        :data:`BUSY_DIFFERENCE` apart (a side not recorded counts as no evidence either way)."""
+        """Load that makes a timing PASS untrustworthy. Interleaved: :attr:`asymmetric`. Separate runs: either side
+        above :data:`HEAVY_LOAD`, or the sides :data:`BUSY_DIFFERENCE` apart (a side not recorded counts as no evidence
+        either way)."""
+        if self.interleaved:
+            return self.asymmetric
         known = [v for v in (self.base, self.cand) if v is not None]
         if any(v > HEAVY_LOAD for v in known):
             return True
         return len(known) == 2 and abs(self.cand - self.base) >= BUSY_DIFFERENCE  # type: ignore[operator]
+
+    @property
+    def lean(self) -> int:
+        """Which side the load pushed: 1 when the candidate's runs were busier, -1 the baseline's, 0 neither."""
+        if self.interleaved:
+            if not self.asymmetric:
+                return 0
+            v = self.shift if self.lopsided else (self.cand or 0.0) - (self.base or 0.0)
+            return 0 if v is None or v == 0 else (1 if v > 0 else -1)
+        if self.base is None or self.cand is None or abs(self.cand - self.base) < BUSY_DIFFERENCE:
+            return 0
+        return 1 if self.cand > self.base else -1
 
     def explains(self, r: CaseResult) -> bool:
         """Whether the load difference could have produced this timing result's direction.
@@ -502,19 +633,64 @@ class LoadCheck:
         evidence: the other processes' load alone pushes the result that way. A result against the load's push
         stands (if anything it was understated).
         """
-        if self.base is None or self.cand is None or abs(self.cand - self.base) < BUSY_DIFFERENCE:
+        if self.lean == 0:
             return False
         if r.case.unit not in RATE_OR_TIME_UNITS or r.case.direction not in ("higher", "lower") or math.isnan(r.ratio):
             return False
         if r.ratio == 1.0:
             return False
         looks_worse = r.improvement < 0
-        return looks_worse == (self.cand > self.base)
+        return looks_worse == (self.lean > 0)
+
+    def to_dict(self) -> dict:
+        """JSON-ready."""
+        return {
+            "base": self.base,
+            "cand": self.cand,
+            "interleaved": self.interleaved,
+            "pairs": self.pairs,
+            "pairs_differ": self.differ,
+            "pairs_dropped": len(self.dropped),
+            "shift": self.shift,
+            "busy": self.heavy,
+        }
 
 
-def load_check(base: list[Record], cand: list[Record]) -> LoadCheck:
-    """Both sides' recorded machine load."""
-    return LoadCheck(side_load(base), side_load(cand))
+def load_check(base: list[Record], cand: list[Record], interleaved: bool | None = None) -> LoadCheck:
+    """Both sides' recorded machine load, judged per pair when the sides were interleaved.
+
+    Args:
+        base: Baseline records (with their ``machine/other_cpu`` records, one per repeat).
+        cand: Candidate records.
+        interleaved: Whether the sides' rounds alternated (``None``: from the records' times,
+            :func:`interleaved_in_time`).
+    """
+    check = LoadCheck(side_load(base), side_load(cand))
+    check.interleaved = interleaved_in_time(base, cand) if interleaved is None else interleaved
+    if not check.interleaved:
+        return check
+    lb, lc = _loads_by_seed(base), _loads_by_seed(cand)
+    seeds = sorted(set(lb) & set(lc))
+    if not seeds:
+        return check
+    d = {k: lc[k] - lb[k] for k in seeds}
+    far = [k for k in seeds if abs(d[k]) > PAIR_DIFFERENCE]
+    check.pairs, check.differ = len(seeds), len(far)
+    if far and len(far) <= MAX_DROPPED * len(seeds) and len(seeds) - len(far) >= MIN_SAMPLES:
+        check.dropped = tuple(far)
+    kept = np.asarray([d[k] for k in seeds if k not in check.dropped], dtype=float)
+    if kept.size:
+        check.shift = float(np.mean(kept))
+        check.lean_p = _sign_test(kept)
+    return check
+
+
+def without_seeds(records: list[Record], seeds: tuple[int, ...] | frozenset[int]) -> list[Record]:
+    """The records without the timings of ``seeds`` (pairs dropped for their load); counters and other metrics stay."""
+    if not seeds:
+        return records
+    drop = set(seeds)
+    return [r for r in records if not (r.seed in drop and r.unit in RATE_OR_TIME_UNITS)]
 
 
 def _why(name: str, base: list[Record], cand: list[Record]) -> str:

@@ -10,8 +10,15 @@ Three verdicts per threshold ``metric:X%`` (the direction, higher or lower is be
 * **INCONCLUSIVE** -- neither: the run was too noisy to tell. Its advice names the interval, the smallest regression
   the run did rule out, and the rounds that would rule out ``X%`` at the measured noise (the interval's half-width
   shrinks as ``1/sqrt(rounds)``), or a counter to gate on instead. ``on_inconclusive`` maps it to an exit code
-  (``error``: 2, the default; ``pass``: 0; ``fail``: 1). A timing PASS on a heavily loaded machine (either side's
-  other processes above half the machine, or the sides 10 points apart) is INCONCLUSIVE too: "machine was busy".
+  (``error``: 2, the default; ``pass``: 0; ``fail``: 1).
+
+**Load** (other processes' CPU use, recorded per repeat) is judged where it could explain the result
+(:func:`rlbench.analysis.compare.load_check`). Interleaved rounds (``ab``, ``bisect``, ``history confirm``) are judged
+per pair: a steady neighbour loads both halves of every pair alike, so the verdict rests on the interval; a few pairs
+whose halves saw very different load are dropped (the outcome says how many); a load that differs between the sides
+beyond chance (a neighbour during one side's runs only) makes a timing PASS INCONCLUSIVE ("machine was busy") and
+refuses a verdict it could have produced. Separate runs (``gate`` on two stored runs) are judged per side: loads 10
+points apart, or either side above half the machine, do the same.
 
 A gate never passes because nothing was measured: a threshold whose metric is missing on either side, or has no
 samples, is an error. Speed never buys learning: when both sides recorded ``eval_return``, the gate also checks that
@@ -25,7 +32,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rlbench.analysis.compare import RATE_OR_TIME_UNITS, CaseResult, LoadCheck, compare, level, load_check, power_factor
+from rlbench.analysis.compare import (
+    RATE_OR_TIME_UNITS,
+    CaseResult,
+    LoadCheck,
+    compare,
+    level,
+    load_check,
+    power_factor,
+    without_seeds,
+)
 from rlbench.core.errors import DataError, UsageError
 from rlbench.results.metrics import EVAL_RETURN
 from rlbench.results.records import Record
@@ -100,6 +116,13 @@ class GateOutcome:
     checks: list[Check]
     on_inconclusive: str = "error"
     confidence: float = 0.95  #: the level of every check's interval (higher at a look of ``ab --rounds auto``)
+    load: LoadCheck | None = None  #: the machine's load on both sides, as judged
+
+    def load_notes(self) -> list[str]:
+        """Lines on the machine's load: what each side saw and the pairs dropped (none when it was not recorded)."""
+        if self.load is None or self.load.note is None:
+            return []
+        return [self.load.note]
 
     @property
     def verdict(self) -> str:
@@ -208,14 +231,28 @@ def _judge(r: CaseResult, t: Threshold, counters: list[str]) -> Check:
     return Check(t, r, INCONCLUSIVE, reason, advice)
 
 
+def _rerun(load: LoadCheck) -> str:
+    """What would give a verdict the load could not spoil, never what the command already did: interleaved rounds
+    with a load that differed between the sides need a steadier load; separate runs need interleaved rounds."""
+    if load.interleaved:
+        return (
+            "the rounds were interleaved, so a steady neighbour would have loaded both sides alike: this one did not "
+            "(one that runs during one side's runs only?); rerun when the other processes' load is steady or gone"
+        )
+    return (
+        "the two runs were measured separately, so the load was not shared by the sides: compare them with "
+        "`rlbench ab` (interleaved rounds, judged per pair) or rerun both at the same load"
+    )
+
+
 def _busy(check: Check, load: LoadCheck) -> Check:
-    """A timing PASS on a heavily loaded machine cannot be trusted: INCONCLUSIVE, "machine was busy"."""
+    """A timing PASS that the load could have produced cannot be trusted: INCONCLUSIVE, "machine was busy"."""
     if check.verdict != PASS or check.result.exact or check.result.case.unit not in RATE_OR_TIME_UNITS:
         return check
     reason = f"{check.reason}; but the machine was busy"
     advice = (
         f"machine was busy ({load.note}): other processes' load can hide a regression, so a PASS cannot be trusted; "
-        "rerun on a quiet machine or with `rlbench ab` (interleaved rounds), or pass --allow-busy"
+        f"{_rerun(load)}, or pass --allow-busy"
     )
     return Check(check.threshold, check.result, INCONCLUSIVE, reason, advice, busy=True)
 
@@ -230,10 +267,14 @@ def evaluate(
     allow_busy: bool = False,
     on_inconclusive: str = "error",
     more: str = "run more --repeats or ab --rounds",
+    interleaved: bool | None = None,
 ) -> GateOutcome:
     """Apply the thresholds (and the learning check) to the comparison of ``base`` and ``cand``.
 
     ``more`` is what the message of a metric with too few samples tells the user to do (the calling command's option).
+    ``interleaved`` says whether the sides' rounds alternated (``ab``, ``bisect``, ``history confirm``, ``calibrate``);
+    ``None`` tells it from the records' times (:func:`rlbench.analysis.compare.interleaved_in_time`). Interleaved pairs
+    whose halves saw very different load are left out of the timings (:attr:`GateOutcome.load` says how many).
 
     Raises:
         DataError: A threshold's metric is missing on a side, has no samples, or has no direction; or the two sides'
@@ -250,6 +291,9 @@ def evaluate(
     )
     if learning:
         metrics.append(LEARNING_METRIC)
+    load = load_check(base, cand, interleaved)
+    if load.dropped and not allow_busy:
+        base, cand = without_seeds(base, load.dropped), without_seeds(cand, load.dropped)
     results = compare(base, cand, min_effect=0.0, confidence=confidence, metrics=metrics, ignore_params=ignore_params)
     by_metric: dict[str, list[CaseResult]] = {}
     for r in results:
@@ -285,11 +329,10 @@ def evaluate(
                     "by 100% or more and this gate could never fail; choose a threshold below 100%"
                 )
             checks.append(_judge(r, t, counters))
-    refuse_if_busy(base, cand, [c.result for c in checks], allow_busy)
-    load = load_check(base, cand)
+    refuse_if_busy(base, cand, [c.result for c in checks], allow_busy, load)
     if load.heavy and not allow_busy:
         checks = [_busy(c, load) for c in checks]
-    return GateOutcome(checks, on_inconclusive, confidence)
+    return GateOutcome(checks, on_inconclusive, confidence, load)
 
 
 def detectable_note(results: list[CaseResult]) -> str | None:
@@ -320,24 +363,55 @@ class MachineBusy(DataError):
     """The gate refused a verdict: the two sides' different machine load alone could explain the result (exit 2)."""
 
 
-def refuse_if_busy(base: list[Record], cand: list[Record], results: list[CaseResult], allow_busy: bool) -> None:
+def refuse_if_busy(
+    base: list[Record],
+    cand: list[Record],
+    results: list[CaseResult],
+    allow_busy: bool,
+    load: LoadCheck | None = None,
+) -> None:
     """Refuse verdicts that the two sides' different machine load could have produced on its own.
+
+    ``load`` is the check already made (default: :func:`rlbench.analysis.compare.load_check` of the records, interleaving
+    told from their times).
 
     Raises:
         MachineBusy: Unless ``allow_busy``, when a significant timing result leans the way the load difference pushes.
     """
-    load = load_check(base, cand)
+    load = load if load is not None else load_check(base, cand)
     busy = [r for r in results if r.significant and load.explains(r)]
     if busy and not allow_busy:
         names = ", ".join(sorted({r.case.metric for r in busy})[:4])
+        rerun = _rerun(load)
+        rerun = rerun[:1].upper() + rerun[1:]
         raise MachineBusy(
-            f"machine was busy: {load.note}; the difference alone could explain the result for {names}. Rerun on a quiet "
-            "machine or use `rlbench ab` (interleaved rounds), or pass --allow-busy to get the verdict anyway; a "
-            "noise-free counter (--fail ops/iteration:0%) is judged whatever the load"
+            f"machine was busy: {load.note}; the difference alone could explain the result for {names}. {rerun}, "
+            "or pass --allow-busy to get the verdict anyway; a noise-free counter (--fail ops/iteration:0%) is judged "
+            "whatever the load"
         )
 
 
-def planned_looks(max_rounds: int, first: int = 10) -> list[int]:
+FIRST_LOOK = 10
+"""The round of ``--rounds auto``'s first look (see :func:`planned_looks`): ``--max-rounds`` may not be below it."""
+DEFAULT_MAX_ROUNDS = 40
+"""``--max-rounds`` of ``ab``, ``bisect`` and ``history confirm`` when not given."""
+
+
+def check_max_rounds(max_rounds: int, flag: str = "--max-rounds") -> None:
+    """Refuse a ``--max-rounds`` below the first look.
+
+    Raises:
+        UsageError: ``max_rounds`` below :data:`FIRST_LOOK` (its one look would come too early to trust).
+    """
+    if max_rounds < FIRST_LOOK:
+        raise UsageError(
+            f"{flag} {max_rounds} is below the first look of --rounds auto, after {FIRST_LOOK} rounds (over fewer rounds "
+            f"the interval of a median of per-round ratios is narrower than its level says); give {flag} {FIRST_LOOK} or "
+            "more"
+        )
+
+
+def planned_looks(max_rounds: int, first: int = FIRST_LOOK) -> list[int]:
     """The rounds at which ``rlbench ab --rounds auto`` looks at its data: ``first``, doubling, and ``max_rounds``.
 
     Planned before the first round (a group-sequential design): the number of looks fixes what each may spend. The

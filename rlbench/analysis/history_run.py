@@ -26,7 +26,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlbench.analysis.ab import Checkout, SideFailed, Worktrees, _git, repo_top, resolve_commit, run_side, split_run_args
+from rlbench.analysis.ab import (
+    Checkout,
+    SideFailed,
+    Worktrees,
+    _git,
+    repo_top,
+    resolve_commit,
+    run_side,
+    split_run_args,
+    warmup_for,
+)
 from rlbench.core.errors import DataError, StoreError, UsageError
 from rlbench.results.history import CommitInfo, Gap, HistoryStore
 from rlbench.results.records import Record
@@ -203,10 +213,12 @@ class HistoryRun:
         gaps: Gaps recorded now.
         records: Records added now.
         machine: This machine's id.
+        warmup: Untimed repeats each commit's run made first (left out of the history).
     """
 
     commits: list[str]
     machine: str
+    warmup: int = 0
     measured: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     gaps: list[Gap] = field(default_factory=list)
@@ -254,6 +266,7 @@ def run_history(
     repeats: int = 3,
     retry_gaps: bool = False,
     on_commit: Callable[[int, CommitInfo, str], None] | None = None,
+    warmup: int | None = None,
 ) -> HistoryRun:
     """Measure ``run_argv`` at each of ``commits`` (from :func:`resolve_commits`), oldest first, into ``store``.
 
@@ -266,6 +279,8 @@ def run_history(
         retry_gaps: Measure again the commits the store holds as gaps (a fixed flaky failure); else they are skipped.
         on_commit: Called with (index, commit, event), event ``measuring``, ``measured``, ``skipped``, ``absent``
             or ``failed`` (progress display).
+        warmup: Untimed repeats each run makes first, in the same process, left out of the history (``None``:
+            :func:`rlbench.analysis.ab.warmup_for`'s default, 1 for ``run``, 0 for ``profile``).
 
     Raises:
         UsageError: A bad command or ``repeats``. KeyboardInterrupt: Ctrl-C or SIGTERM (finished commits are in the
@@ -277,6 +292,7 @@ def run_history(
     if repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {repeats}")
     args, seed = split_run_args(run_argv, "history run")
+    warm = warmup_for(args, warmup)
     what = measured_by(args)
     if not what.benchmark:
         raise UsageError("the command after `--` names no benchmark or script")
@@ -288,7 +304,7 @@ def run_history(
     done = {r.fingerprint.get("git", {}).get("commit") for r in store.records(mid) if what.matches(r.benchmark, r.params)}
     if not retry_gaps:
         done |= {g.commit for g in store.gaps(mid) if what.matches(g.benchmark, g.params)}
-    result = HistoryRun(list(commits), mid)
+    result = HistoryRun(list(commits), mid, warm)
     with Worktrees(repo, "history") as wt:
         assert wt.work is not None
         for i, sha in enumerate(commits):
@@ -307,8 +323,9 @@ def run_history(
                 checkout = wt.add(name, sha)
                 gap = _absent(checkout, what, mid)
                 if gap is None:
-                    run_side(checkout, args, seed, out, repeats=repeats)
-                    records = _stamp(read_records(out), info, machine, top.name)
+                    run_side(checkout, args, seed, out, repeats=warm + repeats)
+                    timed = [r for r in read_records(out) if r.repeat >= warm]  # the warm-up repeats stay out
+                    records = _stamp(timed, info, machine, top.name)
             except SideFailed as exc:
                 status = "absent" if what.absent_in(exc.message) else "failed"
                 gap = Gap(mid, sha, what.benchmark, dict(what.params), status, failure_line(exc))

@@ -12,11 +12,18 @@ pooled). The unit of noise is the commit, not the sample: a commit's repeats run
 between processes is what a history sees (several times what the samples within one process suggest, on this
 project's machines). Then:
 
+0. **Load**: a commit measured while other processes loaded the machine differently from the rest of the series (its
+   recorded ``machine/other_cpu`` more than :data:`BUSY_COMMIT` from the load most of its commits saw) is *marked* and
+   left out of the search (:func:`marked_commits`): one loaded commit alone never makes a step, not even the newest. A
+   series measured at a steady load throughout (a CI runner beside one other job) marks nothing.
 1. **Noise**: ``sigma``, the between-commit standard deviation of the log level, from consecutive differences (so
    that steps barely count), without the largest 2% of them (:data:`STEPS_PER_COMMIT`), corrected for that trim;
-   never below the standard error of one commit's median from its own samples.
+   never below the standard error of one commit's median from its own samples (its repeats).
 2. **Search**: binary segmentation with the least-squares cost (``ruptures.Binseg``, model ``l2``) on the levels in
-   units of sigma, with a penalty of ``penalty * log(n)`` per change point (:class:`StepSettings`).
+   units of sigma, with a penalty of ``penalty * log(n)`` per change point (:class:`StepSettings`). Where most commits
+   have repeats (two samples or more), the noise leaves out the two largest differences (:data:`REVERT`), not one,
+   never below the repeats' standard error: in a short history the 2% trim keeps one jump of a real step and its
+   revert in the noise, and would hide both.
 3. **Confirmation**, per candidate, between the segments on either side (up to the neighbouring candidates): the
    ratio of the segments' levels (20%-trimmed means of their commits' log levels, :data:`TRIM_SEGMENT`) and its
    interval, a t interval on the log scale with ``sigma``. A step is kept when the interval excludes 1, the change is
@@ -136,20 +143,65 @@ def _trimmed_variance(q: float) -> float:
     return 1.0 - 2 * c * math.exp(-(c**2) / 2) / math.sqrt(2 * math.pi) / (1 - q)
 
 
-def noise(levels: np.ndarray, within_se: float) -> float:
+REVERT = 2
+"""Where commits have repeats, the noise estimate leaves out at least this many of the largest consecutive differences
+(a step and its revert), not one: in a short history the 2% trim leaves out one, and the other jump then makes the noise
+and hides both. The repeats' standard error stays the floor. From 75 commits on, the 2% trim leaves out as many."""
+
+
+def noise(levels: np.ndarray, within_se: float, keep_out: int = 1) -> float:
     """Between-commit standard deviation of log levels, from consecutive differences (so steps barely count): the root
-    mean square of the differences without the largest :data:`STEPS_PER_COMMIT` share of them, corrected for that
-    trim, over sqrt(2). At least ``within_se``, and 1e-4 (a floor for series with no measurable noise)."""
+    mean square of the differences without the largest :data:`STEPS_PER_COMMIT` share of them (at least ``keep_out``),
+    corrected for that trim, over sqrt(2). At least ``within_se``, and 1e-4 (a floor for series with no measurable
+    noise)."""
     d = np.diff(levels)
     between = 0.0
-    if d.size >= 3:
+    drop = max(keep_out, round(STEPS_PER_COMMIT * d.size))
+    if d.size >= drop + 2:
         d = d - float(np.median(d))
-        drop = max(1, round(STEPS_PER_COMMIT * d.size))
         kept = np.sort(np.abs(d))[: d.size - drop]
         between = math.sqrt(float(np.mean(kept**2)) / _trimmed_variance(drop / d.size)) / math.sqrt(2)
     elif d.size:
         between = float(np.sqrt(np.mean(d**2))) / math.sqrt(2)
     return max(between, within_se, 1e-4)
+
+
+BUSY_COMMIT = 0.10
+"""A commit whose recorded load (other processes' share of the CPU, median over its repeats) lies this far from the
+series' median load was measured on a different machine state: it is marked, and left out of the step search (the
+gate's ``BUSY_DIFFERENCE``, a load that can by itself move a timing)."""
+
+
+def typical_load(loads: list[float]) -> float:
+    """The load most of a series' commits were measured at: the centre of the densest window of width
+    2 x :data:`BUSY_COMMIT` (ties to the quieter one). Not the median: a history measured quiet up to its middle and
+    beside a neighbour after it has its median between the two, which would mark every commit."""
+    ordered = sorted(loads)
+    best, centre = -1, ordered[0]
+    for v in ordered:
+        inside = [x for x in ordered if abs(x - v) <= BUSY_COMMIT]
+        if len(inside) > best:
+            best, centre = len(inside), float(np.median(inside))
+    return centre
+
+
+def marked_commits(series: Series) -> set[str]:
+    """The commits of a series measured at a load unlike most of it (see :data:`BUSY_COMMIT`, :func:`typical_load`)."""
+    loads = list(series.loads or [])
+    known = [v for v in loads if v is not None and math.isfinite(v)]
+    if not known or len(loads) != len(series.commits):
+        return set()
+    typical = typical_load(known)
+    return {c for c, v in zip(series.commits, loads) if v is not None and math.isfinite(v) and abs(v - typical) > BUSY_COMMIT}
+
+
+def loaded_share(series: Series, level: float = BUSY_COMMIT) -> tuple[int, float | None]:
+    """How many commits were measured while other processes used more than ``level`` of the CPU, and the series'
+    median load (``None`` when none was recorded): what a chart says of a series measured under load."""
+    known = [v for v in (series.loads or []) if v is not None and math.isfinite(v)]
+    if not known:
+        return 0, None
+    return sum(v > level for v in known), float(np.median(known))
 
 
 def _within_se(samples: list[list[float]]) -> float:
@@ -203,9 +255,23 @@ def _noisy_steps(series: Series, settings: StepSettings) -> list[Step]:
     if n < 2 or not np.all(medians > 0):
         return []
     levels = np.log(medians)
-    sigma = noise(levels, _within_se(series.samples))
+    within = _within_se(series.samples)
+    sigma = noise(levels, within)
     df = n - 2  # the noise comes from n - 1 consecutive differences
     cps = _candidates((levels - np.median(levels)) / sigma, settings.penalty)
+    if sum(len(s) >= 2 for s in series.samples) * 2 > n:  # repeats: room for a step and its revert
+        spare = noise(levels, within, keep_out=REVERT)
+        if spare < sigma:
+            sigma = spare
+            cps = _candidates((levels - np.median(levels)) / sigma, settings.penalty)
+    return _confirmed(series, levels, cps, sigma, df, settings)
+
+
+def _confirmed(
+    series: Series, levels: np.ndarray, cps: list[int], sigma: float, df: int, settings: StepSettings
+) -> list[Step]:
+    """The candidates that hold (see the module docstring's step 3)."""
+    n = levels.size
     while True:
         results, failing = {}, []
         bounds = [0, *cps, n]
@@ -227,8 +293,10 @@ def detect_steps(series: Series, settings: StepSettings = DEFAULTS) -> list[Step
     :func:`detect_all`."""
     if len(series.commits) != len(series.samples):
         raise ValueError(f"series {series.key()}: {len(series.commits)} commits but {len(series.samples)} sample lists")
-    present = [(c, s) for c, s in zip(series.commits, series.samples) if len(s)]
-    if len(present) != len(series.commits):  # a commit without samples is not a level
+    marked = marked_commits(series) if not series.exact else set()  # a counter's count does not care about the load
+    loads = list(series.loads) if len(series.loads or []) == len(series.commits) else [None] * len(series.commits)
+    present = [(c, s, v) for c, s, v in zip(series.commits, series.samples, loads) if len(s) and c not in marked]
+    if len(present) != len(series.commits):  # a commit without samples, or measured under another load, is not a level
         series = Series(
             series.machine,
             series.benchmark,
@@ -237,8 +305,10 @@ def detect_steps(series: Series, settings: StepSettings = DEFAULTS) -> list[Step
             series.unit,
             series.direction,
             series.exact,
-            [c for c, _ in present],
-            [list(s) for _, s in present],
+            [c for c, _, _ in present],
+            [list(s) for _, s, _ in present],
+            series.values,
+            [v for _, _, v in present],
         )
     if series.exact:
         return _exact_steps(series)

@@ -10,7 +10,6 @@ from pathlib import Path
 from rlbench.cli.parser import Parser, write_output
 from rlbench.core.errors import UsageError
 
-DEFAULT_MAX_ROUNDS = 40
 #: the fewest paired rounds the gate draws an interval from (a metric with one sample per run)
 MIN_ROUNDS = 5
 #: what ``ab --keep DIR`` puts in DIR: both stores, and the output of a side that failed
@@ -19,6 +18,8 @@ KEPT = ("store-base/", "store-head/", "base-output.log", "head-output.log")
 
 def build_ab_parser() -> Parser:
     """Options of ``rlbench ab`` (the run command follows ``--``)."""
+    from rlbench.analysis.gate import DEFAULT_MAX_ROUNDS, FIRST_LOOK
+
     p = Parser(
         prog="rlbench ab",
         description="Run two git revisions' own code interleaved on this machine, then compare or gate. Everything after "
@@ -40,7 +41,17 @@ def build_ab_parser() -> Parser:
         type=int,
         default=None,
         metavar="N",
-        help=f"only with --rounds auto: the most rounds per revision (default: {DEFAULT_MAX_ROUNDS}; at least {MIN_ROUNDS})",
+        help=f"only with --rounds auto: the most rounds per revision (default: {DEFAULT_MAX_ROUNDS}; at least "
+        f"{FIRST_LOOK}, the first look)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        metavar="N",
+        help="untimed repeats each run makes first, in the same process, left out of the comparison (default: 1 for "
+        "`run`, whose first call in a fresh process pays one-time costs; 0 for `profile`, a fresh process per repeat); "
+        "--warmup 0 turns it off",
     )
     p.add_argument(
         "--max-time",
@@ -98,13 +109,14 @@ def ab_command(argv: list[str]) -> int:
     cut = argv.index("--")
     args = build_ab_parser().parse_args(argv[:cut])
     run_argv = argv[cut + 1 :]
-    from rlbench.analysis.ab import run_ab, split_run_args, uncommitted_changes
+    from rlbench.analysis.ab import run_ab, split_run_args, uncommitted_changes, warmup_for, warmup_note
     from rlbench.analysis.compare import compare, mismatches
-    from rlbench.analysis.gate import AutoRounds, Threshold, evaluate, gate_look
+    from rlbench.analysis.gate import DEFAULT_MAX_ROUNDS, AutoRounds, Threshold, check_max_rounds, evaluate, gate_look
     from rlbench.cli.compare import hide_internal
     from rlbench.report.comparison import gate_markdown
 
-    split_run_args(run_argv)  # validate before any checkout
+    checked, _ = split_run_args(run_argv)  # validate before any checkout
+    warmup = warmup_for(checked, args.warmup)
     thresholds = [Threshold.parse(t) for t in args.fail or []]
     auto = args.rounds == "auto"
     if auto:
@@ -113,11 +125,7 @@ def ab_command(argv: list[str]) -> int:
         if args.max_time is not None and not args.max_time > 0:
             raise UsageError(f"--max-time must be a positive number of seconds, got {args.max_time:g}")
         max_rounds = DEFAULT_MAX_ROUNDS if args.max_rounds is None else args.max_rounds
-        if max_rounds < MIN_ROUNDS:
-            raise UsageError(
-                f"--max-rounds must be at least {MIN_ROUNDS} (the gate needs {MIN_ROUNDS} paired rounds for an interval), "
-                f"got {max_rounds}"
-            )
+        check_max_rounds(max_rounds)
         design = AutoRounds.plan(max_rounds)
         looks, confidence = list(design.looks), design.confidence
         rounds = looks[-1]
@@ -183,6 +191,7 @@ def ab_command(argv: list[str]) -> int:
             allow_busy=args.allow_busy,
             on_inconclusive=args.inconclusive,
             more=more,
+            interleaved=True,
         )
 
     decided_at: dict[str, int] = {}  # metric -> rounds after which its verdict was first PASS or FAIL
@@ -210,6 +219,7 @@ def ab_command(argv: list[str]) -> int:
         looks=looks,
         decided=decided if auto else None,
         max_time=args.max_time,
+        warmup=warmup,
     )
     diffs = [d for d in mismatches(result.base, result.head) if not d.startswith("machine")]
     if diffs and not args.allow_mismatch:
@@ -218,7 +228,8 @@ def ab_command(argv: list[str]) -> int:
         raise DataError("the revisions' records differ in " + "; ".join(diffs) + " (pass --allow-mismatch to compare anyway)")
     notes = [
         f"{args.base_rev} = {result.base_rev[:12]} vs {args.head_rev} = {result.head_rev[:12]}, {result.rounds} "
-        "interleaved rounds, paired by seed"
+        "interleaved rounds, paired by seed",
+        warmup_note(checked, warmup),
     ] + [f"MISMATCH (compared anyway): {d}" for d in diffs]
     if dirty_note:
         notes.append(f"NOTE: {dirty_note}")
@@ -241,7 +252,7 @@ def ab_command(argv: list[str]) -> int:
         outcome = gate(result.base, result.head)
         from rlbench.analysis.compare import sample_flags
 
-        notes = notes + sample_flags([c.result for c in outcome.checks])
+        notes = notes + outcome.load_notes() + sample_flags([c.result for c in outcome.checks])
         text = gate_markdown(outcome, notes)
         if args.summary:
             write_output(summary, text, "--summary")
@@ -271,6 +282,8 @@ def ab_command(argv: list[str]) -> int:
                 "head": result.head_rev,
                 "rounds": result.rounds,
                 "decided_after": decided_at,
+                "warmup": warmup,
+                "load": outcome.load.to_dict() if outcome.load is not None else None,
                 "notes": notes,
                 "checks": [check_dict(c) for c in outcome.checks],
             }

@@ -24,21 +24,23 @@ def build_calibrate_parser(p: argparse.ArgumentParser) -> None:
         type=int,
         default=20,
         metavar="N",
-        help="comparisons per quiet condition and for A/A with a CPU hog from halfway, interleaved (default 20)",
+        help="comparisons per quiet condition, per condition with one steady neighbour, and for A/A with a CPU hog "
+        "from halfway, interleaved (default 20)",
     )
     p.add_argument(
         "--hog-comparisons",
         type=int,
         default=10,
         metavar="N",
-        help="comparisons per other loaded condition: A then B with hogs, steady load (default 10)",
+        help="comparisons per other loaded condition: two steady neighbours, a neighbour during B only, A then B with "
+        "hogs (default 10)",
     )
     p.add_argument(
         "--max-rounds",
         type=int,
         default=40,
         metavar="N",
-        help="--rounds auto: the most rounds per side of an interleaved comparison (default 40; at least 5)",
+        help="--rounds auto: the most rounds per side of an interleaved comparison (default 40; at least 10, the first look)",
     )
     p.add_argument(
         "--separate-rounds",
@@ -63,7 +65,7 @@ def build_calibrate_parser(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="A,B",
         help="conditions to run (default: all of aa, plus5, plus10, hog-interleaved, hog-a-then-b, steady-aa, "
-        "steady-plus5, candidate-hogs)",
+        "steady-plus5, steady2-aa, steady2-plus5, candidate-interleaved, candidate-hogs)",
     )
     p.add_argument("--out", default="reports/gate-calibration.md", help="markdown report to write; the JSON goes beside it")
     p.add_argument("--json", action="store_true", help="also print every comparison as one JSON object on stdout")
@@ -85,14 +87,14 @@ def validate(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     for flag, value, least in (
         ("--comparisons", args.comparisons, 1),
         ("--hog-comparisons", args.hog_comparisons, 1),
-        ("--max-rounds", args.max_rounds, 5),
+        ("--max-rounds", args.max_rounds, 10),
         ("--separate-rounds", args.separate_rounds, 5),
         ("--ppo-steps", args.ppo_steps, 2 * PPO_BATCH),
         ("--gae-calls", args.gae_calls, 1),
     ):
         if value < least:
             why = {
-                "--max-rounds": " (the gate needs 5 paired rounds for an interval)",
+                "--max-rounds": " (the first look of --rounds auto)",
                 "--separate-rounds": " (the gate needs 5 paired rounds for an interval)",
                 "--ppo-steps": f" (two iterations of {PPO_BATCH:,} steps: the first one is left out)",
             }.get(flag, "")

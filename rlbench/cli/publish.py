@@ -110,7 +110,9 @@ def publish_command(argv: list[str]) -> int:
         print(
             f"rlbench: site written to {out / 'index.html'}: {len(summary.benchmarks)} benchmark page(s), "
             f"{summary.series} series over {summary.commits} commit(s) on {len(summary.machines)} machine(s), "
-            f"{summary.steps} step(s), {summary.open_regressions} open regression(s) ({summary.bytes / 1e6:.1f} MB)",
+            f"{summary.steps} step(s), {summary.open_regressions} open regression(s): {summary.confirmed} confirmed, "
+            f"{summary.unconfirmed} candidate(s) not confirmed yet, {summary.dismissed} dismissed "
+            f"({summary.bytes / 1e6:.1f} MB)",
             file=sys.stderr,
         )
     return 0

@@ -44,21 +44,25 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from rlbench.analysis.steps import Step, detect_all
+from rlbench.analysis.candidates import recorded_commands, run_argv_of, status, step_key, threshold_pct
+from rlbench.analysis.steps import Step, detect_all, loaded_share
 from rlbench.core.errors import DataError, UsageError
 from rlbench.core.intervals import median_interval
 from rlbench.results.fingerprint import cpu_label
 from rlbench.results.history import (
     COMMITS,
+    CONFIRMED,
+    DISMISSED,
     GAPS,
     MACHINE_FILE,
     RECORDS,
+    UNCONFIRMED,
+    UNDECIDED,
     CommitInfo,
     Gap,
     HistoryStore,
     Series,
     params_json,
-    record_commit,
 )
 from rlbench.results.metrics import COUNTERS, EVAL_RETURN, TIME, is_internal
 from rlbench.results.outputs import write_output
@@ -231,6 +235,9 @@ class SiteSummary:
     commits: int = 0
     steps: int = 0
     open_regressions: int = 0
+    confirmed: int = 0
+    unconfirmed: int = 0
+    dismissed: int = 0
     bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -246,6 +253,9 @@ class SiteSummary:
             "commits": self.commits,
             "steps": self.steps,
             "open_regressions": self.open_regressions,
+            "confirmed": self.confirmed,
+            "unconfirmed": self.unconfirmed,
+            "dismissed": self.dismissed,
             "bytes": self.bytes,
         }
 
@@ -337,55 +347,7 @@ def build_views(
 
 
 # --- commands that confirm a step -----------------------------------------------------------------------------------
-#: options of `rlbench run` that `rlbench ab` and `rlbench bisect` set themselves (with the number of values they take)
-_MANAGED = {
-    "--store": 1,
-    "--report": 1,
-    "--repeats": 1,
-    "--seed": 1,
-    "--json": 0,
-    "--quiet": 0,
-    "--pyinstrument": 0,
-    "--profile": 0,  # --pyinstrument's old name on `rlbench run`
-}
-
-
-def run_argv_of(command: str | None, benchmark: str) -> list[str]:
-    """The ``run BENCH ...`` (or ``profile ... -- script``) part of a recorded ``rlbench run ...`` command line, without
-    the options ab and bisect manage (store, report, repeats, seed, json, quiet, pyinstrument). ``run BENCH`` when the
-    record carries no command."""
-    try:
-        argv = shlex.split(command) if command else []
-    except ValueError:
-        argv = []
-    if argv and Path(argv[0]).name == "rlbench":
-        argv = argv[1:]
-    if len(argv) < 2 or argv[0] not in ("run", "profile"):
-        return ["run", benchmark]
-    out: list[str] = []
-    i = 0
-    script = False
-    while i < len(argv):
-        a = argv[i]
-        if a == "--" and argv[0] == "profile":
-            script = True
-        name = a.split("=", 1)[0]
-        if not script and name in _MANAGED:
-            i += 1 if "=" in a or _MANAGED[name] == 0 else 1 + _MANAGED[name]
-            continue
-        out.append(a)
-        i += 1
-    return out
-
-
-def threshold_pct(st: Step) -> int:
-    """The ``--fail METRIC:X%`` that confirms a step: 0% for an exact counter, else half the measured change, rounded
-    down, at least 1% (a confirmation rules out a regression of half the size seen in the history)."""
-    if st.series.exact:
-        return 0
-    if not math.isfinite(st.ratio):
-        return 1
-    return max(1, math.floor(round(abs(st.ratio - 1) * 100 / 2, 6)))
+# run_argv_of, threshold_pct and recorded_commands live in rlbench.analysis.confirm (``history confirm`` runs them)
 
 
 def confirm_commands(st: Step, run_argv: list[str]) -> list[str]:
@@ -400,24 +362,6 @@ def confirm_commands(st: Step, run_argv: list[str]) -> list[str]:
             shlex.join(["rlbench", "bisect", good, bad, *fail, *tail]),
         ]
     return [shlex.join(["rlbench", "ab", good, bad, "--metric", st.series.metric, *tail])]
-
-
-def _recorded_commands(store: HistoryStore, machine: str, wanted: set[tuple[str, str]], order: dict[str, int]) -> dict:
-    """(benchmark, params key) -> the command line of its latest record that carries one."""
-    found: dict[tuple[str, str], tuple[int, str]] = {}
-    if not wanted:
-        return {}
-    by_machine = {m: store.records(m) for m in store.machines()}  # each records file read once
-    identity = store.identity([r for rs in by_machine.values() for r in rs])  # the parameters series are told apart by
-    for r in by_machine[machine] if machine in by_machine else store.records(machine):
-        key = (r.benchmark, _params_key(identity(r)))
-        cmd = r.meta.get("command") if isinstance(r.meta, dict) else None
-        if key not in wanted or not isinstance(cmd, str):
-            continue
-        pos = order.get(record_commit(r) or "", -1)
-        if key not in found or pos >= found[key][0]:
-            found[key] = (pos, cmd)
-    return {k: v[1] for k, v in found.items()}
 
 
 # --- HTML -----------------------------------------------------------------------------------------------------------
@@ -439,8 +383,9 @@ def _page(title: str, body: str, *, scripts: Sequence[str] = (), data: Any = Non
     )
 
 
-def _nav(current: str, open_count: int) -> str:
-    items = [("index.html", "Index"), ("regressions.html", f"Regressions ({open_count} open)")]
+def _nav(current: str, open_count: int, confirmed: int | None = None) -> str:
+    label = f"Regressions ({open_count} open" + (f", {confirmed} confirmed)" if confirmed is not None else ")")
+    items = [("index.html", "Index"), ("regressions.html", label)]
     links = " · ".join(
         f'<a href="{href}"{" aria-current=page" if href == current else ""}>{_esc(text)}</a>' for href, text in items
     )
@@ -466,7 +411,14 @@ class _Site:
         self.commit_url = commit_url
         self.last_n = last_n
         self.steps = [st for v in self.views for st in v.steps]
-        self.open = open_steps(self.steps)
+        self.confirmations = {v.id: store.confirmations(v.id) for v in views}
+        self.status = {id(st): status(st, self.confirmations[v.id]) for v in views for st in v.steps}
+        # an open regression is a series' latest step for the worse, unless measuring it again dismissed it
+        self.open = {k: st for k, st in open_steps(self.steps).items() if self.status[id(st)] != DISMISSED}
+        worse = [st for st in self.steps if st.worse]
+        self.confirmed = [st for st in worse if self.status[id(st)] == CONFIRMED]
+        self.dismissed = [st for st in worse if self.status[id(st)] == DISMISSED]
+        self.unconfirmed = [st for st in worse if self.status[id(st)] in (UNCONFIRMED, UNDECIDED)]
         names = sorted({s.benchmark for v in views for s in v.series} | {g.benchmark for v in views for g in v.gaps})
         self.pages: dict[str, str] = {}
         used: set[str] = set()
@@ -507,14 +459,15 @@ class _Site:
         commits = len({c for v in self.views for c in v.commits})
         series = sum(len(v.series) for v in self.views)
         parts = [
-            _nav("index.html", len(self.open)),
+            _nav("index.html", len(self.open), len(self.confirmed)),
             "<h1>Benchmark history</h1>",
             f'<p class="lead">{len(self.views)} machine(s) · {len(self.pages)} benchmark(s) · {series} series · '
-            f'{commits} commit(s) · <a href="regressions.html">{len(self.open)} open regression(s)</a>, '
-            f"{len(self.steps)} detected step(s). Change: the latest median against the one {self.last_n} measured "
-            "commits earlier (or the series' first, when it has fewer): green when better and red when worse for that "
-            "metric, grey within the noise (the two commits' intervals overlap). Trend: the series' medians over its own "
-            "measured commits, oldest left.</p>",
+            f'{commits} commit(s) · <a href="regressions.html">{len(self.open)} open regression(s)</a> '
+            f"({len(self.confirmed)} confirmed, {len(self.unconfirmed)} candidate(s) not confirmed yet, "
+            f"{len(self.dismissed)} dismissed), {len(self.steps)} detected step(s). Change: the latest median against "
+            f"the one {self.last_n} measured commits earlier (or the series' first, when it has fewer): green when "
+            "better and red when worse for that metric, grey within the noise (the two commits' intervals overlap). "
+            "Trend: the series' medians over its own measured commits, oldest left.</p>",
             '<p><label>Filter <input id="filter" type="search" placeholder="benchmark, metric, parameter"></label></p>',
         ]
         for v in self.views:
@@ -591,8 +544,9 @@ class _Site:
         flag = ""
         st = self.open.get(s.key())
         if st is not None:
-            text = f"{_pct(st.ratio)} at {self.short(st.first_bad)}"
-            flag = f'<a class="flag" href="regressions.html#{step_id(st)}">{_esc(text)}</a>'
+            word = "confirmed" if self.status[id(st)] == CONFIRMED else "candidate"
+            text = f"{_pct(st.ratio)} at {self.short(st.first_bad)} ({word})"
+            flag = f'<a class="flag {word}" href="regressions.html#{step_id(st)}">{_esc(text)}</a>'
         spark = sparkline([median_interval(x)[0] for x in s.samples[-SPARK_POINTS:]], s.direction)
         interval = f"{_fmt_value(lo, s.unit)} – {_fmt_value(hi, s.unit)}" if n > 1 else "–"
         kind = "95% CI" if ci else "range"
@@ -607,18 +561,34 @@ class _Site:
     # -- regressions
     def regressions_html(self) -> str:
         parts = [
-            _nav("regressions.html", len(self.open)),
-            "<h1>Detected steps</h1>",
-            f'<p class="lead">{len(self.steps)} step(s) detected, {len(self.open)} open regression(s) (a series whose latest '
-            "step is for the worse). Size: the median after the step over the median before, with its 95% interval. The "
-            "commands re-measure the two commits side by side (<code>rlbench ab</code>, interleaved rounds) and look for "
-            "the first bad commit between them (<code>rlbench bisect</code>); the threshold is half the step's size "
-            "(0% for an exact counter).</p>",
+            _nav("regressions.html", len(self.open), len(self.confirmed)),
+            "<h1>Regressions</h1>",
+            f'<p class="lead">{len(self.steps)} step(s) detected. A step for the worse is a <em>candidate</em> until it is '
+            "measured again: <code>rlbench history confirm</code> runs the two commits side by side (interleaved rounds "
+            "until the gate decides) and records the verdict. "
+            f'<span class="count confirmed">{len(self.confirmed)} confirmed regression(s)</span> (worse by more than '
+            "half the step, measured again), "
+            f'<span class="count unconfirmed">{len(self.unconfirmed)} candidate(s) not confirmed yet</span>, '
+            f'<span class="count dismissed">{len(self.dismissed)} dismissed</span> (measured again: a regression of '
+            f"half the step's size ruled out); {len(self.open)} open (a series whose latest step is for the worse and "
+            "not dismissed). Size: the median after the step over the median before, with its 95% interval. The "
+            "commands re-measure the two commits (<code>rlbench ab</code>) and look for the first bad commit between "
+            "them (<code>rlbench bisect</code>); the threshold is half the step's size (0% for an exact counter).</p>",
         ]
         order = {sha: i for v in self.views for i, sha in enumerate(v.commits)}
+        sections = (
+            ("confirmed", "Confirmed regressions", lambda st: st.worse and self.status[id(st)] == CONFIRMED),
+            (
+                "unconfirmed",
+                "Candidates, not confirmed yet",
+                lambda st: st.worse and self.status[id(st)] in (UNCONFIRMED, UNDECIDED),
+            ),
+            ("dismissed", "Dismissed candidates", lambda st: st.worse and self.status[id(st)] == DISMISSED),
+            ("other", "Other steps (improvements, changes)", lambda st: not st.worse),
+        )
         for v in self.views:
             wanted = {(st.series.benchmark, _params_key(st.series.params)) for st in v.steps}
-            commands = _recorded_commands(self.store, v.id, wanted, order)
+            commands = recorded_commands(self.store, v.id, wanted, order)
             parts.append(
                 f'<section class="machine" id="m-{_esc(_slug(v.id))}"><h2>Machine <code>{_esc(v.id)}</code></h2>'
                 f'<p class="machine-label">{_esc(v.label)}</p>'
@@ -626,14 +596,17 @@ class _Site:
             if not v.steps:
                 parts.append("<p>No step detected.</p>")
             pos = {sha: i for i, sha in enumerate(v.commits)}
-            ranked = sorted(
-                v.steps,
-                key=lambda st: (st.series.key() not in self.open or self.open[st.series.key()] is not st,
-                                not st.worse, -pos.get(st.first_bad, 0), st.series.key()),
-            )  # fmt: skip
-            for st in ranked:
-                run_argv = run_argv_of(commands.get((st.series.benchmark, _params_key(st.series.params))), st.series.benchmark)
-                parts.append(self.step_html(v, st, run_argv))
+            for css, title, keep in sections:
+                ranked = sorted(
+                    (st for st in v.steps if keep(st)),
+                    key=lambda st: (self.open.get(st.series.key()) is not st, -pos.get(st.first_bad, 0), st.series.key()),
+                )
+                if not ranked:
+                    continue
+                parts.append(f'<h3 class="status {css}">{_esc(title)} ({len(ranked)})</h3>')
+                for st in ranked:
+                    key = (st.series.benchmark, _params_key(st.series.params))
+                    parts.append(self.step_html(v, st, run_argv_of(commands.get(key), st.series.benchmark)))
             parts.append("</section>")
         parts.append(self.footer())
         return _page("rlbench history: regressions", "\n".join(parts), scripts=(SITE_JS,))
@@ -642,20 +615,44 @@ class _Site:
         s = st.series
         is_open = self.open.get(s.key()) is st
         kind = "regression" if st.worse else "improvement" if s.direction in ("higher", "lower") else "change"
-        status = " open" if is_open else ""
+        state = self.status[id(st)] if st.worse else ""
+        classes = " ".join(x for x in ("step", kind, "open" if is_open else "", state) if x)
         lo, hi = st.ci
         size = f"{_pct(st.ratio)} [{_pct(lo)}, {_pct(hi)}]" if lo != hi else f"{_pct(st.ratio)} (exact)"
         phases = self.moved_phases(v, st)
         cmds = "".join(f"<pre><code>{_esc(c)}</code></pre>" for c in confirm_commands(st, run_argv))
+        word = {CONFIRMED: "confirmed ", DISMISSED: "dismissed ", UNDECIDED: "candidate ", UNCONFIRMED: "candidate "}
         return (
-            f'<article class="step {kind}{status}" id="{step_id(st)}">'
-            f"<h3>{'OPEN ' if is_open else ''}{kind}: "
+            f'<article class="{classes}" id="{step_id(st)}">'
+            f"<h3>{'OPEN ' if is_open else ''}{word.get(state, '')}{kind}: "
             f'<a href="{self.pages[s.benchmark]}#m-{_esc(_slug(v.id))}">{_esc(s.benchmark)}</a> '
             f"<code>{_esc(s.metric)}</code> {_esc(size)}</h3>"
             f"<p>parameters: {params_html(s, inline=True)} · direction: {_esc(s.direction)} · unit: {_esc(s.unit)}</p>"
             f"<p>last good {self.commit_html(st.last_good, subject=True)}<br>first bad "
             f"{self.commit_html(st.first_bad, subject=True)}</p>"
+            f"{self.confirmation_html(v, st)}"
             f"<p>phases that moved: {phases}</p>{cmds}</article>"
+        )
+
+    def confirmation_html(self, v: MachineView, st: Step) -> str:
+        """What measuring the step again said (``history confirm``), or how to do it."""
+        if not st.worse:
+            return ""
+        c = self.confirmations[v.id].get(step_key(st))
+        if c is None:
+            return (
+                '<p class="confirmation">not measured again yet: <code>rlbench history confirm</code> measures the two '
+                "commits side by side and records the verdict</p>"
+            )
+        ratio = ""
+        if c.ratio is not None and c.ci and None not in c.ci:
+            ratio = f" ratio {c.ratio:.3f} [{c.ci[0]:.3f}, {c.ci[1]:.3f}]"
+        limit = f"limit {100 * c.threshold:g}%"
+        when = time.strftime("%Y-%m-%d", time.gmtime(c.time)) if c.time else ""
+        return (
+            f'<p class="confirmation {_esc(c.verdict)}">measured again{" on " + _esc(when) if when else ""}: '
+            f"<strong>{_esc(c.verdict)}</strong> after {c.rounds} interleaved round(s) ({_esc(limit)}){_esc(ratio)}: "
+            f"{_esc(c.reason)}</p>"
         )
 
     def moved_phases(self, v: MachineView, st: Step) -> str:
@@ -727,7 +724,9 @@ class _Site:
         toc = "".join(
             f'<li><a href="#m-{_esc(_slug(v["id"]))}">machine <code>{_esc(v["id"])}</code></a></li>' for v in machines
         )
-        body = "\n".join([_nav("", len(self.open)), head, f"<ul class=toc>{toc}</ul>", *sections, self.footer()])
+        body = "\n".join(
+            [_nav("", len(self.open), len(self.confirmed)), head, f"<ul class=toc>{toc}</ul>", *sections, self.footer()]
+        )
         return _page(f"rlbench history: {name}", body, scripts=(self.plotly_src, SITE_JS), data=data), data
 
     def bench_machine(
@@ -808,7 +807,10 @@ class _Site:
         def title_of(metric: str) -> str:
             s = by_metric[metric][0]
             better = {"higher": "higher is better", "lower": "lower is better"}.get(s.direction, "")
-            return f"<code>{_esc(metric)}</code> <span class=unit>{_esc(s.unit)}{' · ' + better if better else ''}</span>"
+            return (
+                f"<code>{_esc(metric)}</code> <span class=unit>{_esc(s.unit)}{' · ' + better if better else ''}</span>"
+                f"{load_note(by_metric[metric])}"
+            )
 
         for group in _GROUPS:
             metrics = sorted(groups.get(group, []), key=_metric_order)
@@ -857,6 +859,29 @@ class _Site:
             share = {"kind": "share", "unit": "%", "case": key, "of": len(charts) - 1}  # the stack's traces, not a copy
             out.append(chart(f"phase shares of their total{suffix}", share))
         return out
+
+
+def load_note(series: list[Series]) -> str:
+    """A chart's words on the load its commits were measured under: how many commits saw other processes use more
+    than a tenth of the CPU, and the median load ('' when none did, or none was recorded)."""
+    loaded = total = 0
+    medians = []
+    for s in series:
+        n, typical = loaded_share(s)
+        loaded, total = loaded + n, total + len(s.commits)
+        if typical is not None:
+            medians.append(typical)
+    if not loaded:
+        return ""
+    typical = sorted(medians)[len(medians) // 2]
+    title = (
+        "other processes used more than 10% of the CPU while these commits were measured: their timings are slower "
+        "and noisier; the step search leaves out a commit whose load differs from the series' usual one"
+    )
+    return (
+        f' <span class="load" title="{_esc(title)}">measured under load: {loaded} of {total} commit(s), median '
+        f"{100 * typical:.0f}% of the CPU used by other processes</span>"
+    )
 
 
 def _common_params(cases: list[dict[str, Any]]) -> dict[str, Any]:
@@ -1169,6 +1194,9 @@ def write_site(
     summary.commits = len({c for v in views for c in v.commits})
     summary.steps = len(site.steps)
     summary.open_regressions = len(site.open)
+    summary.confirmed = len(site.confirmed)
+    summary.unconfirmed = len(site.unconfirmed)
+    summary.dismissed = len(site.dismissed)
     marker = {"generator": SITE_GENERATOR, "pages": summary.pages}
     write_output(root / SITE_FILE, json.dumps(marker, indent=1) + "\n", "-o")
     summary.bytes = sum((root / p).stat().st_size for p in [*summary.pages, *summary.assets])

@@ -6,6 +6,7 @@ Layout of a history store (default :data:`DEFAULT_HISTORY`, ``.rlbench/history``
     ROOT/<machine_id>/machine.json            the machine fingerprint (as first seen)
     ROOT/<machine_id>/records/<sha>.jsonl     that commit's records (append-only, deduplicated)
     ROOT/<machine_id>/gaps.jsonl              Gap lines: a commit where a benchmark was absent or failed
+    ROOT/<machine_id>/confirmations.jsonl     Confirmation lines: a candidate step measured again (``history confirm``)
 
 * **Machines are kept apart.** A record goes under the id of its machine fingerprint (``fingerprint.machine.id``,
   else the hash :func:`~rlbench.results.fingerprint.machine_id` of its machine fields, else ``unknown``); a series
@@ -54,7 +55,7 @@ from typing import Any
 from rlbench.core.children import signals_deferred
 from rlbench.core.errors import DataError, StoreError
 from rlbench.results.fingerprint import machine_id
-from rlbench.results.metrics import COUNTERS, MACHINE
+from rlbench.results.metrics import COUNTERS, MACHINE, MACHINE_OTHER_CPU
 from rlbench.results.records import Record, case_metric, from_dict
 from rlbench.results.store import RecordsWarning, append_whole, read_records, read_text
 
@@ -63,6 +64,10 @@ COMMITS = "commits.jsonl"
 MACHINE_FILE = "machine.json"
 RECORDS = "records"
 GAPS = "gaps.jsonl"
+CONFIRMATIONS = "confirmations.jsonl"
+CONFIRMED, DISMISSED, UNDECIDED = "confirmed", "dismissed", "undecided"
+CONFIRMATION_VERDICTS = (CONFIRMED, DISMISSED, UNDECIDED)
+UNCONFIRMED = "unconfirmed"  #: a candidate step no confirmation has decided (none run, or undecided)
 GAP_STATUSES = ("absent", "failed")
 UNKNOWN_MACHINE = "unknown"
 UNREADABLE = "unreadable"  # ROOT/unreadable/...: store files moved aside because nothing in them could be read
@@ -107,6 +112,46 @@ class Gap:
     params: dict
     status: str
     message: str
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """A candidate step measured again: ``rlbench ab --rounds auto`` between its last good and first bad commits.
+
+    Attributes:
+        machine: Machine id (the series' and the one that measured again).
+        benchmark: Benchmark id.
+        params: The series' parameters (:meth:`HistoryStore.identity`).
+        metric: The series' metric.
+        last_good: The last commit at the old level.
+        first_bad: The first commit at the new level.
+        verdict: ``confirmed`` (the gate FAILed: worse by more than the threshold), ``dismissed`` (it PASSed: the
+            interval rules out a regression that large) or ``undecided`` (INCONCLUSIVE after ``--max-rounds``).
+        threshold: The gate's limit as a fraction (half the step's size, as the site's commands).
+        ratio: First bad over last good (paired median ratio); ``None`` when not measured.
+        ci: Its interval at the last look's level.
+        rounds: Interleaved rounds run.
+        reason: The gate's words (and, when undecided, what would settle it).
+        time: When it was measured (unix seconds).
+    """
+
+    machine: str
+    benchmark: str
+    params: dict
+    metric: str
+    last_good: str
+    first_bad: str
+    verdict: str
+    threshold: float
+    ratio: float | None
+    ci: list | None
+    rounds: int
+    reason: str
+    time: int
+
+    def key(self) -> tuple[str, str, str, str, str]:
+        """What a step must share to be the one confirmed: benchmark, parameters, metric and both commits."""
+        return self.benchmark, params_json(self.params), self.metric, self.last_good, self.first_bad
 
 
 @dataclass
@@ -156,6 +201,8 @@ class Series:
         samples: Per commit, the finite raw samples of every record (all repeats and runs pooled).
         values: Every parameter of the series' newest record (its settings at the latest commit, defaults included),
             for display: ``params`` holds only those that tell series apart.
+        loads: Per commit, the median share of the machine's CPU that other processes used while it was measured
+            (``machine/other_cpu`` of the same benchmark and parameters; ``None`` where not recorded).
     """
 
     machine: str
@@ -168,10 +215,19 @@ class Series:
     commits: list[str]
     samples: list[list[float]]
     values: dict = field(default_factory=dict)
+    loads: list = field(default_factory=list)
 
     def key(self) -> str:
         """Stable id: ``machine|benchmark|params-json|metric``."""
         return f"{self.machine}|{self.benchmark}|{params_json(self.params)}|{self.metric}"
+
+
+def _median(values: list[float] | None) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _warn(message: str) -> None:
@@ -392,7 +448,7 @@ class HistoryStore:
             for sub in (folder, folder / RECORDS):
                 if os.path.lexists(sub) and not sub.is_dir():
                     raise StoreError(f"history store folder {str(sub)!r} is not a directory; move it away")
-            files += [folder / MACHINE_FILE, folder / GAPS]
+            files += [folder / MACHINE_FILE, folder / GAPS, folder / CONFIRMATIONS]
             if (folder / RECORDS).is_dir():
                 files += [folder / RECORDS / f"{sha}.jsonl" for sha in self._record_shas(m)]
         for path in files:
@@ -542,6 +598,53 @@ class HistoryStore:
             return
         _append_lines(path, [json.dumps(asdict(gap), sort_keys=True, default=str)])
 
+    def add_confirmation(self, c: Confirmation) -> None:
+        """Record a confirmation (appended; the latest for a step wins when read: :meth:`confirmations`).
+
+        Raises:
+            DataError: A verdict other than ``confirmed``/``dismissed``/``undecided``, or a commit that is not one.
+            StoreError: If the store cannot be written.
+        """
+        if c.verdict not in CONFIRMATION_VERDICTS:
+            raise DataError(f"confirmation verdict must be one of {', '.join(CONFIRMATION_VERDICTS)}, got {c.verdict!r}")
+        for sha in (c.last_good, c.first_bad):
+            if not _SHA.match(sha):
+                raise DataError(f"{sha!r} is not a commit id")
+        path = self._machine_dir(c.machine) / CONFIRMATIONS
+        self._before_append(path, lambda p: self._read_confirmations(path, p))
+        _append_lines(path, [json.dumps(asdict(c), sort_keys=True, default=str)])
+
+    def confirmations(self, machine: str) -> dict[tuple[str, str, str, str, str], Confirmation]:
+        """The latest confirmation of each step measured again on ``machine``, by :meth:`Confirmation.key`
+        (unreadable lines skipped with a warning)."""
+        out: dict[tuple[str, str, str, str, str], Confirmation] = {}
+        for c in self._read_confirmations(self._machine_dir(machine) / CONFIRMATIONS):
+            out[c.key()] = c
+        return out
+
+    def _read_confirmations(self, path: Path, problems: list[str] | None = None) -> list[Confirmation]:
+        out = []
+        lines = _json_lines(path, problems)
+        for i, d in lines:
+            try:
+                c = Confirmation(**d)
+                ok = (
+                    all(isinstance(getattr(c, f), str) for f in ("machine", "benchmark", "metric", "verdict", "reason"))
+                    and isinstance(c.params, dict)
+                    and c.verdict in CONFIRMATION_VERDICTS
+                    and bool(_SHA.match(str(c.last_good)))
+                    and bool(_SHA.match(str(c.first_bad)))
+                )
+            except TypeError:
+                ok = False
+            if not ok:
+                _warn(f"{path}:{i}: skipped a line that is not a confirmation")
+                continue
+            out.append(c)
+        if lines and not out and problems is not None:
+            problems.append("no line is a confirmation")
+        return out
+
     def add_commits(self, infos: Iterable[CommitInfo]) -> None:
         """Record commit facts; merged with what is known (an unknown time or subject keeps the known one; ``dirty``
         sticks). Only a change is written.
@@ -636,7 +739,7 @@ class HistoryStore:
         for entry in sorted(self.root.iterdir()):
             if entry.name.startswith("."):
                 continue
-            parts = (RECORDS, MACHINE_FILE, GAPS)
+            parts = (RECORDS, MACHINE_FILE, GAPS, CONFIRMATIONS)
             if entry.is_dir() and _MACHINE.match(entry.name) and any((entry / n).exists() for n in parts):
                 out.append(entry.name)
                 continue
@@ -825,8 +928,12 @@ class HistoryStore:
         for m in wanted:
             groups: dict[tuple[str, str, str], dict[str, list[float]]] = {}
             meta: dict[tuple[str, str, str], tuple[dict, str, str, dict]] = {}
+            loads: dict[tuple[str, str], dict[str, list[float]]] = {}
             records = sorted(read[m], key=lambda f: rank.get(f[0], len(rank)))  # commits in order: the newest record wins
             for sha, r in records:
+                if r.metric == MACHINE_OTHER_CPU:
+                    per = loads.setdefault((r.benchmark, params_json(identity(r))), {})
+                    per.setdefault(sha, []).extend(v for v in r.samples if math.isfinite(v))
                 if r.metric.startswith(MACHINE):
                     continue
                 params = identity(r)
@@ -839,6 +946,8 @@ class HistoryStore:
                 commits = sorted((s for s, v in per_commit.items() if v), key=lambda s: rank.get(s, len(rank)))
                 if not commits:
                     continue
+                seen = loads.get((benchmark, _), {})
+                load = [_median(seen.get(sha)) for sha in commits]
                 out.append(
                     Series(
                         m,
@@ -851,6 +960,7 @@ class HistoryStore:
                         commits,
                         [per_commit[s] for s in commits],
                         dict(values),
+                        load,
                     )
                 )
         return sorted(out, key=Series.key)

@@ -16,6 +16,14 @@
    multiplied by 1.10 for a time, divided by 1.10 for a rate): found when a step's first bad commit is within +-1 of
    the injected one and it goes the worse way.
 
+**Loaded conditions** (issue 58): ``--neighbours N`` measures every invocation beside N CPU-bound processes
+(``python -c "while True: pass"``), ``--neighbour-from 0.5`` starts them halfway through the invocations. Their series
+are kept apart (their condition is part of the key), so one analysis over several samples files calibrates: the
+histories of a machine with one (or two) steady neighbours, and a history measured quiet up to its middle and beside
+the neighbour after it (``quiet, then a neighbour from halfway``: a load change must not pass for a step). Each
+synthetic commit carries its invocation's recorded load, so the detector's load rule (a commit measured at a load
+unlike the rest of its series is left out) acts as it does on a real history.
+
 Nothing here is hard-coded: the report is generated from what this run measured (or the cached samples), on the
 machine it names.
 """
@@ -79,6 +87,38 @@ def wait_quiet(threshold: float, max_wait_s: float, window_s: float = 3.0) -> fl
             return other
 
 
+def condition_of(neighbours: int, start: float) -> str:
+    """The label of a measurement's load condition ('' when quiet): part of its series' keys and the report's rows."""
+    if neighbours <= 0:
+        return ""
+    words = f"{neighbours} neighbour{'s' if neighbours > 1 else ''}"
+    return words + (f" from {start:.0%} of the invocations" if start > 0 else "")
+
+
+class Neighbours:
+    """``n`` CPU-bound processes beside the measurement (``python -c "while True: pass"``), ended with this process."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.procs = n, []
+
+    def start(self) -> None:
+        import subprocess
+
+        from rlbench.core.children import die_with_parent
+
+        if not self.procs:
+            self.procs = [
+                subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=die_with_parent) for _ in range(self.n)
+            ]
+
+    def stop(self) -> None:
+        from rlbench.core.children import end_child
+
+        for proc in self.procs:
+            end_child(proc, grace_s=2.0)
+        self.procs = []
+
+
 def measure(args: argparse.Namespace, out: Path, command: str) -> dict[str, Any]:
     """Run the invocations (alternating ppo-cartpole and gae) and collect their timing samples per invocation, with
     the machine's load during each (median over its repeats of ``machine/other_cpu``).
@@ -117,6 +157,8 @@ def measure(args: argparse.Namespace, out: Path, command: str) -> dict[str, Any]
             "gae_select": GAE_SELECT,
             "wait_quiet": args.wait_quiet,
             "max_wait": args.max_wait,
+            "neighbours": args.neighbours,
+            "neighbour_from": args.neighbour_from,
             "cpu_s": 0.0,
             "wall_s": 0.0,
         },
@@ -124,10 +166,15 @@ def measure(args: argparse.Namespace, out: Path, command: str) -> dict[str, Any]
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="rlbench-stepcal-"))
+    condition = condition_of(args.neighbours, args.neighbour_from)
+    hogs = Neighbours(args.neighbours)
+    first_loaded = round(args.neighbour_from * len(plan))
     try:
         for n, kind in enumerate(plan):
             if args.wait_quiet is not None:
                 wait_quiet(args.wait_quiet, args.max_wait)
+            if args.neighbours and n == first_loaded:
+                hogs.start()
             store = tmp / f"{kind}-{n}"
             cmd = [*commands[kind], "--store", str(store), "--report", str(tmp / "report.md"), "--quiet"]
             print(f"[{n + 1}/{len(plan)}] {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
@@ -139,7 +186,7 @@ def measure(args: argparse.Namespace, out: Path, command: str) -> dict[str, Any]
                     loads += [v for v in r.samples if math.isfinite(v)]
                 if r.unit not in RATE_OR_TIME_UNITS or r.direction == "none":
                     continue
-                key = f"{r.benchmark}|{params_json(r.params)}|{r.metric}"
+                key = f"{r.benchmark}|{params_json(r.params)}|{r.metric}" + (f"|{condition}" if condition else "")
                 if key not in series:
                     series[key] = {
                         "benchmark": r.benchmark,
@@ -149,6 +196,7 @@ def measure(args: argparse.Namespace, out: Path, command: str) -> dict[str, Any]
                         "direction": r.direction,
                         "invocations": [],
                         "loads": [],
+                        **({"condition": condition} if condition else {}),
                     }
                 per.setdefault(key, []).append([v for v in r.samples if math.isfinite(v)])
             load = float(np.median(loads)) if loads else None
@@ -168,6 +216,7 @@ def measure(args: argparse.Namespace, out: Path, command: str) -> dict[str, Any]
             tmp_out.write_text(json.dumps(data), encoding="utf-8")
             os.replace(tmp_out, out)
     finally:
+        hogs.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     return data
 
@@ -195,14 +244,22 @@ LAYOUTS = ("one process", "separate processes")
 process)."""
 
 
-def _commit_samples(invs: list[list[list[float]]], layout: str, rng: np.random.Generator) -> list[float]:
+def _commit_samples(
+    invs: list[list[list[float]]], layout: str, rng: np.random.Generator, loads: list[float | None] | None = None
+) -> tuple[list[float], float | None]:
+    """One synthetic commit's samples, and the load its invocation(s) recorded (the median of them)."""
     if layout == LAYOUTS[0]:
-        return _pooled(invs[int(rng.integers(0, len(invs)))])
+        i = int(rng.integers(0, len(invs)))
+        return _pooled(invs[i]), (loads[i] if loads else None)
     out: list[float] = []
+    seen: list[float] = []
     for _ in range(len(invs[0])):
-        inv = invs[int(rng.integers(0, len(invs)))]
+        i = int(rng.integers(0, len(invs)))
+        inv = invs[i]
         out += inv[int(rng.integers(0, len(inv)))]
-    return out
+        if loads and loads[i] is not None:
+            seen.append(loads[i])  # type: ignore[arg-type]
+    return out, (float(np.median(seen)) if seen else None)
 
 
 def calibrate_series(
@@ -213,10 +270,14 @@ def calibrate_series(
     seed: int,
     settings: StepSettings,
     layout: str = LAYOUTS[0],
+    loads: list[float | None] | None = None,
+    later: tuple[list[list[list[float]]], list[float | None]] | None = None,
 ) -> dict[str, Any]:
     """False steps with nothing injected, and detection of +5% and +10% slowdowns, on synthetic histories drawn from
-    the invocations ``invs`` (see :data:`LAYOUTS`)."""
-    key = f"{entry['benchmark']}|{params_json(entry['params'])}|{entry['metric']}|{layout}"
+    the invocations ``invs`` (see :data:`LAYOUTS`), each commit with its invocation's load (``loads``). With ``later``
+    (invocations and loads of a loaded condition), the second half of every history's commits is drawn from those: a
+    neighbour that started halfway through the history."""
+    key = f"{entry['benchmark']}|{params_json(entry['params'])}|{entry['metric']}|{layout}|{bool(later)}"
     rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
     between, within = noise_of(invs)
     out: dict[str, Any] = {"entry": entry, "n_invocations": len(invs), "sigma_between": between, "se_within": within}
@@ -224,7 +285,13 @@ def calibrate_series(
     for label, size in (("none", 0.0), ("+5%", 0.05), ("+10%", 0.10)):
         false = with_false = found = 0
         for _ in range(trials):
-            samples = [_commit_samples(invs, layout, rng) for _ in range(commits)]
+            drawn = [
+                _commit_samples(later[0], layout, rng, later[1])
+                if later is not None and i >= commits // 2
+                else _commit_samples(invs, layout, rng, loads)
+                for i in range(commits)
+            ]
+            samples = [d[0] for d in drawn]
             at = int(rng.integers(1, commits)) if size else -1
             if size:  # slower from commit `at` on: a time grows, a rate shrinks
                 factor = (1 + size) if entry["direction"] == "lower" else 1 / (1 + size)
@@ -239,6 +306,8 @@ def calibrate_series(
                 False,
                 names,
                 samples,
+                {},
+                [d[1] for d in drawn],
             )
             steps = detect_steps(series, settings)
             hit = [st for st in steps if size and abs(st.index - at) <= 1 and st.worse]
@@ -288,12 +357,15 @@ class Progress:
         seed: int,
         settings: StepSettings,
         layout: str,
+        loads: list[float | None] | None = None,
+        later: tuple[list[list[list[float]]], list[float | None]] | None = None,
     ) -> dict[str, Any]:
-        key = f"{entry['benchmark']}|{params_json(entry['params'])}|{entry['metric']}"
-        ident = json.dumps([key, len(invs), commits, trials, seed, dataclasses.asdict(settings), layout])
+        key = f"{entry['benchmark']}|{params_json(entry['params'])}|{entry['metric']}|{entry.get('condition', '')}"
+        shape = [len(invs), len(later[0]) if later else 0, bool(loads)]
+        ident = json.dumps([key, shape, commits, trials, seed, dataclasses.asdict(settings), layout])
         if ident in self.done:
             return {**self.done[ident], "entry": entry}
-        r = calibrate_series(entry, invs, commits, trials, seed, settings, layout)
+        r = calibrate_series(entry, invs, commits, trials, seed, settings, layout, loads, later)
         self.done[ident] = {k: v for k, v in r.items() if k != "entry"}
         if self.path is not None:
             with self.path.open("a", encoding="utf-8") as fh:
@@ -320,19 +392,49 @@ def calibrate(
     """:func:`calibrate_series` for every measured series, on all its invocations (``all``) and on the quiet ones
     (``quiet``: load at most :data:`QUIET`), each where there are at least 4; ``only``: a substring filter on the key."""
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in CONDITIONS}
+
+    def usable(entry: dict[str, Any], quiet_only: bool = False) -> tuple[list, list]:
+        loads = entry.get("loads") or [None] * len(entry["invocations"])
+        pairs = [
+            (inv, load)
+            for inv, load in zip(entry["invocations"], loads)
+            if inv and all(rep for rep in inv) and (not quiet_only or (load is not None and load <= QUIET))
+        ]
+        return [inv for inv, _ in pairs], [load for _, load in pairs]
+
     for key in sorted(data["series"]):
         entry = data["series"][key]
         if only and only not in key:
             continue
-        invs = [inv for inv in entry["invocations"] if inv and all(rep for rep in inv)]
-        loads = entry.get("loads") or [None] * len(entry["invocations"])
-        quiet = [inv for inv, load in zip(entry["invocations"], loads) if inv in invs and load is not None and load <= QUIET]
+        loaded = entry.get("condition")
         for name, (subset, layout) in CONDITIONS.items():
-            chosen = quiet if subset == "quiet" else invs
+            if loaded and subset == "quiet":
+                continue  # a loaded measurement's invocations are its condition, not quiet ones
+            chosen, loads = usable(entry, quiet_only=subset == "quiet")
             if len(chosen) < 4 or (layout != LAYOUTS[0] and not all(len(inv) == len(chosen[0]) for inv in chosen)):
                 continue
-            r = (progress or Progress(None)).run(entry, chosen, commits, trials, seed, settings, layout)
-            results[name].append(r)
+            label = loaded if loaded and subset == "all" else name
+            r = (progress or Progress(None)).run(entry, chosen, commits, trials, seed, settings, layout, loads)
+            results.setdefault(label, []).append(r)
+            print(
+                f"{label}: {_label(entry)}: {len(chosen)} invocations, sigma {_pct(r['sigma_between'])}, false/100 "
+                f"{r['none']['false_per_100']:.2f}, +10% {r['+10%']['found']}/{trials}, +5% {r['+5%']['found']}/{trials}",
+                file=sys.stderr,
+                flush=True,
+            )
+        if loaded and " from " not in loaded:  # a steady load: also a history quiet up to its middle, loaded after it
+            twin = data["series"].get(key[: -len(loaded) - 1])
+            if twin is None:
+                continue
+            first, first_loads = usable(twin, quiet_only=True)
+            second, second_loads = usable(entry)
+            if len(first) < 4 or len(second) < 4:
+                continue
+            name = f"quiet, then {loaded} from halfway"
+            r = (progress or Progress(None)).run(
+                twin, first, commits, trials, seed, settings, LAYOUTS[0], first_loads, (second, second_loads)
+            )
+            results.setdefault(name, []).append(r)
             print(
                 f"{name}: {_label(entry)}: {len(chosen)} invocations, sigma {_pct(r['sigma_between'])}, false/100 "
                 f"{r['none']['false_per_100']:.2f}, +10% {r['+10%']['found']}/{trials}, +5% {r['+5%']['found']}/{trials}",
@@ -523,7 +625,7 @@ def render(
         "(target >= 95%) | +5% found within +-1 | Targets |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name in CONDITIONS:
+    for name in results:
         for r in results[name]:
             if _is_headline(r["entry"]):
                 misses = []
@@ -541,8 +643,10 @@ def render(
         "quiet, separate processes": "quiet invocations, each repeat of a commit from its own process",
         "all": "all invocations (busy ones included), a commit's repeats in one process",
     }
+    for name in results:
+        titles.setdefault(name, f"{name}, a commit's repeats in one process")
     for name, title in titles.items():
-        if not results[name]:
+        if not results.get(name):
             continue
         lines += [
             "",
@@ -593,6 +697,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--max-wait", type=float, default=300.0, help="seconds to wait for quiet (default: 300)")
     p.add_argument(
+        "--neighbours",
+        type=int,
+        default=0,
+        metavar="N",
+        help="measure beside N CPU-bound processes (python -c 'while True: pass'); their series are kept apart as a "
+        "loaded condition (default: 0, none)",
+    )
+    p.add_argument(
+        "--neighbour-from",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="start the --neighbours this far through the invocations (0.5: halfway; default: 0, from the start)",
+    )
+    p.add_argument(
         "--render",
         metavar="JSON",
         help="compute nothing: write the report again from the results an earlier run saved beside it",
@@ -626,6 +745,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if min(args.ppo_runs, args.gae_runs) < 0 or min(args.ppo_steps, args.repeats, args.trials) < 1 or args.commits < 4:
         p.error("--ppo-runs and --gae-runs must be >= 0, --ppo-steps, --repeats and --trials >= 1, --commits >= 4")
+    if args.neighbours < 0 or not 0.0 <= args.neighbour_from < 1.0:
+        p.error("--neighbours must be >= 0 and --neighbour-from a share in [0, 1)")
+    if args.neighbours and args.wait_quiet is not None:
+        p.error("--wait-quiet waits for a quiet machine, which --neighbours makes busy: give one of them")
     report = Path(args.report)
     if args.render:
         try:

@@ -55,6 +55,7 @@ class Machine:
 
         monkeypatch.setattr(calibration, "CPUHog", FakeHog)
         monkeypatch.setattr(calibration, "LoadProbe", FakeProbe)
+        monkeypatch.setattr(calibration, "HOG_SETTLE_S", 0.0)
         return self
 
 
@@ -131,12 +132,23 @@ def test_interleaved_hog_starts_halfway_through_the_first_look_and_hits_both_sid
     first = DESIGN.looks[0]  # halfway through the first look's 2 x first runs
     assert hogged[:first] == [False] * first and all(hogged[first:])
     assert out["verdict"] != "FAIL" and machine.started == machine.stopped == 1
-    # the hog is on both sides, so the paired ratio is unmoved: no FAIL. At the first look half of each side's runs
-    # were hogged (median load 45%, under the gate's 50% limit), so a PASS there is trusted; past it the median load
-    # is 90%, and a PASS is not: it would have to come at the first look or not at all
-    assert (out["verdict"] == "PASS" and out["rounds"] == first) or (out["verdict"] == "INCONCLUSIVE" and out["busy"])
+    # the hog is on both halves of every pair from round 5 on, so the paired ratio is unmoved and the load is no
+    # reason to refuse (issue 58: judged per pair): a PASS at the first look
+    assert out["verdict"] == "PASS" and out["rounds"] == first and not out["busy"] and out["pairs_dropped"] == 0
     steady = compare_once(Machine().install(monkeypatch), "steady-aa")
-    assert steady["load"] == [0.9, 0.9] and steady["verdict"] == "INCONCLUSIVE" and steady["busy"]
+    assert steady["load"] == [0.9, 0.9] and steady["verdict"] == "PASS" and not steady["busy"]
+    slower = compare_once(Machine(seed=2).install(monkeypatch), "steady-plus5")
+    assert slower["verdict"] == "FAIL" and slower["ci"][0] > 1.0
+
+
+def test_a_neighbour_during_b_runs_only_interleaved_is_never_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 58: interleaved rounds do not cancel a neighbour that runs during one side's runs only: refused."""
+    machine = Machine().install(monkeypatch)
+    out = compare_once(machine, "candidate-interleaved")
+    assert out["verdict"] == "INCONCLUSIVE" and out["busy"] and out["fail_without_load_check"]
+    assert out["load"] == [0.0, 0.9] and out["rounds"] == 40
+    assert [hog for _, inject, hog in machine.runs[:4]] == [False, True, True, False]  # B's runs only: A B, B A
+    assert machine.started == 40 and machine.stopped >= 40 and not machine.hog
 
 
 def test_calibrate_counts_comparisons_per_condition(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -255,7 +267,7 @@ def test_render_rewrites_the_report_from_saved_json(tmp_path: Path, capsys: pyte
     [
         (["--comparisons", "0"], "--comparisons must be at least 1"),
         (["--hog-comparisons", "0"], "--hog-comparisons must be at least 1"),
-        (["--max-rounds", "4"], "--max-rounds must be at least 5"),
+        (["--max-rounds", "4"], "--max-rounds must be at least 10 (the first look"),
         (["--separate-rounds", "2"], "--separate-rounds must be at least 5"),
         (["--ppo-steps", "1024"], "--ppo-steps must be at least 2,048"),
         (["--gae-calls", "0"], "--gae-calls must be at least 1"),
@@ -293,16 +305,25 @@ def test_real_smoke(tmp_path: Path) -> None:
     """The real sides, probe and gate, at the smallest sizes: one A/A comparison per benchmark."""
     from tests.cli.cli_helpers import run_cli
 
-    args = ["calibrate", "--comparisons", "1", "--max-rounds", "5", "--ppo-steps", "2048", "--gae-calls", "50"]
+    args = ["calibrate", "--comparisons", "1", "--max-rounds", "10", "--ppo-steps", "2048", "--gae-calls", "50"]
     proc = run_cli([*args, "--conditions", "aa", "--out", "cal.md", "--json"], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(proc.stdout)
     assert json.loads((tmp_path / "cal.json").read_text(encoding="utf-8")) == data
     for name in ("ppo-cartpole", "gae"):
         (r,) = data["benchmarks"][name]["conditions"]["aa"]["results"]
-        # a well-formed verdict at the rounds asked for. Not "no FAIL": at a look of 5 rounds a quiet A/A comparison of
-        # ppo-cartpole FAILs about 1 in 10 (13836bf's calibration, why `ab --rounds auto` first looks at 10), and a
-        # fresh-clone CI run here saw one; the false-FAIL rate at the rounds ab uses is reports/gate-calibration.md's
-        assert r["verdict"] in ("PASS", "INCONCLUSIVE", "FAIL") and r["rounds"] == 5
+        # a well-formed verdict at the rounds asked for (one look: --max-rounds 10 is the first look). Not "no FAIL":
+        # the false-FAIL rate is reports/gate-calibration.md's, over 20 comparisons, not one's
+        assert r["verdict"] in ("PASS", "INCONCLUSIVE", "FAIL") and r["rounds"] == 10
     text = (tmp_path / "cal.md").read_text(encoding="utf-8")
     assert "## ppo-cartpole" in text and "## gae" in text and "| A/A (1 comparison) |" in text
+    # issue 58's loaded conditions with real neighbours: a steady one, and one during B's runs only (interleaved)
+    loaded = ["--benchmarks", "gae", "--conditions", "steady-aa,candidate-interleaved", "--hog-comparisons", "1"]
+    proc = run_cli([*args, *loaded, "--out", "loaded.md", "--json"], tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(proc.stdout)["benchmarks"]["gae"]["conditions"]
+    (steady,) = rows["steady-aa"]["results"]
+    (during,) = rows["candidate-interleaved"]["results"]
+    # (no figure on the loads: a 10 ms gae run is one tick of the kernel's CPU accounting, so a run reads 0% or 50%)
+    assert steady["rounds"] == 10 and steady["verdict"] in ("PASS", "INCONCLUSIVE", "FAIL")
+    assert during["verdict"] != "PASS"  # a neighbour during B's runs only: never a PASS

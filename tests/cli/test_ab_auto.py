@@ -61,6 +61,9 @@ def test_auto_rounds_stop_at_the_first_look_that_decides(tmp_path: Path) -> None
     out = json.loads(slow.stdout)
     assert out["verdict"] == "FAIL" and out["rounds"] == 10 and out["decided_after"] == {"nap_s": 10}
     assert any("Bonferroni" in n and "97.50%" in n for n in out["notes"])  # two looks planned: 10, 20
+    # issue 58: each run warmed first (and said so); the load judged per round pair of the interleaved rounds
+    assert out["warmup"] == 1 and any(n.startswith("warm-up: each run made 1 untimed repeat") for n in out["notes"])
+    assert out["load"] is None or (out["load"]["interleaved"] and out["load"]["pairs"] == 10)
     (check,) = [c for c in out["checks"] if c["metric"] == "nap_s"]
     assert check["ci_low"] > 1.1  # worse by more than the threshold, at 97.5% per look
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=tmp_path, capture_output=True, text=True, check=True)
@@ -80,7 +83,8 @@ def test_auto_rounds_need_a_threshold_and_a_number_is_a_number(tmp_path: Path) -
     assert proc.returncode == 2 and "--max-rounds" in proc.stderr
     # issue 57: checked before the first round, naming ab's own option (not --repeats, which ab refuses)
     for extra, words in (
-        (["--rounds", "auto", "--max-rounds", "2", "--fail", "nap_s:5%"], "--max-rounds must be at least 5"),
+        (["--rounds", "auto", "--max-rounds", "7", "--fail", "nap_s:5%"], "--max-rounds 7 is below the first look"),
+        (["--warmup", "-1"], "--warmup must be at least 0"),
         (["--max-time", "30"], "--max-time applies to --rounds auto only"),
         (["--rounds", "3", "--max-rounds", "20"], "--max-rounds applies to --rounds auto only"),
     ):

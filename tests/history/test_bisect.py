@@ -61,9 +61,9 @@ def test_search_stops_when_bad_does_not_fail() -> None:
     assert search(5, judge_for(0, {4})) is None  # BAD cannot be judged
 
 
-def test_one_round_for_counters_five_for_timings() -> None:
+def test_one_round_for_counters_auto_for_timings() -> None:
     assert default_rounds([Threshold("syncs/iteration", 0.0), Threshold("ops/iteration", 0.0)]) == 1
-    assert default_rounds([Threshold("syncs/iteration", 0.0), Threshold("wall_s", 0.1)]) == 5
+    assert default_rounds([Threshold("syncs/iteration", 0.0), Threshold("wall_s", 0.1)]) is None  # --rounds auto
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +113,21 @@ def test_bisect_cannot_decide_when_bad_cannot_be_judged(small_repo: tuple[Path, 
     assert "cannot be judged" in out["message"] and "'ops/iteration' is missing" in out["message"], out
     assert [t["verdict"] for t in out["tested"]] == ["SKIP"]
     assert git(repo, "worktree", "list").count("\n") == 0
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--max-rounds", "5"], "--max-rounds 5 is below the first look of --rounds auto"),
+        (["--rounds", "many"], "--rounds 'many': give a number of rounds or auto"),
+        (["--rounds", "3", "--max-rounds", "20"], "--max-rounds applies to --rounds auto only"),
+    ],
+)
+def test_bisect_rounds_options_are_checked_before_anything_runs(tmp_path: Path, args: list[str], words: str) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    proc = rlbench(["bisect", "HEAD~1", "HEAD", "--fail", "wall_s:10%", *args, *RUN_TINY], repo)
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and err.count("\n") == 0 and err.startswith("rlbench: error:"), proc.stderr[-2000:]
+    assert words in err, err

@@ -307,3 +307,32 @@ def test_real_history_site_in_chromium(history_repo, tmp_path: Path) -> None:
         open_page(driver, benches[0])
         driver.save_screenshot(str(tmp_path / "bench.png"))
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_a_confirmed_regression_found_beside_a_busy_neighbour_shows_on_the_page(loaded_regression, tmp_path: Path) -> None:
+    """Issue 58's must-show, end to end: the repository where one commit adds 30% (bisected beside a CPU-bound
+    neighbour, then its history measured and `history confirm`ed: tests/history/conftest.py): the published
+    regressions page shows exactly one confirmed regression, at that commit."""
+    repo, store, shas = loaded_regression["repo"], loaded_regression["store"], loaded_regression["shas"]
+    site = tmp_path / "site"
+    cmd = [sys.executable, "-m", "rlbench", "publish", str(store), "-o", str(site), "--repo", str(repo), "--json"]
+    proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["confirmed"] == 1
+    with chromium() as driver:
+        open_page(driver, site / "regressions.html")
+        assert severe(driver) == []
+        confirmed = driver.execute_script(
+            "return Array.from(document.querySelectorAll('article.step.confirmed')).map(a => a.textContent)"
+        )
+        assert len(confirmed) == 1 and shas["slow"][:8] in confirmed[0], confirmed
+        assert "confirmed regression" in confirmed[0] and "measured again" in confirmed[0]
+        counted = driver.execute_script("return document.querySelector('span.count.confirmed').textContent")
+        assert counted.startswith("1 confirmed regression")
+        open_page(driver, site / "index.html")
+        flags = driver.execute_script(
+            "return Array.from(document.querySelectorAll('a.flag.confirmed')).map(a => a.textContent)"
+        )
+        assert flags and all(shas["slow"][:8] in f for f in flags), flags
+        driver.save_screenshot(str(tmp_path / "regressions.png"))

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from rlbench.analysis.steps import DEFAULTS, Step, detect_all, detect_steps
+from rlbench.analysis.steps import DEFAULTS, Step, detect_all, detect_steps, loaded_share, marked_commits
 from rlbench.results.history import Series
 
 
@@ -115,3 +115,60 @@ def test_series_that_cannot_be_searched_give_no_step() -> None:
     one = noisy(1, seed=0)
     assert detect_steps(one) == []
     assert DEFAULTS.confidence == 0.95
+
+
+def test_a_short_history_with_a_step_and_its_revert_finds_both() -> None:
+    """Issue 58: 7 commits, 5 repeats each, +22% at commit 3 and back at commit 5: the 2% trim of consecutive
+    differences kept one of the two jumps in the noise, and the detector found neither."""
+    rng = np.random.default_rng(58)
+    factor = [1.0, 1.0, 1.0, 1.22, 1.22, 1.0, 1.0]
+    samples = []
+    for f in factor:
+        level = 0.1 * f * math.exp(rng.normal(0, 0.01))  # the process's level
+        samples.append([level * math.exp(e) for e in rng.normal(0, 0.01, 5)])  # 5 repeats in it
+    s = Series("m1", "tiny", {}, "wall_s", "s", "lower", False, commits(7), samples)
+    found = detect_steps(s)
+    assert [(st.index, st.worse) for st in found] == [(3, True), (5, False)]
+    assert 1.15 < found[0].ratio < 1.3 and found[0].ci[0] > 1.0
+    # without repeats (one sample a commit) the noise cannot be told from the steps: nothing is claimed
+    single = Series("m1", "tiny", {}, "wall_s", "s", "lower", False, commits(7), [[x[0]] for x in samples])
+    assert all(st.index in (3, 5) for st in detect_steps(single))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_repeats_do_not_make_false_steps_on_a_flat_history(seed: int) -> None:
+    assert detect_steps(noisy(60, seed=seed)) == []
+    assert detect_steps(noisy(12, seed=seed)) == []
+
+
+def loaded(s: Series, loads: list[float | None]) -> Series:
+    s.loads = loads
+    return s
+
+
+def test_one_commit_measured_under_load_is_no_step_not_even_the_newest() -> None:
+    s = noisy(40, seed=5)
+    loads: list[float | None] = [0.02] * 40
+    s.samples[20] = [v * 1.5 for v in s.samples[20]]
+    s.samples[-1] = [v * 1.5 for v in s.samples[-1]]
+    loads[20] = loads[-1] = 0.55  # both slow commits were measured beside another process
+    assert detect_steps(loaded(s, loads)) == []
+    assert marked_commits(s) == {s.commits[20], s.commits[-1]}
+    assert loaded_share(s) == (2, 0.02)
+    # the same slow newest commit on a quiet machine is a step (until the next commit says otherwise)
+    assert [st.index for st in detect_steps(loaded(s, [0.02] * 40))] == [39]
+
+
+def test_a_history_measured_beside_a_steady_neighbour_marks_nothing_and_keeps_its_steps() -> None:
+    s = loaded(noisy(40, seed=0, at=23, factor=1.2), [0.52] * 39 + [None])
+    assert marked_commits(s) == set()
+    (st,) = detect_steps(s)
+    assert st.index == 23
+    assert loaded_share(s) == (39, 0.52)
+
+
+def test_a_counter_ignores_the_load() -> None:
+    c = counter([16.0] * 5 + [17.0] * 6)
+    c.loads = [0.0] * 10 + [0.9]
+    (st,) = detect_steps(c)
+    assert st.index == 5

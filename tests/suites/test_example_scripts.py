@@ -92,6 +92,7 @@ HARNESSES = {
     "overhead",
     "fanout",
     "step_calibration",
+    "loaded_calibration",
     "site_screenshot",
     "fault_examples",
     "command_cost",
