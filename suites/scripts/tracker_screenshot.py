@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from rlbench.report.plots import save_png_bytes
 from rlbench.suites.scripts.accuracy import environment, script_env
 from rlbench.suites.scripts.checkpoint import package_version
 
@@ -148,7 +149,7 @@ def screenshot(logdir: Path, png: Path, width: int = 1400, height: int = 1400) -
             )
             time.sleep(8)  # the page loads its runs and draws its charts
             png.parent.mkdir(parents=True, exist_ok=True)
-            driver.save_screenshot(str(png))
+            save_png_bytes(driver.get_screenshot_as_png(), png)  # a palette PNG: the reports have a size budget
         finally:
             driver.quit()
     finally:
