@@ -65,6 +65,7 @@ class ConfirmRun:
         rounds: Interleaved rounds run, over every candidate.
         seconds: Wall time of every candidate's checkouts and rounds.
         warmup: Untimed repeats each run made first.
+        repeats: Timed repeats per run (a round's median on each side).
     """
 
     recorded: list[Confirmation] = field(default_factory=list)
@@ -72,6 +73,7 @@ class ConfirmRun:
     rounds: int = 0
     seconds: float = 0.0
     warmup: int = 0
+    repeats: int = 1
 
 
 def _verdict(gate_verdict: str) -> str:
@@ -86,6 +88,7 @@ def confirm(
     *,
     max_rounds: int = DEFAULT_MAX_ROUNDS,
     warmup: int | None = None,
+    repeats: int = 1,
     allow_busy: bool = False,
     on_run: Callable[[int, Candidate, int, str], None] | None = None,
     on_done: Callable[[int, Candidate, list[Confirmation] | None, str], None] | None = None,
@@ -99,6 +102,8 @@ def confirm(
         repo: A directory inside the repository (the runs start from its counterpart in each checkout).
         max_rounds: The most rounds per candidate (``--rounds auto``).
         warmup: Untimed repeats per run (``None``: :func:`rlbench.analysis.ab.warmup_for`'s default).
+        repeats: Timed repeats per run, as ``rlbench ab --repeats`` (several calls of a short benchmark per process
+            steady a round beside a busy neighbour).
         allow_busy: Judge timings even when the load differed between the sides.
         on_run: Called with (candidate number, candidate, round, side) before each run (progress display).
         on_done: Called with (candidate number, candidate, its confirmations or ``None``, a note) after each.
@@ -108,9 +113,11 @@ def confirm(
             (what was recorded before stays; no worktree is left).
     """
     check_max_rounds(max_rounds)
+    if repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, got {repeats}")
     top = repo_top(repo)
     design = AutoRounds.plan(max_rounds)
-    result = ConfirmRun()
+    result = ConfirmRun(repeats=repeats)
     store.check_writable(machine)  # a link or FIFO where a store file belongs: refused before anything is measured
     with Worktrees(repo, "history") as wt:
         assert wt.work is not None
@@ -161,7 +168,9 @@ def confirm(
                         if on_run:
                             on_run(number, cand, k, side)
 
-                    base, head = interleave(sides, args, seed, target - done, stores, warmup=warm, on_run=progress, start=done)
+                    base, head = interleave(
+                        sides, args, seed, target - done, stores, repeats=repeats, warmup=warm, on_run=progress, start=done
+                    )
                     done = target
                     outcome, stop = gate_look(lambda b=base, h=head: gate(b, h))
                     if stop:

@@ -411,6 +411,13 @@ def build_history_confirm_parser() -> Parser:
         "`profile`); --warmup 0 turns it off",
     )
     p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="timed repeats per run (default: 1), as `rlbench ab --repeats`: a few calls of a short benchmark per "
+        "process steady each round beside a busy neighbour",
+    )
+    p.add_argument(
         "--allow-busy",
         action="store_true",
         help="judge timings even when the load differed between the sides' runs (a neighbour during one side only)",
@@ -492,6 +499,7 @@ def history_confirm_command(argv: list[str]) -> int:
             Path.cwd(),
             max_rounds=max_rounds,
             warmup=args.warmup,
+            repeats=args.repeats,
             allow_busy=args.allow_busy,
             on_run=progress,
             on_done=done,
@@ -514,6 +522,7 @@ def history_confirm_command(argv: list[str]) -> int:
                     "rounds": result.rounds,
                     "seconds": round(result.seconds, 3),
                     "warmup": result.warmup,
+                    "repeats": result.repeats,
                     "recorded": [confirmation_dict(c) for c in result.recorded],
                     "failed": failed,
                 }

@@ -14,14 +14,12 @@ import os
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from rlbench.report.site import write_site
 from rlbench.results.fingerprint import machine_fingerprint
 from rlbench.results.history import CONFIRMED, DISMISSED, Confirmation, HistoryStore
-from rlbench.results.records import Record
-from tests.history.conftest import git, rlbench
+from tests.history.conftest import git, rlbench, write_levels
 
 BENCH = '''"""tiny: a short sleep."""
 
@@ -67,32 +65,7 @@ def build_repo(repo: Path, *, broken_at: int | None = None, interrupt_at: int | 
 
 def write_history(store: Path, shas: list[str], levels: list[float] = LEVELS) -> HistoryStore:
     """A history of ``tiny`` on this machine: 5 repeats per commit at ``levels`` (as `history run -- run tiny` records)."""
-    fp = {"machine": machine_fingerprint()}
-    rng = np.random.default_rng(0)
-    records = []
-    for i, (sha, level) in enumerate(zip(shas, levels)):
-        git_fp = {"commit": sha, "time": 1_700_000_000 + 60 * i, "subject": f"commit {i}", "dirty": False}
-        for k in range(5):
-            records.append(
-                Record(
-                    f"run{i}",
-                    "",
-                    "tiny",
-                    {},
-                    "h",
-                    "wall_s",
-                    "s",
-                    "lower",
-                    [level * 0.005 * float(np.exp(0.01 * rng.normal()))],
-                    repeat=k,
-                    seed=k,
-                    fingerprint={**fp, "git": git_fp},
-                    meta={"command": "rlbench run tiny --repeats 5"},
-                )  # fmt: skip
-            )
-    history = HistoryStore(store)
-    history.add_records(records)
-    return history
+    return write_levels(store, shas, levels, benchmark="tiny", seconds=0.005)
 
 
 def worktrees(repo: Path) -> int:
@@ -221,7 +194,7 @@ def test_ctrl_c_keeps_the_confirmations_finished_and_leaves_no_worktree(tmp_path
     shas = build_repo(repo, interrupt_at=2)  # the older candidate's first bad commit presses Ctrl-C
     write_history(repo / "history", shas)
     proc = rlbench(["history", "confirm", "--store", "history", "--max-rounds", "10", "--json"], repo, timeout=600)
-    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert proc.returncode == 130, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith("rlbench: interrupted: the confirmations finished before it are kept"), proc.stderr
     done = HistoryStore(repo / "history").confirmations(machine_fingerprint()["id"])

@@ -312,7 +312,7 @@ def test_real_history_site_in_chromium(history_repo, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_confirmed_regression_found_beside_a_busy_neighbour_shows_on_the_page(loaded_regression, tmp_path: Path) -> None:
     """Issue 58's must-show, end to end: the repository where one commit adds 30% (bisected beside a CPU-bound
-    neighbour, then its history measured and `history confirm`ed: tests/history/conftest.py): the published
+    neighbour, then its history written and `history confirm`ed (measured): tests/history/conftest.py): the published
     regressions page shows exactly one confirmed regression, at that commit."""
     repo, store, shas = loaded_regression["repo"], loaded_regression["store"], loaded_regression["shas"]
     site = tmp_path / "site"
