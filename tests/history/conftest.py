@@ -43,6 +43,7 @@ from rlbench.results.fingerprint import machine_fingerprint
 from rlbench.results.history import HistoryStore
 from rlbench.results.records import Record
 from tests.cli.cli_helpers import run_together
+from tests.faults.fault_helpers import foreground_signals
 
 BENCH = '''"""A tiny benchmark: ~50 ms of work (a sleep stands for it), then 10 small array steps."""
 
@@ -181,10 +182,17 @@ def build_history_repo(repo: Path) -> dict:
 
 
 def rlbench(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m rlbench ARGS`` in ``cwd``."""
+    """Run ``python -m rlbench ARGS`` in ``cwd``, with Ctrl-C and SIGTERM at their defaults, as in a terminal (a CI
+    job started in the background inherits SIGINT ignored, and the Ctrl-C tests would press nothing)."""
     env = {**os.environ, "COLUMNS": "200"}
     return subprocess.run(
-        [sys.executable, "-m", "rlbench", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+        [sys.executable, "-m", "rlbench", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        preexec_fn=foreground_signals,
     )
 
 
