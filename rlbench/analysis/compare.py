@@ -599,12 +599,8 @@ class LoadCheck:
 
     @property
     def asymmetric(self) -> bool:
-        """Interleaved: the load differed between the sides, not by chance: the pairs kept (all of them, when more
-        differ than may be dropped) lean one way (:attr:`lopsided`). Pairs far apart both ways are noise, not a
-        neighbour of one side: a bursty neighbour, or runs so short that the kernel's 10 ms ticks decide their load.
-        (Counting every pair left undropped as asymmetric refused ``gae`` A/A as busy in 4 of 10 comparisons at loads
-        of 0% / 0% and 10 of 10 beside a steady neighbour, 55% / 54%: reports/gate-calibration-loaded-cpu.md.)"""
-        return self.interleaved and self.lopsided
+        """Interleaved: the load differed between the sides, not by chance: too many pairs to drop, or a lopsided rest."""
+        return self.interleaved and (self.differ > len(self.dropped) or self.lopsided)
 
     @property
     def heavy(self) -> bool:
