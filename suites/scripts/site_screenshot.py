@@ -3,8 +3,8 @@
     python -m rlbench.suites.scripts.site_screenshot reports/history/bench-ppo-cartpole.html reports/history.png
 
 Opens the page from ``file://`` (no network), scrolls through it so every lazily drawn chart is drawn, waits until
-the charts are drawn, and saves a full-page PNG (a 256-colour palette one, for the reports' size budget). Exits 1 on a console error (a broken page is not screenshotted as
-if it were fine), 2 on bad input.
+the charts are drawn, and saves a full-page PNG (a 256-colour palette one, for the reports' size budget). Exits 1
+on a console error (a broken page is not screenshotted as if it were fine), 2 on bad input.
 """
 
 from __future__ import annotations

@@ -27,10 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlbench.report.plots import save_png_bytes
 from rlbench.suites.scripts.accuracy import environment, script_env
 from rlbench.suites.scripts.checkpoint import package_version
 
+from rlbench.report.plots import save_png_bytes
 from rlbench.results.fingerprint import cpu_label
 
 HERE = Path(__file__).resolve().parent
