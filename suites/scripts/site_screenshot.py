@@ -13,11 +13,33 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from rlbench.report.plots import save_png_bytes
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
+
+
+def headless_chromium(width: int, height: int, *, browser_log: bool = False) -> Any:
+    """A selenium driver of Debian's headless chromium at ``width`` x ``height`` (``browser_log``: keep the page's
+    console, for ``driver.get_log("browser")``)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},{height}",
+    ):
+        options.add_argument(arg)
+    if browser_log:
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,21 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        f"--window-size={args.width},900",
-    ):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    driver = headless_chromium(args.width, 900, browser_log=True)
     try:
         driver.get(args.page.resolve().as_uri())
         height = int(driver.execute_script("return document.body.scrollHeight"))

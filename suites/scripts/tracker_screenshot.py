@@ -29,13 +29,12 @@ from pathlib import Path
 
 from rlbench.suites.scripts.accuracy import environment, script_env
 from rlbench.suites.scripts.checkpoint import package_version
+from rlbench.suites.scripts.site_screenshot import CHROMEDRIVER, CHROMIUM, headless_chromium
 
 from rlbench.report.plots import save_png_bytes
 from rlbench.results.fingerprint import cpu_label
 
 HERE = Path(__file__).resolve().parent
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 SHOWN = ("charts/SPS", "charts/episodic_return")
 
 
@@ -119,9 +118,6 @@ def screenshot(logdir: Path, png: Path, width: int = 1400, height: int = 1400) -
         stderr=subprocess.DEVNULL,
     )
     try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -129,17 +125,7 @@ def screenshot(logdir: Path, png: Path, width: int = 1400, height: int = 1400) -
                 break
             except OSError:
                 time.sleep(0.5)
-        options = webdriver.ChromeOptions()
-        options.binary_location = str(CHROMIUM)
-        for arg in (
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            f"--window-size={width},{height}",
-        ):
-            options.add_argument(arg)
-        driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+        driver = headless_chromium(width, height)
         try:
             from urllib.parse import quote
 
