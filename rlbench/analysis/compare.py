@@ -470,6 +470,23 @@ LOAD_NOISE = 0.02
 SYSTEMATIC = 0.05
 """Interleaved rounds: the kept pairs' load differences, when they lean one way beyond chance (a sign test at 5%), must
 also average at least this much (5% of the machine) to explain a timing result."""
+LOAD_TOLERANCE = BUSY_DIFFERENCE
+"""Interleaved rounds: a timing PASS needs the sides' mean load difference over every pair shown to lie within this
+(10% of the machine): an equivalence test, two one-sided tests at 5% (the 90% interval of the mean inside the margin).
+The kernel counts CPU time in whole ticks (10 ms of one core), so a 20 ms run's load reads in steps of 25 points and one
+pair's halves can differ by 50 by chance; the mean over many pairs is still exact to a few points, and the interval
+says when it is. Runs shorter than a few ticks need many rounds to be judged beside a neighbour."""
+
+
+def _t95(df: int) -> float:
+    """Student's t 95% quantile: tabled below 5 degrees of freedom, above them the Cornish-Fisher expansion about the
+    normal (within 0.5% of exact)."""
+    if df <= 0:
+        return math.inf
+    if df < 5:
+        return {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132}[df]
+    z = NormalDist().inv_cdf(0.95)
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
 def side_load(records: list[Record]) -> float | None:
@@ -534,10 +551,11 @@ class LoadCheck:
 
     Interleaved rounds (``rlbench ab``, ``bisect``, ``history confirm``) are judged per pair: a steady neighbour loads
     both halves of every pair alike, and the paired ratio stays unbiased (its interval widens with the noise, and
-    ``--rounds auto`` adds rounds). The load can explain a result only when the pairs' load differs between the sides
-    beyond chance (a neighbour during one side's runs only). A few pairs whose halves saw very different load (a
-    neighbour that started between them) are dropped instead. Separate runs (``gate`` on two stored runs) are judged per
-    side: loads :data:`BUSY_DIFFERENCE` apart, or either above :data:`HEAVY_LOAD`, can explain a result.
+    ``--rounds auto`` adds rounds). The load can explain a result when the pairs lean one way beyond chance (a neighbour
+    during one side's runs only), or when the pairs cannot show the sides' mean load within :data:`LOAD_TOLERANCE` of
+    each other (too few pairs for the spread of their tick-counted loads). A few pairs whose halves saw very different
+    load (a neighbour that started between them) are dropped from the timings. Separate runs (``gate`` on two stored
+    runs) are judged per side: loads :data:`BUSY_DIFFERENCE` apart, or either above :data:`HEAVY_LOAD`, can explain a result.
 
     Attributes:
         base: Median load of the baseline's repeats (``None``: not recorded).
@@ -548,6 +566,9 @@ class LoadCheck:
         differ: Pairs whose halves' loads differ by more than :data:`PAIR_DIFFERENCE` (dropped or not).
         shift: Mean load difference (candidate minus baseline) over the pairs kept (``None`` without pairs).
         lean_p: The sign test's p-value of the kept pairs' differences (1 without pairs).
+        mean_all: Mean load difference over every pair, dropped ones too (``None`` without pairs).
+        bound: Upper end of the absolute mean load difference over every pair, at the 90% interval (two one-sided
+            5% tests; ``None`` without pairs).
     """
 
     base: float | None
@@ -558,6 +579,8 @@ class LoadCheck:
     differ: int = 0
     shift: float | None = None
     lean_p: float = 1.0
+    mean_all: float | None = None
+    bound: float | None = None
 
     @property
     def note(self) -> str | None:
@@ -590,6 +613,11 @@ class LoadCheck:
             side = "candidate" if self.shift > 0 else "baseline"
             busier = f"{100 * abs(self.shift):.0f} points on average (sign test p={self.lean_p:.2g})"
             differ += f"; the {side}'s runs were busier by {busier}"
+        elif self.unsettled and self.bound is not None:
+            differ += (
+                f"; the sides' mean load could differ by up to {100 * self.bound:.0f} points (90% interval), more "
+                f"than {100 * LOAD_TOLERANCE:.0f}: more rounds narrow it unless one side really was busier"
+            )
         return differ
 
     @property
@@ -598,9 +626,22 @@ class LoadCheck:
         return self.shift is not None and self.lean_p < 0.05 and abs(self.shift) >= SYSTEMATIC
 
     @property
+    def unsettled(self) -> bool:
+        """Interleaved: the pairs cannot show the sides' mean load difference within :data:`LOAD_TOLERANCE`: too
+        few pairs for their spread (short runs read in whole ticks), or a real difference (a neighbour during one
+        side's runs, seen in some of them)."""
+        return self.bound is not None and self.bound > LOAD_TOLERANCE
+
+    @property
     def asymmetric(self) -> bool:
-        """Interleaved: the load differed between the sides, not by chance: too many pairs to drop, or a lopsided rest."""
-        return self.interleaved and (self.differ > len(self.dropped) or self.lopsided)
+        """Interleaved: the load may have differed between the sides: the kept pairs lean one way beyond chance
+        (:attr:`lopsided`), or every pair together cannot rule out a mean difference above :data:`LOAD_TOLERANCE`
+        (:attr:`unsettled`). Pairs far apart both ways are noise that more rounds average out (a bursty neighbour, or
+        runs so short that the kernel's ticks decide their load); pairs far apart one way are not. (Counting every
+        pair above the drop limit as asymmetric refused ``gae`` A/A as busy in 4 of 10 quiet comparisons and 10 of
+        10 beside a steady neighbour; judging the kept pairs' sign alone PASSed a neighbour during B's runs only
+        at 10 ms runs, where a quarter of B's runs saw a tick of it.)"""
+        return self.interleaved and (self.lopsided or self.unsettled)
 
     @property
     def heavy(self) -> bool:
@@ -620,7 +661,7 @@ class LoadCheck:
         if self.interleaved:
             if not self.asymmetric:
                 return 0
-            v = self.shift if self.lopsided else (self.cand or 0.0) - (self.base or 0.0)
+            v = self.shift if self.lopsided else self.mean_all
             return 0 if v is None or v == 0 else (1 if v > 0 else -1)
         if self.base is None or self.cand is None or abs(self.cand - self.base) < BUSY_DIFFERENCE:
             return 0
@@ -652,6 +693,7 @@ class LoadCheck:
             "pairs_differ": self.differ,
             "pairs_dropped": len(self.dropped),
             "shift": self.shift,
+            "shift_bound": self.bound,
             "busy": self.heavy,
         }
 
@@ -682,6 +724,10 @@ def load_check(base: list[Record], cand: list[Record], interleaved: bool | None 
     if kept.size:
         check.shift = float(np.mean(kept))
         check.lean_p = _sign_test(kept)
+    every = np.asarray([d[k] for k in seeds], dtype=float)
+    check.mean_all = float(np.mean(every))
+    spread = _t95(every.size - 1) * float(np.std(every, ddof=1)) / math.sqrt(every.size) if every.size > 1 else 0.0
+    check.bound = abs(check.mean_all) + spread
     return check
 
 

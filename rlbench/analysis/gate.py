@@ -16,7 +16,8 @@ Three verdicts per threshold ``metric:X%`` (the direction, higher or lower is be
 (:func:`rlbench.analysis.compare.load_check`). Interleaved rounds (``ab``, ``bisect``, ``history confirm``) are judged
 per pair: a steady neighbour loads both halves of every pair alike, so the verdict rests on the interval; a few pairs
 whose halves saw very different load are dropped (the outcome says how many); a load that differs between the sides
-beyond chance (a neighbour during one side's runs only) makes a timing PASS INCONCLUSIVE ("machine was busy") and
+beyond chance (a neighbour during one side's runs only), or pairs too few to show the sides' mean load within 10
+points of each other, make a timing PASS INCONCLUSIVE ("machine was busy") and
 refuses a verdict it could have produced. Separate runs (``gate`` on two stored runs) are judged per side: loads 10
 points apart, or either side above half the machine, do the same.
 

@@ -53,7 +53,7 @@ def build_calibrate_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ppo-steps", type=int, default=16384, metavar="N", help="agent steps per ppo-cartpole run (default 16384)"
     )
-    p.add_argument("--gae-calls", type=int, default=300, metavar="N", help="timed gae calls per run (default 300)")
+    p.add_argument("--gae-calls", type=int, default=1000, metavar="N", help="timed gae calls per run (default 1000)")
     p.add_argument(
         "--benchmarks",
         default=DEFAULT_BENCHMARKS,

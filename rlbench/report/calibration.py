@@ -163,9 +163,10 @@ def render(data: dict[str, Any]) -> str:
         f"regression above {threshold}; INCONCLUSIVE: neither (too noisy), or a PASS or a result the load could explain "
         "('machine busy'). Interleaved rounds are judged per pair: a steady neighbour loads both halves of a pair alike "
         "and is judged on the interval; a few pairs whose halves' loads differ by more than 15 points are dropped; the "
-        "load explains a result when the pairs' loads differ between the sides beyond chance (a neighbour during one "
-        "side's runs only). 'A then B' runs are judged per side: loads 10 points apart, or either side above half the "
-        "machine.",
+        "load explains a result when the pairs' loads lean one way beyond chance (a neighbour during one side's runs "
+        "only), or when the 90% interval of the mean load difference over every pair reaches past 10 points (too few "
+        "pairs for runs whose load the kernel reads in 10 ms ticks). 'A then B' runs are judged per side: loads 10 "
+        "points apart, or either side above half the machine.",
         "",
         f"Interleaved conditions run as `rlbench ab --rounds auto --max-rounds {data['max_rounds']}`: rounds A B, B A, "
         f"..., round k with seed k on both sides; the gate looks after rounds {looks}, each look's interval at "
