@@ -229,10 +229,16 @@ class Follower:
         pool terminating a worker that is already leaving) ends the process once the result is written."""
         if self.main or self.quiet or self.flushed or os.getpid() != self.pid:
             return
-        with self.lock:
+        # never wait for the lock: a SIGTERM handler runs in the thread it interrupted, which may hold it (a pool's
+        # terminate reaching a worker as it flushes at its normal end); a flush under way writes the result
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
             if self.flushed:
                 return
             self.flushed = self.writing = True
+        finally:
+            self.lock.release()
         try:
             result = process_result(self, status, exit_code)
             _write(self.folder / f"proc-{self.pid}-{self.n}.json", result)
@@ -742,7 +748,10 @@ def _sigterm_flushes() -> None:
 def _on_sigterm(signum: int, frame: Any) -> None:
     f = Follower.current
     if f is not None:
-        if f.writing:  # interrupting the result being written: it is delivered when the write is done
+        # interrupting the result being written (or the flush that is about to write it, holding its lock): the
+        # signal is delivered when the write is done. Waiting here for that lock would wait forever: this handler
+        # runs in the thread that holds it, and the pool that sent the signal would wait forever for this process.
+        if f.writing or f.lock.locked():
             f.signalled = signum
             return
         f.flush("terminated", -signum)

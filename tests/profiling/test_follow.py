@@ -362,3 +362,35 @@ def test_ab_gates_a_ranks_own_counter_under_torchrun(tmp_path):
     verdicts = {c["metric"]: c["verdict"] for c in json.loads(slow.stdout)["checks"]}
     assert verdicts == {"syncs/iteration@rank-0": "FAIL", "syncs/iteration@rank-1": "PASS"}, slow.stdout[-2000:]
     assert same.returncode == 0, same.stderr[-3000:]
+
+
+def test_sigterm_during_a_flush_that_holds_its_lock_is_delivered_after_the_write_not_a_deadlock(tmp_path):
+    """A pool's terminate() reaches a worker as the worker flushes at its normal end: the handler runs in the thread
+    that holds the flush's lock. It must not wait for that lock (the worker would hang, and the pool's join with it,
+    and the profiled script never ends): the signal is kept and delivered once the result is written."""
+    code = f"""
+import os, signal, sys, threading
+from pathlib import Path
+from rlbench.profiling import follow
+
+class Session:
+    attributor = None
+    threads = None
+
+folder = Path({str(tmp_path)!r})
+f = follow.Follower(folder, Session())
+follow.Follower.current = f
+follow.process_result = lambda *a, **k: {{"pid": os.getpid()}}
+follow._sigterm_flushes()
+with f.lock:  # the flush has taken its lock and not yet said it is writing: SIGTERM arrives now
+    alarm = threading.Timer(5.0, lambda: os._exit(3))  # a deadlock exits 3
+    alarm.start()
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert f.signalled == signal.SIGTERM, f.signalled
+    alarm.cancel()
+f.flush("ok", 0)  # ... the flush goes on, writes, then dies by the signal kept
+os._exit(4)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    assert list(tmp_path.glob("proc-*.json")), proc.stderr  # the result was written before it died
