@@ -235,6 +235,12 @@ def _judge(r: CaseResult, t: Threshold, counters: list[str]) -> Check:
 def _rerun(load: LoadCheck) -> str:
     """What would give a verdict the load could not spoil, never what the command already did: interleaved rounds
     with a load that differed between the sides need a steadier load; separate runs need interleaved rounds."""
+    if load.interleaved and load.unsettled and not load.lopsided:
+        return (
+            "the rounds were interleaved, but their loads scatter too much to show both sides saw the same machine "
+            "(the kernel reads a short run's load in 10 ms ticks): more rounds (--max-rounds) or longer runs would "
+            "show it, unless one side really was busier"
+        )
     if load.interleaved:
         return (
             "the rounds were interleaved, so a steady neighbour would have loaded both sides alike: this one did not "

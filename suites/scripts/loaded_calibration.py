@@ -3,16 +3,16 @@
 ``python -m rlbench.suites.scripts.loaded_calibration bisect [--trials 10] [--commits 16] [--neighbours 1]``
     Each trial builds a repository of ``--commits`` commits of a CPU-bound user benchmark (``spin``, a pure-Python
     loop of about ``--work-ms`` per call), one of them (drawn at random) ``--step`` slower, and runs ``rlbench bisect
-    FIRST HEAD --fail wall_s:X% -- run spin`` (X = ``--threshold``) beside ``--neighbours`` CPU-bound processes
-    (``python -c "while True: pass"``) for the whole bisect. Reported: how often it names the slow commit exactly, the
-    rounds and seconds it used, and every trial's answer. Target (issue 58): with one steady neighbour, a +10% step in
+    FIRST HEAD --fail wall_s:X% --repeats C -- run spin`` (X = ``--threshold``, C = ``--calls``) beside
+    ``--neighbours`` CPU-bound processes (``python -c "while True: pass"``) for the whole bisect. Reported: how often
+    it names the slow commit exactly, the rounds and seconds it used, and every trial's answer. Target (issue 58): with one steady neighbour, a +10% step in
     a 16-commit repository pinned in at least 9 of 10 trials.
 
 ``python -m rlbench.suites.scripts.loaded_calibration history [--commits 50] [--neighbours 1] [--step 0.10]``
     Two histories of ``--commits`` commits beside the neighbour(s): identical code at every commit (A/A), and the same
     with one commit ``--step`` slower. Each is measured with ``rlbench history run`` and its candidates measured again
-    with ``rlbench history confirm``. Reported: the candidates found, confirmed, dismissed and undecided, and whether
-    the injected step was confirmed at its commit. Target: 0 confirmed regressions on the A/A history; the injected
+    with ``rlbench history confirm --repeats C``. Reported: the candidates found, confirmed, dismissed and undecided,
+    and whether the injected step was confirmed at its commit. Target: 0 confirmed regressions on the A/A history; the injected
     step confirmed at its commit.
 
 Every number in the report comes from the commands' own ``--json`` output; the JSON of every trial is saved beside the
@@ -117,6 +117,7 @@ def bisect_trials(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
         repo = work / f"bisect-{t}"
         shas = build(repo, args.commits, slow_at, args.step, args.work_ms)
         command = ["bisect", shas[0], "HEAD", "--fail", f"wall_s:{args.threshold:g}%", "--max-rounds", str(args.max_rounds)]
+        command += ["--repeats", str(args.calls)]
         t0 = time.perf_counter()
         with Neighbours(args.neighbours):
             code, out, last = rlbench([*command, "--json", "--", "run", "spin"], repo, timeout=args.timeout)
@@ -158,6 +159,7 @@ def history_trials(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]
             span = ["history", "run", f"{shas[0]}..HEAD", "--repeats", str(args.repeats), "--store", str(store)]
             code_run, measured, last_run = rlbench([*span, "--json", "--", "run", "spin"], repo, timeout=args.timeout)
             confirm = ["history", "confirm", "--store", str(store), "--metric", "wall_s", "--max-rounds", str(args.max_rounds)]
+            confirm += ["--repeats", str(args.calls)]
             code, confirmed, last = rlbench([*confirm, "--json"], repo, timeout=args.timeout)
         wall = time.perf_counter() - t0
         recorded = (confirmed or {}).get("recorded", [])
@@ -203,7 +205,8 @@ def render(mode: str, meta: dict[str, Any], trials: list[dict[str, Any]]) -> str
         lines += [
             f"Each trial: a repository of {meta['commits']} commits of `spin` (about {meta['work_ms']:g} ms of "
             f"pure-Python work a call), one commit {meta['step']:.0%} slower from there on, and `rlbench bisect FIRST HEAD "
-            f"--fail wall_s:{meta['threshold']:g}% --max-rounds {meta['max_rounds']} -- run spin`.",
+            f"--fail wall_s:{meta['threshold']:g}% --max-rounds {meta['max_rounds']} --repeats {meta.get('calls', 1)} -- "
+            "run spin`.",
             "",
             f"**The slow commit was named exactly in {exact} of {len(trials)} trials** (target: at least 9 of 10"
             f"{', met' if exact >= 0.9 * len(trials) else ', **not met**'}). Rounds against GOOD per bisect, median "
@@ -222,7 +225,7 @@ def render(mode: str, meta: dict[str, Any], trials: list[dict[str, Any]]) -> str
         lines += [
             f"Each history: {meta['commits']} commits of `spin` (about {meta['work_ms']:g} ms a call) measured with "
             f"`rlbench history run --repeats {meta['repeats']}`, then `rlbench history confirm --metric wall_s "
-            f"--max-rounds {meta['max_rounds']}` on its candidate steps.",
+            f"--max-rounds {meta['max_rounds']} --repeats {meta.get('calls', 1)}` on its candidate steps.",
             "",
             "| History | Candidates | Confirmed | Dismissed | Undecided | Injected step confirmed at its commit | Rounds | "
             "Minutes |",
@@ -256,6 +259,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threshold", type=float, default=5.0, help="bisect's --fail wall_s:X%% (default: 5)")
     p.add_argument("--work-ms", type=float, default=100.0, help="milliseconds of work per call of spin (default: 100)")
     p.add_argument("--repeats", type=int, default=3, help="history: repeats per commit (default: 3)")
+    p.add_argument(
+        "--calls",
+        type=int,
+        default=5,
+        help="timed calls of spin per run of bisect and confirm (their --repeats; default: 5: one 40-100 ms call per "
+        "process beside a neighbour put identical commits 25%% apart pair to pair)",
+    )
     p.add_argument("--max-rounds", type=int, default=40, help="--max-rounds of bisect and confirm (default: 40)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds one command may take (default: 3600)")
     p.add_argument("--seed", type=int, default=0, help="seed of the slow commits' positions (default: 0)")
@@ -278,7 +288,10 @@ def main(argv: list[str] | None = None) -> int:
         + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {k: fp.get(k) for k in ("cpu", "cores", "id")},
         "wall_s": time.perf_counter() - t0,
-        **{k: getattr(args, k) for k in ("commits", "neighbours", "step", "threshold", "work_ms", "repeats", "max_rounds")},
+        **{
+            k: getattr(args, k)
+            for k in ("commits", "neighbours", "step", "threshold", "work_ms", "repeats", "max_rounds", "calls")
+        },
     }
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "trials": trials}, separators=(",", ":")), encoding="utf-8")
     out.write_text(render(args.mode, meta, trials), encoding="utf-8")

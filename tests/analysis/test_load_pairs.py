@@ -197,6 +197,7 @@ def test_runs_too_short_for_the_ticks_are_not_passed_beside_a_neighbour() -> Non
     assert outcome.load is not None and outcome.load.unsettled and not outcome.load.lopsided
     assert outcome.verdict == INCONCLUSIVE and outcome.checks[0].busy
     assert "more rounds narrow it" in outcome.load_notes()[0]
+    assert "more rounds (--max-rounds) or longer runs" in outcome.checks[0].advice
 
 
 @pytest.mark.parametrize("ticked", [2, 5])
