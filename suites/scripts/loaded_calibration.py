@@ -5,8 +5,8 @@
     loop of about ``--work-ms`` per call), one of them (drawn at random) ``--step`` slower, and runs ``rlbench bisect
     FIRST HEAD --fail wall_s:X% --repeats C -- run spin`` (X = ``--threshold``, C = ``--calls``) beside
     ``--neighbours`` CPU-bound processes (``python -c "while True: pass"``) for the whole bisect. Reported: how often
-    it names the slow commit exactly, the rounds and seconds it used, and every trial's answer. Target (issue 58): with one steady neighbour, a +10% step in
-    a 16-commit repository pinned in at least 9 of 10 trials.
+    it names the slow commit exactly, the rounds and seconds it used, and every trial's answer. Target (issue 58):
+    with one steady neighbour, a +10% step in a 16-commit repository pinned in at least 9 of 10 trials.
 
 ``python -m rlbench.suites.scripts.loaded_calibration history [--commits 50] [--neighbours 1] [--step 0.10]``
     Two histories of ``--commits`` commits beside the neighbour(s): identical code at every commit (A/A), and the same
