@@ -256,8 +256,11 @@ def test_without_a_run_of_its_own_rlbench_opens_one_in_wandb_and_mlflow(project:
     assert meta["points"] >= 2 and not meta["failures"] and not meta["runs"][0]["user"], meta
     if backend == "wandb":
         rows = _wandb_history(project / "wb")
-        steps = [r["rlbench/step"] for r in rows if "rlbench/sps" in r]
-        assert len(steps) >= 2 and steps == sorted(steps)
+        # every point rlbench logged is in the run (each carries its own cost; SPS only once steps were taken in
+        # its window: on a busy machine the script's first window may have none)
+        steps = [r["rlbench/step"] for r in rows if "rlbench/cost/logging_pct" in r]
+        assert len(steps) == meta["points"] and steps == sorted(steps)
+        assert any("rlbench/sps" in r for r in rows)
         roles = {r.meta.get("role") for r in read_records(project / "st") if r.meta.get("role")}
         assert not roles, roles  # the threads W&B started for rlbench's run are rlbench's, not the job's
     else:
@@ -266,7 +269,10 @@ def test_without_a_run_of_its_own_rlbench_opens_one_in_wandb_and_mlflow(project:
         client = MlflowClient(tracking_uri=target)
         (run,) = client.search_runs([client.get_experiment_by_name("rlbench").experiment_id])
         assert run.info.status == "FINISHED" and run.info.run_name.startswith("rlbench-")
-        assert len(client.get_metric_history(run.info.run_id, "rlbench/sps")) >= 2
+        # every point rlbench logged is in the run (each carries its own cost; SPS only once steps were taken in its
+        # window: beside a busy CI neighbour the script's first window had none, and one SPS point came back of 2)
+        assert len(client.get_metric_history(run.info.run_id, "rlbench/cost/logging_pct")) == meta["points"]
+        assert client.get_metric_history(run.info.run_id, "rlbench/sps")
 
 
 @pytest.mark.slow
