@@ -640,7 +640,7 @@ class LoadCheck:
         runs so short that the kernel's ticks decide their load); pairs far apart one way are not. (Counting every
         pair above the drop limit as asymmetric refused ``gae`` A/A as busy in 4 of 10 quiet comparisons and 10 of
         10 beside a steady neighbour; judging the kept pairs' sign alone PASSed a neighbour during B's runs only
-        at 10 ms runs, where a quarter of B's runs saw a tick of it.)"""
+        at runs of a few milliseconds, where only some of B's runs saw a tick of it.)"""
         return self.interleaved and (self.lopsided or self.unsettled)
 
     @property

@@ -18,7 +18,7 @@ per pair: a steady neighbour loads both halves of every pair alike, so the verdi
 whose halves saw very different load are dropped (the outcome says how many); a load that differs between the sides
 beyond chance (a neighbour during one side's runs only), or pairs too few to show the sides' mean load within 10
 points of each other, make a timing PASS INCONCLUSIVE ("machine was busy") and
-refuses a verdict it could have produced. Separate runs (``gate`` on two stored runs) are judged per side: loads 10
+refuse a verdict the load could have produced. Separate runs (``gate`` on two stored runs) are judged per side: loads 10
 points apart, or either side above half the machine, do the same.
 
 A gate never passes because nothing was measured: a threshold whose metric is missing on either side, or has no
