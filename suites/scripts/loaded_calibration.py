@@ -12,8 +12,8 @@
     Two histories of ``--commits`` commits beside the neighbour(s): identical code at every commit (A/A), and the same
     with one commit ``--step`` slower. Each is measured with ``rlbench history run`` and its candidates measured again
     with ``rlbench history confirm --repeats C``. Reported: the candidates found, confirmed, dismissed and undecided,
-    and whether the injected step was confirmed at its commit. Target: 0 confirmed regressions on the A/A history; the injected
-    step confirmed at its commit.
+    and whether the injected step was confirmed at its commit. Target: 0 confirmed regressions on the A/A history;
+    the injected step confirmed at its commit.
 
 Every number in the report comes from the commands' own ``--json`` output; the JSON of every trial is saved beside the
 report (``--out``, default ``reports/loaded-calibration-<mode>.md``). Nothing else runs meanwhile: run it on an

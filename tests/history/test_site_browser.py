@@ -22,13 +22,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from rlbench.suites.scripts.site_screenshot import CHROMEDRIVER, CHROMIUM, headless_chromium
 
 from rlbench.report.site import publish
 from rlbench.results.history import params_json
 from tests.history.site_data import HOSTILE_BENCH, N, cadence_store, expected_points, scale_store, synthetic_store
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 LOAD_LIMIT_MS = 2000.0
 
 
@@ -61,21 +60,7 @@ def _no_selenium_manager(monkeypatch: pytest.MonkeyPatch) -> None:
 @contextmanager
 def chromium(width: int = 1280, height: int = 900) -> Iterator:
     """A fresh headless chromium (its own profile: nothing cached from an earlier browser) with the console logged."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        f"--window-size={width},{height}",
-    ):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    driver = headless_chromium(width, height, browser_log=True)
     try:
         yield driver
     finally:
