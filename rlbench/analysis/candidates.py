@@ -139,6 +139,18 @@ class Candidate:
         """Every metric is a noise-free counter: one round decides."""
         return all(st.series.exact for st in self.steps)
 
+    def window(self) -> list[str]:
+        """The commits ``confirm`` measures, oldest first: the step's last good and first bad commits and, for a noisy
+        series, the series' commit on either side of them (where it has one). The detector places a noisy step within
+        one commit of where it is (one commit measured at the other level's speed moves it; the step calibration
+        counts a step found within +-1 as found): ``confirm`` judges the window's ends and then pins the commit. A
+        counter's step is where its count changed."""
+        if self.exact:
+            return [self.last_good, self.first_bad]
+        st = self.steps[0]
+        commits = st.series.commits
+        return list(commits[max(0, st.index - 2) : min(len(commits), st.index + 2)])
+
     def thresholds(self) -> list[Threshold]:
         """One ``--fail METRIC:X%`` per step (:func:`threshold_pct`)."""
         return [Threshold(st.series.metric, threshold_pct(st) / 100.0) for st in self.steps]

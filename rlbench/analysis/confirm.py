@@ -1,14 +1,19 @@
 """``rlbench history confirm``: measure a history's candidate regressions again, side by side, and record the verdicts.
 
 A step the detector finds in a history (:mod:`rlbench.analysis.steps`) is a *candidate*: the history measured each
-commit once, in its own process, at whatever load the machine had then. ``confirm`` measures the candidate's last good
-and first bad commits again, each in a ``git worktree`` as ``rlbench ab`` does, in interleaved rounds with
-``--rounds auto`` (looks at 10, 20, 40, ... up to ``--max-rounds``; :class:`rlbench.analysis.gate.AutoRounds`), and
-gates the first bad against the last good with ``--fail METRIC:X%``, ``X`` half the step's size (0% for an exact
-counter, one round), as the site's suggested commands do (:func:`rlbench.analysis.candidates.threshold_pct`). The
-verdict is recorded in the history store (:class:`rlbench.results.history.Confirmation`):
+commit once, in its own process, at whatever load the machine had then, and one commit measured at the other level's
+speed moves the step by one. ``confirm`` therefore measures the step's *window* (:meth:`Candidate.window`): the series'
+commit before the last good one against the one after the first bad one (fewer at either end of the series; a counter's
+step is its two commits), each in a ``git worktree`` as ``rlbench ab`` does, in interleaved rounds with ``--rounds
+auto`` (looks at 10, 20, 40, ... up to ``--max-rounds``; :class:`rlbench.analysis.gate.AutoRounds`), and gates the
+newer end against the older with ``--fail METRIC:X%``, ``X`` half the step's size (0% for an exact counter, one
+round), as the site's suggested commands do (:func:`rlbench.analysis.candidates.threshold_pct`). When that FAILs, it
+*pins* the regression: the window's commits in between are measured against its older end in the same way, the
+detected first bad one first, and the first one slower by more than ``X`` is the commit the confirmation names
+(``pinned``). The verdict is recorded in the history store (:class:`rlbench.results.history.Confirmation`), under the
+step the detector found:
 
-* **confirmed**: the gate FAILed: worse by more than half the step, and significantly so;
+* **confirmed**: the gate FAILed: worse by more than half the step across the window, and significantly so;
 * **dismissed**: it PASSed: the interval rules out a regression that large (the step was noise or load);
 * **undecided**: INCONCLUSIVE after ``--max-rounds`` (or a verdict the load could explain was refused); the reason says
   what would settle it. An undecided candidate is tried again by the next ``confirm``.
@@ -27,7 +32,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlbench.analysis.ab import SideFailed, Worktrees, interleave, repo_top, resolve_commit, split_run_args, warmup_for
+from rlbench.analysis.ab import (
+    Checkout,
+    SideFailed,
+    Worktrees,
+    interleave,
+    repo_top,
+    resolve_commit,
+    split_run_args,
+    warmup_for,
+)
 from rlbench.analysis.candidates import Candidate
 from rlbench.analysis.gate import (
     DEFAULT_MAX_ROUNDS,
@@ -36,7 +50,6 @@ from rlbench.analysis.gate import (
     PASS,
     AutoRounds,
     GateOutcome,
-    Threshold,
     check_max_rounds,
     evaluate,
     gate_look,
@@ -123,10 +136,11 @@ def confirm(
         assert wt.work is not None
         for number, cand in enumerate(found, 1):
             t0 = time.monotonic()
+            window = cand.window()
             try:
-                shas = [resolve_commit(top, sha) for sha in (cand.last_good, cand.first_bad)]
+                shas = {sha: resolve_commit(top, sha) for sha in window}
             except UsageError:
-                gone = [sha for sha in (cand.last_good, cand.first_bad) if not _exists(top, sha)]
+                gone = [sha for sha in window if not _exists(top, sha)]
                 why = (
                     f"{cand.label()}: commit {gone[0] if gone else cand.first_bad} no longer exists in the repository "
                     "(history rewritten, or a branch deleted?): it cannot be measured again"
@@ -138,48 +152,16 @@ def confirm(
             args, seed = split_run_args(cand.run_argv, "history confirm")
             warm = warmup_for(args, warmup)
             result.warmup = warm
-            looks, confidence = ([1], 0.95) if cand.exact else (list(design.looks), design.confidence)
-            thresholds = cand.thresholds()
-            stores = {"base": wt.work / f"c{number}-base", "head": wt.work / f"c{number}-head"}
-            names = (f"c{number}-good", f"c{number}-bad")
-
-            def gate(base: list, head: list, thresholds: list[Threshold] = thresholds, confidence: float = confidence):
-                return evaluate(
-                    base,
-                    head,
-                    thresholds,
-                    learning_drop=None,
-                    confidence=confidence,
-                    allow_busy=allow_busy,
-                    interleaved=True,
-                    more="give a larger --max-rounds",
-                )
-
-            done = 0
-            outcome: GateOutcome | None = None
+            measure = _Measure(wt, number, cand, window, shas, args, seed, design, repeats, warm, allow_busy, on_run)
             try:
-                sides = {
-                    "base": wt.add(names[0], shas[0], cand.last_good[:12]),
-                    "head": wt.add(names[1], shas[1], cand.first_bad[:12]),
-                }
-                for target in looks:
-
-                    def progress(k: int, side: str, number: int = number, cand: Candidate = cand) -> None:
-                        if on_run:
-                            on_run(number, cand, k, side)
-
-                    base, head = interleave(
-                        sides, args, seed, target - done, stores, repeats=repeats, warmup=warm, on_run=progress, start=done
-                    )
-                    done = target
-                    outcome, stop = gate_look(lambda b=base, h=head: gate(b, h))
-                    if stop:
-                        break
+                outcome, refused = measure(window[0], window[-1])
+                pinned = _pin(cand, window, outcome, measure)
             except SideFailed as exc:
                 from rlbench.analysis.history_run import failure_line
 
-                side = "last good" if exc.store == stores["base"] else "first bad"
-                why = f"{cand.label()}: the {side} commit failed to run ({failure_line(exc)})"
+                sha = getattr(exc, "commit", cand.first_bad)
+                role = {cand.last_good: "last good", cand.first_bad: "first bad"}.get(sha, "neighbouring")
+                why = f"{cand.label()}: the {role} commit {sha[:12]} failed to run ({failure_line(exc)})"
                 result.failed.append(Failed(cand, why, exc.exit_code))
                 if on_done:
                     on_done(number, cand, None, why)
@@ -191,17 +173,10 @@ def confirm(
                     on_done(number, cand, None, why)
                 continue
             finally:
-                for name in names:
-                    wt.remove(name)
-                result.rounds += done
+                measure.close()
+                result.rounds += measure.rounds
                 result.seconds += time.monotonic() - t0
-            refused = ""
-            if outcome is None:  # the last look gave no outcome: ask once more for the reason
-                try:
-                    outcome = gate(base, head)
-                except DataError as exc:
-                    refused = str(exc)
-            recorded = _record(cand, outcome, refused, done, machine)
+            recorded = _record(cand, window, outcome, refused, measure.rounds, machine, pinned)
             for c in recorded:
                 store.add_confirmation(c)
             result.recorded += recorded
@@ -210,8 +185,160 @@ def confirm(
     return result
 
 
-def _record(cand: Candidate, outcome: GateOutcome | None, refused: str, rounds: int, machine: str) -> list[Confirmation]:
-    """One confirmation per step of the candidate, from the gate's outcome (or its refusal)."""
+class _Measure:
+    """One candidate's measurements: a commit of its window against another, in interleaved rounds with ``--rounds
+    auto`` (one round for counters), each commit checked out once (:meth:`close` removes the worktrees)."""
+
+    def __init__(
+        self,
+        wt: Worktrees,
+        number: int,
+        cand: Candidate,
+        window: list[str],
+        shas: dict[str, str],
+        args: list[str],
+        seed: int,
+        design: AutoRounds,
+        repeats: int,
+        warmup: int,
+        allow_busy: bool,
+        on_run: Callable[[int, Candidate, int, str], None] | None,
+    ) -> None:
+        self.wt, self.number, self.cand, self.window, self.shas = wt, number, cand, window, shas
+        self.args, self.seed, self.repeats, self.warmup, self.allow_busy, self.on_run = (
+            args,
+            seed,
+            repeats,
+            warmup,
+            allow_busy,
+            on_run,
+        )
+        self.looks, self.confidence = ([1], 0.95) if cand.exact else (list(design.looks), design.confidence)
+        self.thresholds = cand.thresholds()
+        self.checkouts: dict[str, tuple[str, Checkout]] = {}  # sha -> its worktree's name and checkout
+        self.rounds = self.tests = 0
+
+    def gate(self, base: list, head: list) -> GateOutcome:
+        return evaluate(
+            base,
+            head,
+            self.thresholds,
+            learning_drop=None,
+            confidence=self.confidence,
+            allow_busy=self.allow_busy,
+            interleaved=True,
+            more="give a larger --max-rounds",
+        )
+
+    def checkout(self, sha: str) -> Checkout:
+        if sha not in self.checkouts:
+            name = f"c{self.number}-w{self.window.index(sha)}"
+            self.checkouts[sha] = (name, self.wt.add(name, self.shas[sha], sha[:12]))
+        return self.checkouts[sha][1]
+
+    def progress(self, k: int, side: str) -> None:
+        if self.on_run:
+            self.on_run(self.number, self.cand, k, side)
+
+    def __call__(self, good: str, bad: str) -> tuple[GateOutcome | None, str]:
+        """``bad`` against ``good``: the gate's outcome at the look that decided (or the last), or why there is none.
+
+        Raises:
+            SideFailed: A run failed (its ``commit`` attribute names the commit).
+        """
+        assert self.wt.work is not None
+        self.tests += 1
+        stores = {side: self.wt.work / f"c{self.number}-t{self.tests}-{side}" for side in ("base", "head")}
+        sides = {"base": self.checkout(good), "head": self.checkout(bad)}
+        done, outcome, base, head = 0, None, [], []
+        try:
+            for target in self.looks:
+                base, head = interleave(
+                    sides,
+                    self.args,
+                    self.seed,
+                    target - done,
+                    stores,
+                    repeats=self.repeats,
+                    warmup=self.warmup,
+                    on_run=self.progress,
+                    start=done,
+                )
+                done = target
+                outcome, stop = gate_look(lambda b=base, h=head: self.gate(b, h))
+                if stop:
+                    break
+        except SideFailed as exc:
+            exc.commit = good if exc.store == stores["base"] else bad  # type: ignore[attr-defined]
+            raise
+        finally:
+            self.rounds += done
+        if outcome is not None:
+            return outcome, ""
+        try:  # the last look gave no outcome: ask once more for the reason
+            return self.gate(base, head), ""
+        except DataError as exc:
+            return None, str(exc)
+
+    def close(self) -> None:
+        for name, _ in self.checkouts.values():
+            self.wt.remove(name)
+
+
+def _failed(outcome: GateOutcome | None) -> bool:
+    return outcome is not None and any(c.verdict == FAIL for c in outcome.checks)
+
+
+def _passed(outcome: GateOutcome | None) -> bool:
+    return outcome is not None and all(c.verdict == PASS for c in outcome.checks)
+
+
+def _pin(
+    cand: Candidate,
+    window: list[str],
+    outcome: GateOutcome | None,
+    measure: Callable[[str, str], tuple[GateOutcome | None, str]],
+) -> str | None:
+    """The first commit of a confirmed window measured slower than its good end (``None``: not confirmed, or a commit
+    in between could not be decided). The detected first bad commit is tested first, then its neighbour on the side the
+    verdict points to."""
+    if not _failed(outcome):
+        return None
+    if len(window) == 2:
+        return window[1]
+    good = window[0]
+    lo, hi = 1, len(window) - 1  # the first bad is one of window[lo..hi]; window[hi] is known bad
+    probe = window.index(cand.first_bad) if cand.first_bad in window[lo:hi] else lo
+    while lo < hi:
+        try:
+            verdict, _ = measure(good, window[probe])
+        except SideFailed:  # a commit inside the window fails to run: the window's verdict stands, unpinned
+            return None
+        if _failed(verdict):
+            hi, probe = probe, probe - 1  # slower already: is the one before it too?
+        elif _passed(verdict):
+            lo = probe = probe + 1
+        else:
+            return None  # a commit in between the gate could not decide
+    return window[hi]
+
+
+def _record(
+    cand: Candidate,
+    window: list[str],
+    outcome: GateOutcome | None,
+    refused: str,
+    rounds: int,
+    machine: str,
+    pinned: str | None,
+) -> list[Confirmation]:
+    """One confirmation per step of the candidate, from the gate's outcome on the window's ends (or its refusal)."""
+    span = ""
+    if window != [cand.last_good, cand.first_bad]:
+        span = f"{window[-1][:12]} against {window[0][:12]} (the step's commits and one on either side): "
+    where = ""
+    if _failed(outcome):
+        where = f"; first slower at {pinned[:12]}" if pinned else "; the window's first slower commit was not decided"
     checks = {c.threshold.metric: c for c in outcome.checks} if outcome is not None else {}
     out = []
     now = int(time.time())
@@ -240,6 +367,7 @@ def _record(cand: Candidate, outcome: GateOutcome | None, refused: str, rounds: 
             continue
         r = c.result
         reason = c.reason if c.verdict != INCONCLUSIVE else f"INCONCLUSIVE after {rounds} round(s): {c.advice or c.reason}"
+        reason = span + reason + (where if c.verdict == FAIL else "")
         out.append(
             Confirmation(
                 machine,
@@ -255,6 +383,7 @@ def _record(cand: Candidate, outcome: GateOutcome | None, refused: str, rounds: 
                 rounds,
                 reason,
                 now,
+                pinned if c.verdict == FAIL else None,
             )  # fmt: skip
         )
     return out

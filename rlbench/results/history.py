@@ -133,6 +133,10 @@ class Confirmation:
         rounds: Interleaved rounds run.
         reason: The gate's words (and, when undecided, what would settle it).
         time: When it was measured (unix seconds).
+        pinned: For a confirmed step, the first commit measured slower than the window's good end: the commit the
+            regression is at (the detector places a step within +-1 commit; ``history confirm`` measures the window and
+            pins it). ``None`` when not pinned (undecided between two commits, or not confirmed), and in lines written
+            before it was recorded.
     """
 
     machine: str
@@ -148,6 +152,7 @@ class Confirmation:
     rounds: int
     reason: str
     time: int
+    pinned: str | None = None
 
     def key(self) -> tuple[str, str, str, str, str]:
         """What a step must share to be the one confirmed: benchmark, parameters, metric and both commits."""
@@ -607,7 +612,7 @@ class HistoryStore:
         """
         if c.verdict not in CONFIRMATION_VERDICTS:
             raise DataError(f"confirmation verdict must be one of {', '.join(CONFIRMATION_VERDICTS)}, got {c.verdict!r}")
-        for sha in (c.last_good, c.first_bad):
+        for sha in (c.last_good, c.first_bad, *([c.pinned] if c.pinned is not None else [])):
             if not _SHA.match(sha):
                 raise DataError(f"{sha!r} is not a commit id")
         path = self._machine_dir(c.machine) / CONFIRMATIONS
@@ -634,6 +639,7 @@ class HistoryStore:
                     and c.verdict in CONFIRMATION_VERDICTS
                     and bool(_SHA.match(str(c.last_good)))
                     and bool(_SHA.match(str(c.first_bad)))
+                    and (c.pinned is None or bool(_SHA.match(str(c.pinned))))
                 )
             except TypeError:
                 ok = False

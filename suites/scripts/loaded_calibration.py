@@ -164,7 +164,7 @@ def history_trials(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]
         wall = time.perf_counter() - t0
         recorded = (confirmed or {}).get("recorded", [])
         verdicts = [c["verdict"] for c in recorded]
-        hit = [c for c in recorded if slow_at is not None and c["first_bad"] == shas[slow_at]]
+        hit = [c for c in recorded if slow_at is not None and (c.get("pinned") or c["first_bad"]) == shas[slow_at]]
         trial = {
             "history": label,
             "slow_at": slow_at,
@@ -180,6 +180,17 @@ def history_trials(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]
             "wall_s": wall,
             "message": last if code else last_run if code_run else "",
             "recorded": recorded,
+            "at": [
+                {
+                    "first_bad": shas.index(c["first_bad"]) if c["first_bad"] in shas else None,
+                    "pinned": shas.index(c["pinned"]) if c.get("pinned") in shas else None,
+                    "verdict": c["verdict"],
+                    "ratio": c["ratio"],
+                    "ci": c["ci"],
+                    "rounds": c["rounds"],
+                }
+                for c in recorded
+            ],
         }
         out.append(trial)
         print(f"{label}: {trial['candidates']} candidate(s), verdicts {verdicts}, {wall:.0f} s", file=sys.stderr, flush=True)
@@ -237,6 +248,23 @@ def render(mode: str, meta: dict[str, Any], trials: list[dict[str, Any]]) -> str
                 f"| {t['history']} | {t['candidates']} | {t['confirmed']} | {t['dismissed']} | {t['undecided']} | "
                 f"{injected} | {t['rounds']} | {t['wall_s'] / 60:.1f} |"
             )
+        lines += [
+            "",
+            "Every candidate measured again (commits numbered from 0; `confirm` measures the step's window, the commit "
+            "before the last good one against the one after the first bad one, and pins a confirmed step to the first "
+            "commit slower than the window's older end):",
+            "",
+            "| History | Injected at | Detected first bad | Verdict | Ratio across the window | Pinned to | Rounds |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for t in trials:
+            for c in t.get("at", []):
+                ci = f" ({c['ci'][0]:.3f}-{c['ci'][1]:.3f})" if c.get("ci") and None not in c["ci"] else ""
+                ratio = f"{c['ratio']:.3f}{ci}" if c.get("ratio") is not None else "n/a"
+                lines.append(
+                    f"| {t['history']} | {'n/a' if t['slow_at'] is None else t['slow_at']} | {c['first_bad']} | "
+                    f"{c['verdict']} | {ratio} | {'n/a' if c['pinned'] is None else c['pinned']} | {c['rounds']} |"
+                )
         aa = next((t for t in trials if t["slow_at"] is None), None)
         step = next((t for t in trials if t["slow_at"] is not None), None)
         if aa is not None and step is not None:
@@ -258,7 +286,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step", type=float, default=0.10, help="the injected slowdown, a fraction (default: 0.10)")
     p.add_argument("--threshold", type=float, default=5.0, help="bisect's --fail wall_s:X%% (default: 5)")
     p.add_argument("--work-ms", type=float, default=100.0, help="milliseconds of work per call of spin (default: 100)")
-    p.add_argument("--repeats", type=int, default=3, help="history: repeats per commit (default: 3)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=20,
+        help="history: repeats per commit (default: 20: about 2 s of spin per commit, longer than most of the slow "
+        "spells of this VM, which last from one to tens of 23 ms ppo iterations)",
+    )
     p.add_argument(
         "--calls",
         type=int,

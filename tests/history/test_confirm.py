@@ -13,12 +13,16 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from rlbench.analysis.candidates import Candidate
+from rlbench.analysis.confirm import _pin
+from rlbench.analysis.steps import Step
 from rlbench.report.site import write_site
 from rlbench.results.fingerprint import machine_fingerprint
-from rlbench.results.history import CONFIRMED, DISMISSED, Confirmation, HistoryStore
+from rlbench.results.history import CONFIRMED, DISMISSED, Confirmation, HistoryStore, Series
 from tests.history.conftest import git, rlbench, write_levels
 
 BENCH = '''"""tiny: a short sleep."""
@@ -90,6 +94,58 @@ def one_line(proc: subprocess.CompletedProcess[str], code: int) -> str:
     assert proc.returncode == code, (proc.returncode, proc.stderr[-3000:])
     assert len(lines) == 1 and lines[0].startswith("rlbench: error:"), proc.stderr[-3000:]
     return lines[0]
+
+
+# --- the window a candidate is measured over, and the commit it is pinned to -----------------------------------------
+COMMITS = [f"{i:040x}" for i in range(1, 9)]
+
+
+def candidate(index: int, exact: bool = False) -> Candidate:
+    """A candidate step of an 8-commit series at ``index`` (its first bad commit)."""
+    series = Series("m", "tiny", {}, "wall_s", "s", "lower", exact, COMMITS, [[1.0]] * len(COMMITS))
+    step = Step(series, index, COMMITS[index - 1], COMMITS[index], 1.3, (1.2, 1.4), True, [])
+    return Candidate([step], ["run", "tiny"])
+
+
+@pytest.mark.parametrize(
+    ("index", "exact", "window"),
+    [(5, False, [3, 4, 5, 6]), (1, False, [0, 1, 2]), (7, False, [5, 6, 7]), (5, True, [4, 5])],
+)
+def test_the_window_is_the_step_and_one_commit_either_side(index: int, exact: bool, window: list[int]) -> None:
+    assert candidate(index, exact).window() == [COMMITS[i] for i in window]
+
+
+def outcome_of(verdict: str) -> SimpleNamespace:
+    return SimpleNamespace(checks=[SimpleNamespace(verdict=verdict)])
+
+
+@pytest.mark.parametrize("slow_at", [4, 5, 6])
+def test_a_confirmed_window_is_pinned_to_the_first_slower_commit(slow_at: int) -> None:
+    """The detector put the step at commit 5; the code slowed at 4, 5 or 6 (each inside the window 3..6): the pin
+    measures the window's commits against commit 3 and names the first slower one, in at most two comparisons."""
+    cand = candidate(5)
+    window = cand.window()
+    asked = []
+
+    def measure(good: str, bad: str) -> tuple[SimpleNamespace, str]:
+        asked.append(COMMITS.index(bad))
+        assert good == COMMITS[3]
+        return outcome_of("FAIL" if COMMITS.index(bad) >= slow_at else "PASS"), ""
+
+    assert _pin(cand, window, outcome_of("FAIL"), measure) == COMMITS[slow_at]
+    assert asked[0] == 5 and len(asked) <= 2, asked
+
+
+def test_a_window_not_confirmed_or_undecided_inside_is_not_pinned() -> None:
+    cand = candidate(5)
+    window = cand.window()
+
+    def never(good: str, bad: str) -> tuple[SimpleNamespace, str]:
+        raise AssertionError("a window that did not FAIL is not pinned")
+
+    assert _pin(cand, window, outcome_of("PASS"), never) is None
+    assert _pin(cand, window, outcome_of("INCONCLUSIVE"), never) is None
+    assert _pin(cand, window, outcome_of("FAIL"), lambda g, b: (outcome_of("INCONCLUSIVE"), "")) is None
 
 
 # --- the store and what shows it -------------------------------------------------------------------------------------
@@ -173,14 +229,15 @@ def test_a_candidate_whose_commit_is_gone_is_named_and_the_others_are_left(tmp_p
 
 
 @pytest.mark.slow
-def test_a_first_bad_commit_that_fails_to_run_is_exit_1_and_records_nothing(tmp_path: Path, tmpdir_of_runs: Path) -> None:
+def test_a_commit_of_the_window_that_fails_to_run_is_exit_1_and_records_nothing(tmp_path: Path, tmpdir_of_runs: Path) -> None:
     repo = tmp_path / "repo"
-    shas = build_repo(repo, broken_at=5)
+    shas = build_repo(repo, broken_at=6)  # the newer end of the window of the step at commit 5 (commits 3 to 6)
     history = write_history(repo / "history", shas)
     before = len(history.records(machine_fingerprint()["id"]))
     proc = rlbench(["history", "confirm", "--store", "history", "--json", "--commit", shas[5]], repo)
     err = one_line(proc, 1)
-    assert "1 candidate(s) not measured" in err and "the first bad commit failed to run" in err and "broken on purpose" in err
+    assert "1 candidate(s) not measured" in err and f"commit {shas[6][:12]} failed to run" in err, err
+    assert "broken on purpose" in err
     assert json.loads(proc.stdout)["failed"][0]["exit_code"] == 1
     again = HistoryStore(repo / "history")
     assert len(again.records(machine_fingerprint()["id"])) == before  # nothing measured before is lost
@@ -191,7 +248,7 @@ def test_a_first_bad_commit_that_fails_to_run_is_exit_1_and_records_nothing(tmp_
 @pytest.mark.slow
 def test_ctrl_c_keeps_the_confirmations_finished_and_leaves_no_worktree(tmp_path: Path, tmpdir_of_runs: Path) -> None:
     repo = tmp_path / "repo"
-    shas = build_repo(repo, interrupt_at=2)  # the older candidate's first bad commit presses Ctrl-C
+    shas = build_repo(repo, interrupt_at=0)  # the older end of the older candidate's window (commits 0 to 3) presses Ctrl-C
     write_history(repo / "history", shas)
     proc = rlbench(["history", "confirm", "--store", "history", "--max-rounds", "10", "--json"], repo, timeout=600)
     assert proc.returncode == 130, proc.stdout[-3000:] + proc.stderr[-3000:]

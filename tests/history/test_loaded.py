@@ -33,6 +33,7 @@ def test_history_confirm_confirms_exactly_that_regression(loaded_regression: dic
     repo, store, shas = loaded_regression["repo"], loaded_regression["store"], loaded_regression["shas"]
     confirmed = [c for c in loaded_regression["confirm"]["recorded"] if c["verdict"] == "confirmed"]
     assert [(c["last_good"], c["first_bad"]) for c in confirmed] == [(shas["docs1"], shas["slow"])]
+    assert [c["pinned"] for c in confirmed] == [shas["slow"]]  # measured over the window, then pinned to it
     shown = json.loads(rlbench(["history", "show", "--store", str(store), "--json"], repo).stdout)
     assert shown["regressions"]["confirmed"] == 1
     (step,) = [st for st in shown["steps"] if st["status"] == "confirmed"]
