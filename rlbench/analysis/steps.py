@@ -249,6 +249,25 @@ def _interval(
     return math.exp(log_ratio), math.exp(log_ratio - half), math.exp(log_ratio + half)
 
 
+RANK_SEARCH = 12
+"""From this many commits on, the search runs on the levels' normal scores (:func:`normal_scores`), not on the levels
+in units of sigma. Process-level noise on a shared machine is skewed: most commits near a floor, a quarter of them
+10-60% slower (a process that ran on a slowed CPU), and those excursions both inflate sigma and pull least-squares
+segments; ranks give each commit one vote, whatever its excursion. Measured on the step calibration's samples and on a
+pure-Python benchmark beside a neighbour (``docs/history-steps.md``): fewer false steps in every condition, and as many
++10% steps found or more. A level held by fewer than ``min_run`` commits at either end of the series (the newest
+commit alone) is still searched for in units of sigma: its one rank cannot pay the penalty. Below ``RANK_SEARCH``
+commits ranks carry too little evidence (7 commits of normal scores cannot pay the penalty, however clear the step),
+and the repeats' own noise scale is what tells a short history's step."""
+
+
+def normal_scores(levels: np.ndarray) -> np.ndarray:
+    """The levels' ranks as standard normal quantiles (ties share their mean rank): unit variance under no change."""
+    from scipy.stats import norm, rankdata
+
+    return np.asarray(norm.ppf((rankdata(levels) - 0.5) / levels.size), dtype=float)
+
+
 def _noisy_steps(series: Series, settings: StepSettings) -> list[Step]:
     medians = np.array([float(np.median(s)) for s in series.samples])
     n = medians.size
@@ -259,6 +278,12 @@ def _noisy_steps(series: Series, settings: StepSettings) -> list[Step]:
     sigma = noise(levels, within)
     df = n - 2  # the noise comes from n - 1 consecutive differences
     cps = _candidates((levels - np.median(levels)) / sigma, settings.penalty)
+    if n >= RANK_SEARCH:
+        # ranks cannot tell a level held by fewer than min_run commits at either end (the newest commit alone, say):
+        # there the search in units of sigma speaks, as for a short history
+        ends = [i for i in cps if i < settings.min_run or i > n - settings.min_run]
+        cps = sorted(set(_candidates(normal_scores(levels), settings.penalty)) | set(ends))
+        return _confirmed(series, levels, cps, sigma, df, settings)
     if sum(len(s) >= 2 for s in series.samples) * 2 > n:  # repeats: room for a step and its revert
         spare = noise(levels, within, keep_out=REVERT)
         if spare < sigma:

@@ -162,6 +162,8 @@ def history_trials(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]
             confirm += ["--repeats", str(args.calls)]
             code, confirmed, last = rlbench([*confirm, "--json"], repo, timeout=args.timeout)
         wall = time.perf_counter() - t0
+        _, shown, _ = rlbench(["history", "show", "--store", str(store), "--metric", "wall_s", "--json"], repo, args.timeout)
+        series = next((s for s in (shown or {}).get("series", []) if s.get("benchmark") == "spin"), {})
         recorded = (confirmed or {}).get("recorded", [])
         verdicts = [c["verdict"] for c in recorded]
         hit = [c for c in recorded if slow_at is not None and (c.get("pinned") or c["first_bad"]) == shas[slow_at]]
@@ -180,6 +182,7 @@ def history_trials(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]
             "wall_s": wall,
             "message": last if code else last_run if code_run else "",
             "recorded": recorded,
+            "medians_s": series.get("medians"),  # per commit (from commit 1), as the detector saw them
             "at": [
                 {
                     "first_bad": shas.index(c["first_bad"]) if c["first_bad"] in shas else None,

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from rlbench.analysis.compare import RATE_OR_TIME_UNITS
-from rlbench.analysis.steps import DEFAULTS, StepSettings, detect_steps
+from rlbench.analysis.steps import DEFAULTS, RANK_SEARCH, StepSettings, detect_steps
 from rlbench.core.children import run_child
 from rlbench.core.errors import Terminated, interrupt_exit_code
 from rlbench.instrument.machine_load import LoadProbe
@@ -602,8 +602,10 @@ def render(
         "`rlbench.analysis.steps.detect_steps` (details in `docs/history-steps.md`): each commit's level is the log of "
         "the median of its raw samples (repeats pooled); the noise sigma is the between-commit standard deviation of "
         "that level, from the differences of consecutive commits without the largest 2% of them (room for steps); "
-        "candidates come from binary segmentation (`ruptures.Binseg`, least squares) on the levels in units of sigma "
-        f"with a penalty of `{settings.penalty} * log(n)` per change; each candidate is confirmed between its "
+        "candidates come from binary segmentation (`ruptures.Binseg`, least squares) on the levels' normal scores "
+        f"(ranks; from {RANK_SEARCH} commits on, and in units of sigma for a level held by fewer than {settings.min_run} "
+        f"commits at either end, or in a shorter history) with a penalty of `{settings.penalty} * log(n)` per change; "
+        "each candidate is confirmed between its "
         f"neighbouring candidates by the {settings.confidence:.0%} t interval, from sigma, of the ratio of the segments' "
         "levels (20%-trimmed means of their commits' log levels): kept when it excludes 1, the change is at least "
         f"{settings.min_effect:.0%}, and the new level holds for {settings.min_run} commits or more (except at either "
