@@ -93,6 +93,7 @@ HARNESSES = {
     "fanout",
     "step_calibration",
     "loaded_calibration",
+    "round_noise",
     "site_screenshot",
     "fault_examples",
     "command_cost",

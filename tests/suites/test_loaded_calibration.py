@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rlbench.suites.scripts import loaded_calibration, step_calibration
+from rlbench.suites.scripts import loaded_calibration, round_noise, step_calibration
 from rlbench.suites.scripts.step_calibration import calibrate, condition_of
 
 
@@ -50,3 +50,27 @@ def test_step_calibration_keeps_loaded_series_apart_and_draws_half_loaded_histor
     # the loaded half (30% slower) is left out of the search by its recorded load: no false step where it starts
     assert halfway["none"]["false_steps"] == 0
     assert step_calibration.QUIET == 0.1
+
+
+def test_round_noise_tells_spells_from_jitter(tmp_path: Path) -> None:
+    """The analysis of saved rounds: per-iteration jitter narrows with the run length, a spell that slows a whole run
+    does not, and the spells show in time."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for k in range(60):
+        slow = {"a": 1.6 if k % 7 == 0 else 1.0, "b": 1.6 if k % 7 == 3 else 1.0}  # a whole run slowed, now and then
+        rows.append({s: list(0.008 * slow[s] * np.exp(0.05 * rng.standard_normal(63))) for s in ("a", "b")})
+    lengths = round_noise.by_length(rows)
+    medians = {r["iterations"]: r for r in lengths if r["statistic"] == "median"}
+    assert set(medians) == {15, 31, 63} and all(r["half_width"] is not None for r in medians.values())
+    assert medians[63]["mad"] < medians[15]["mad"]  # the jitter averages out over longer runs
+    timing = round_noise.in_time(rows)
+    assert timing["iterations"] == 60 * 2 * 63
+    assert 0.05 < timing["slow_share"] < 0.25 and timing["spell_max"] >= 63  # a slowed run is one spell of 63
+    samples = tmp_path / "rounds.json"
+    meta = {"command": "c", "cpu": "cpu", "cores": 2, "id": "x", "rounds": 60, "steps": 65536, "neighbours": 1}
+    samples.write_text(json.dumps({"meta": {**meta, "load": 0.5, "wall_s": 60.0}, "rounds": rows}))
+    report = tmp_path / "r.md"
+    assert round_noise.main(["--samples", str(samples), "--report", str(report)]) == 0
+    assert "| 63 (65,536 steps) | median |" in report.read_text()
+    assert round_noise.main(["--samples", str(tmp_path / "missing.json"), "--report", str(report)]) == 2
