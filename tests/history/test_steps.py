@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+import rlbench.analysis.steps as steps_module
 from rlbench.analysis.steps import DEFAULTS, Step, detect_all, detect_steps, loaded_share, marked_commits
 from rlbench.results.history import Series
 
@@ -172,3 +173,27 @@ def test_a_counter_ignores_the_load() -> None:
     c.loads = [0.0] * 10 + [0.9]
     (st,) = detect_steps(c)
     assert st.index == 5
+
+
+def _skewed_history(seed: int, step: float, n: int = 50, at: int = 30) -> Series:
+    """Process-level noise as a shared machine makes it: a floor (2% spread), a quarter of the commits 10-65% slower
+    (a process on a slowed CPU), 5 repeats each; from ``at`` on, ``1 + step`` times slower."""
+    rng = np.random.default_rng(seed)
+    levels = 0.08 * np.exp(0.02 * rng.standard_normal(n))
+    levels *= np.where(rng.random(n) < 0.25, np.exp(rng.uniform(0.1, 0.5, n)), 1.0)
+    levels *= np.where(np.arange(n) >= at, 1 + step, 1.0)
+    samples = [list(v * np.exp(0.01 * rng.standard_normal(5))) for v in levels]
+    return Series("m", "b", {}, "wall_s", "s", "lower", False, [f"{i:040x}" for i in range(n)], samples, {}, [0.5] * n)
+
+
+def test_the_rank_search_finds_more_steps_in_skewed_noise_and_no_more_false_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    def rates() -> tuple[int, int]:
+        found = sum(any(abs(s.index - 30) <= 1 and s.worse for s in detect_steps(_skewed_history(k, 0.10))) for k in range(60))
+        false = sum(len(detect_steps(_skewed_history(k, 0.0))) for k in range(60))
+        return found, false
+
+    found, false = rates()
+    monkeypatch.setattr(steps_module, "RANK_SEARCH", 10**9)  # the search in units of sigma only, as before it
+    sigma_found, sigma_false = rates()
+    assert found >= sigma_found + 6 and false <= sigma_false, (found, false, sigma_found, sigma_false)
+    assert false <= 4  # of 60 A/A histories of 50 commits

@@ -53,8 +53,8 @@ def test_step_calibration_keeps_loaded_series_apart_and_draws_half_loaded_histor
 
 
 def test_round_noise_tells_spells_from_jitter(tmp_path: Path) -> None:
-    """The analysis of saved rounds: per-iteration jitter narrows with the run length, a spell that slows a whole run
-    does not, and the spells show in time."""
+    """The analysis of saved rounds: per-iteration jitter narrows with the run length, a run slowed whole shows as a
+    spell in time, and a saved file is analysed again (a missing one is exit 2)."""
     rng = np.random.default_rng(0)
     rows = []
     for k in range(60):
