@@ -149,6 +149,7 @@ class Follower:
         self.writing = False  # its result is being written
         self.quiet = False  # machinery that only forks the workers (a forkserver): no marker, no result
         self.signalled = 0  # a SIGTERM that came while it was: delivered once it is written
+        self.overdue = False  # a SIGTERM kept that long: the next one ends the process, written or not
         self.kind = "main" if main else "python"
         self.n = _unique()
 
@@ -210,7 +211,7 @@ class Follower:
         """In a forked child: this process's own measurements from now on (what it inherited was its parent's)."""
         self.pid = os.getpid()
         self.born = time.perf_counter()
-        self.flushed = self.writing = False
+        self.flushed = self.writing = self.overdue = False
         self.signalled = 0
         self.lock = threading.Lock()
         self.main = self.quiet = False
@@ -751,11 +752,30 @@ def _on_sigterm(signum: int, frame: Any) -> None:
         # interrupting the result being written (or the flush that is about to write it, holding its lock): the
         # signal is delivered when the write is done. Waiting here for that lock would wait forever: this handler
         # runs in the thread that holds it, and the pool that sent the signal would wait forever for this process.
-        if f.writing or f.lock.locked():
+        if (f.writing or f.lock.locked()) and not f.overdue:
+            if not f.signalled:
+                threading.Thread(target=_deliver_later, args=(f, signum), name="rlbench-sigterm", daemon=True).start()
             f.signalled = signum
             return
         f.flush("terminated", -signum)
     _die(signum)
+
+
+SIGTERM_GRACE_S = 10.0
+"""How long a SIGTERM waits for the result being written before it ends the process anyway."""
+
+
+def _deliver_later(f: Follower, signum: int) -> None:
+    """A SIGTERM kept while the result was written ends the process once it is: the flush delivers it itself, and
+    if the process is still here after the grace (a pool worker, SIGTERMed twice, was seen to stay blocked on its
+    task queue with the signal kept: a deadlock the pool's join waited on forever), the signal is sent again and
+    this time ends it."""
+    deadline = time.monotonic() + SIGTERM_GRACE_S
+    while (f.writing or f.lock.locked()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.5)  # the flush's own delivery, when it is under way, ends the process meanwhile
+    f.overdue = True
+    os.kill(os.getpid(), signum)
 
 
 def _die(signum: int) -> None:

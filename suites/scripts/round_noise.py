@@ -18,7 +18,8 @@ out, as the calibration does). Then, from those samples alone:
 
 It answers whether longer runs would narrow the interval (they do when iterations vary independently, not when the
 machine slows for spells longer than a run) and says nothing else; the gate's own calibration is ``rlbench
-calibrate``. The samples are saved beside the report (``.json``); ``--samples FILE`` analyses a saved file again.
+calibrate``. The samples are saved beside the report (``.samples.json``, a third of a megabyte: git ignores it);
+``--samples FILE`` analyses a saved file again.
 """
 
 from __future__ import annotations
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": time.perf_counter() - t0,
         }
         report.parent.mkdir(parents=True, exist_ok=True)
-        report.with_suffix(".json").write_text(json.dumps({"meta": meta, "rounds": rows}), encoding="utf-8")
+        report.with_suffix(".samples.json").write_text(json.dumps({"meta": meta, "rounds": rows}), encoding="utf-8")
     report.write_text(render(meta, by_length(rows), in_time(rows)), encoding="utf-8")
     print(f"report: {report}")
     return 0
