@@ -152,7 +152,7 @@ def confirm(
             args, seed = split_run_args(cand.run_argv, "history confirm")
             warm = warmup_for(args, warmup)
             result.warmup = warm
-            measure = _Measure(wt, number, cand, window, shas, args, seed, design, repeats, warm, allow_busy, on_run)
+            measure = _Measure(wt, number, cand, shas, args, seed, design, repeats, warm, allow_busy, on_run)
             try:
                 outcome, refused = measure(window[0], window[-1])
                 pinned = _pin(cand, window, outcome, measure)
@@ -194,7 +194,6 @@ class _Measure:
         wt: Worktrees,
         number: int,
         cand: Candidate,
-        window: list[str],
         shas: dict[str, str],
         args: list[str],
         seed: int,
@@ -204,15 +203,10 @@ class _Measure:
         allow_busy: bool,
         on_run: Callable[[int, Candidate, int, str], None] | None,
     ) -> None:
-        self.wt, self.number, self.cand, self.window, self.shas = wt, number, cand, window, shas
-        self.args, self.seed, self.repeats, self.warmup, self.allow_busy, self.on_run = (
-            args,
-            seed,
-            repeats,
-            warmup,
-            allow_busy,
-            on_run,
-        )
+        self.wt, self.number, self.cand = wt, number, cand
+        self.shas = shas  # the window's commits, oldest first, to what each resolves to
+        self.args, self.seed, self.repeats, self.warmup = args, seed, repeats, warmup
+        self.allow_busy, self.on_run = allow_busy, on_run
         self.looks, self.confidence = ([1], 0.95) if cand.exact else (list(design.looks), design.confidence)
         self.thresholds = cand.thresholds()
         self.checkouts: dict[str, tuple[str, Checkout]] = {}  # sha -> its worktree's name and checkout
@@ -232,7 +226,7 @@ class _Measure:
 
     def checkout(self, sha: str) -> Checkout:
         if sha not in self.checkouts:
-            name = f"c{self.number}-w{self.window.index(sha)}"
+            name = f"c{self.number}-w{list(self.shas).index(sha)}"
             self.checkouts[sha] = (name, self.wt.add(name, self.shas[sha], sha[:12]))
         return self.checkouts[sha][1]
 
@@ -285,12 +279,9 @@ class _Measure:
             self.wt.remove(name)
 
 
-def _failed(outcome: GateOutcome | None) -> bool:
-    return outcome is not None and any(c.verdict == FAIL for c in outcome.checks)
-
-
-def _passed(outcome: GateOutcome | None) -> bool:
-    return outcome is not None and all(c.verdict == PASS for c in outcome.checks)
+def _gate_verdict(outcome: GateOutcome | None) -> str:
+    """The outcome's FAIL, PASS or INCONCLUSIVE (no outcome: INCONCLUSIVE)."""
+    return outcome.verdict if outcome is not None else INCONCLUSIVE
 
 
 def _pin(
@@ -302,7 +293,7 @@ def _pin(
     """The first commit of a confirmed window measured slower than its good end (``None``: not confirmed, or a commit
     in between could not be decided). The detected first bad commit is tested first, then its neighbour on the side the
     verdict points to."""
-    if not _failed(outcome):
+    if _gate_verdict(outcome) != FAIL:
         return None
     if len(window) == 2:
         return window[1]
@@ -314,9 +305,9 @@ def _pin(
             verdict, _ = measure(good, window[probe])
         except SideFailed:  # a commit inside the window fails to run: the window's verdict stands, unpinned
             return None
-        if _failed(verdict):
+        if _gate_verdict(verdict) == FAIL:
             hi, probe = probe, probe - 1  # slower already: is the one before it too?
-        elif _passed(verdict):
+        elif _gate_verdict(verdict) == PASS:
             lo = probe = probe + 1
         else:
             return None  # a commit in between the gate could not decide
@@ -337,7 +328,7 @@ def _record(
     if window != [cand.last_good, cand.first_bad]:
         span = f"{window[-1][:12]} against {window[0][:12]} (the step's commits and one on either side): "
     where = ""
-    if _failed(outcome):
+    if _gate_verdict(outcome) == FAIL:
         where = f"; first slower at {pinned[:12]}" if pinned else "; the window's first slower commit was not decided"
     checks = {c.threshold.metric: c for c in outcome.checks} if outcome is not None else {}
     out = []

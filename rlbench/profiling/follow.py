@@ -153,6 +153,11 @@ class Follower:
         self.kind = "main" if main else "python"
         self.n = _unique()
 
+    @property
+    def busy(self) -> bool:
+        """Its result is being written, or a flush about to write it holds the lock."""
+        return self.writing or self.lock.locked()
+
     # --- joining ----------------------------------------------------------------------------------------------
     def start(self, snapshot_s: float = 0.0) -> Follower:
         """Join: the start marker, the exit hooks, and (``snapshot_s`` > 0) a snapshot of the results so far every
@@ -752,7 +757,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
         # interrupting the result being written (or the flush that is about to write it, holding its lock): the
         # signal is delivered when the write is done. Waiting here for that lock would wait forever: this handler
         # runs in the thread that holds it, and the pool that sent the signal would wait forever for this process.
-        if (f.writing or f.lock.locked()) and not f.overdue:
+        if f.busy and not f.overdue:
             if not f.signalled:
                 threading.Thread(target=_deliver_later, args=(f, signum), name="rlbench-sigterm", daemon=True).start()
             f.signalled = signum
@@ -771,7 +776,7 @@ def _deliver_later(f: Follower, signum: int) -> None:
     task queue with the signal kept: a deadlock the pool's join waited on forever), the signal is sent again and
     this time ends it."""
     deadline = time.monotonic() + SIGTERM_GRACE_S
-    while (f.writing or f.lock.locked()) and time.monotonic() < deadline:
+    while f.busy and time.monotonic() < deadline:
         time.sleep(0.02)
     time.sleep(0.5)  # the flush's own delivery, when it is under way, ends the process meanwhile
     f.overdue = True

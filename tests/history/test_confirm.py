@@ -116,7 +116,7 @@ def test_the_window_is_the_step_and_one_commit_either_side(index: int, exact: bo
 
 
 def outcome_of(verdict: str) -> SimpleNamespace:
-    return SimpleNamespace(checks=[SimpleNamespace(verdict=verdict)])
+    return SimpleNamespace(checks=[SimpleNamespace(verdict=verdict)], verdict=verdict)
 
 
 @pytest.mark.parametrize("slow_at", [4, 5, 6])
